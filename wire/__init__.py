@@ -1,0 +1,1 @@
+"""The Kafka wire protocol, sans-IO: primitives, headers, message codecs, record batches."""
