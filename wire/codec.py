@@ -284,7 +284,8 @@ def _encode_struct(g: _Gen, ind: int, fields: list[FieldSpec], version: int, fle
         if f.is_array:
             cond = f"{value}"
         elif f.is_struct:
-            cond = f"{value} is not None" if f.nullable is not None else "True"
+            cond = (f"{value} is not None" if f.nullable is not None
+                    else f"{value} != C{id(g.classes[id(f)])}()")
         else:
             cond = f"{value} != {_default_expr(f, g.classes)}"
         tb = g.var("tb")

@@ -1,0 +1,238 @@
+"""The running broker: ties the pure state (topics, partition logs, producer state) to trio tasks for fsync and retention.
+
+Durability works by group commit: appends only write; a single flusher task fsyncs every log
+that has unflushed data in one worker-thread call, then advances those logs' high watermarks
+and wakes everyone waiting (acks=1/all produce responses, long-polling fetches).  Whatever was
+appended while an fsync ran is covered by the next one, so concurrent produce requests share
+fsyncs.  Data becomes visible to consumers only once durable (high watermark = flushed offset).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+
+import trio
+
+from state.log import PartitionLog
+from state.producer_ids import ProducerIdManager
+from state.producer_state import ProducerStateManager
+from state.storage import FileStorage
+from state.topics import BrokerMeta, Topic, TopicError, TopicRegistry
+
+from .config import Config
+from .metrics import Metrics
+
+log = logging.getLogger("trireme.broker")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class Partition:
+    """One partition of a topic: its log and its idempotent-producer state."""
+
+    topic: Topic
+    index: int
+    log: PartitionLog
+    producers: ProducerStateManager
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.topic.leader_epoch
+
+    def last_stable_offset(self) -> int:
+        """The high watermark, held back to the first offset of any open transaction."""
+        hw = self.log.high_watermark
+        first_unstable = self.producers.first_unstable_offset()
+        return hw if first_unstable is None else min(hw, first_unstable)
+
+
+class Broker:
+    def __init__(self, config: Config):
+        self.config = config
+        os.makedirs(config.data_dir, exist_ok=True)
+        self.storage = FileStorage(config.data_dir)
+        self.metrics = Metrics()
+        self.meta = BrokerMeta.load_or_create(self.storage, node_id=config["node.id"])
+        self.node_id = self.meta.node_id
+        self.cluster_id = self.meta.cluster_id
+        self.topics = TopicRegistry(self.storage, "topics.json")
+        self.topics.load()
+        self.producer_ids = ProducerIdManager(self.storage, "producer_ids")
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.fsync = bool(config["trireme.fsync.enable"])
+        self._dirty: set[Partition] = set()
+        self._dirty_event = trio.Event() if _in_trio() else None
+        self._hw_event = trio.Event() if _in_trio() else None
+        self.advertised_host = config.advertised_host or config.listen_host
+        self.advertised_port = config.advertised_port or config.listen_port
+        started = time.perf_counter()
+        for topic in self.topics.all():
+            for index in range(topic.partitions):
+                self._open_partition(topic, index)
+        log.info("loaded topics=%d partitions=%d in %.3fs", len(self.topics.all()), len(self.partitions),
+                 time.perf_counter() - started)
+
+    # --- partitions --------------------------------------------------------------------------
+
+    def _open_partition(self, topic: Topic, index: int) -> Partition:
+        cfg = self.topic_config(topic)
+        plog = PartitionLog.open(
+            self.storage, f"logs/{topic.name}-{index}",
+            segment_bytes=int(cfg["segment.bytes"]), retention_ms=int(cfg["retention.ms"]),
+            retention_bytes=int(cfg["retention.bytes"]), now_ms=now_ms(), unsafe_no_fsync=not self.fsync)
+        producers = ProducerStateManager()
+        for header in plog.iter_batch_headers():
+            producers.load_batch(header)
+        partition = Partition(topic, index, plog, producers)
+        self.partitions[(topic.name, index)] = partition
+        return partition
+
+    def partition(self, topic: str, index: int) -> Partition | None:
+        return self.partitions.get((topic, index))
+
+    def topic_config(self, topic: Topic) -> dict[str, str]:
+        return topic.effective_config(self.broker_topic_defaults())
+
+    def broker_topic_defaults(self) -> dict[str, str]:
+        c = self.config
+        return {
+            "retention.ms": str(c["log.retention.ms"]),
+            "retention.bytes": str(c["log.retention.bytes"]),
+            "segment.bytes": str(c["log.segment.bytes"]),
+            "cleanup.policy": c["log.cleanup.policy"],
+            "max.message.bytes": str(c["message.max.bytes"]),
+            "message.timestamp.type": c["log.message.timestamp.type"],
+            "compression.type": c["compression.type"],
+        }
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None,
+                     validate_only: bool = False) -> Topic:
+        if partitions == -1:
+            partitions = self.config["num.partitions"]
+        topic = self.topics.create(name, partitions, configs or {}, validate_only=validate_only)
+        if not validate_only:
+            for index in range(topic.partitions):
+                self._open_partition(topic, index)
+            log.info("created topic name=%s partitions=%d id=%s", name, topic.partitions, topic.topic_id)
+        return topic
+
+    def auto_create(self, name: str) -> Topic | None:
+        """Create a topic a client asked for by name, if auto.create.topics.enable allows it."""
+        if not self.config["auto.create.topics.enable"]:
+            return None
+        try:
+            return self.create_topic(name, -1)
+        except TopicError:
+            return None
+
+    def delete_topic(self, name: str) -> None:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise TopicError(3, f"topic {name} does not exist")
+        self.topics.delete(name)
+        for index in range(topic.partitions):
+            partition = self.partitions.pop((name, index), None)
+            if partition is not None:
+                self._dirty.discard(partition)
+                partition.log.delete()
+        log.info("deleted topic name=%s", name)
+
+    def add_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
+        topic = self.topics.add_partitions(name, total, validate_only=validate_only)
+        if not validate_only:
+            for index in range(total):
+                if (name, index) not in self.partitions:
+                    self._open_partition(topic, index)
+
+    def alter_topic_configs(self, name: str, ops, validate_only: bool = False) -> None:
+        topic = self.topics.alter_configs(name, ops, validate_only=validate_only)
+        if not validate_only:
+            cfg = self.topic_config(topic)
+            for index in range(topic.partitions):
+                p = self.partitions[(name, index)]
+                p.topic = topic
+                p.log.configure(segment_bytes=int(cfg["segment.bytes"]), retention_ms=int(cfg["retention.ms"]),
+                                retention_bytes=int(cfg["retention.bytes"]))
+
+    # --- durability ----------------------------------------------------------------------------
+
+    def appended(self, partition: Partition) -> None:
+        """Note that ``partition`` has unflushed data; the flusher will cover it."""
+        if not self.fsync:
+            partition.log.flush_done(partition.log.flush_begin())
+            self._wake_waiters()
+            return
+        self._dirty.add(partition)
+        self._dirty_event.set()
+
+    async def wait_durable(self, partition: Partition, offset: int) -> None:
+        """Return once everything up to and including ``offset`` is durable."""
+        while partition.log.high_watermark <= offset and (partition.topic.name, partition.index) in self.partitions:
+            await self._hw_event.wait()
+
+    async def wait_for_data(self, deadline: float) -> None:
+        """Sleep until some high watermark moves or the trio deadline passes."""
+        with trio.move_on_at(deadline):
+            await self._hw_event.wait()
+
+    def _wake_waiters(self) -> None:
+        self._hw_event.set()
+        self._hw_event = trio.Event()
+
+    async def run_flusher(self) -> None:
+        while True:
+            await self._dirty_event.wait()
+            self._dirty_event = trio.Event()
+            batch = [(p, p.log.flush_begin()) for p in self._dirty]
+            self._dirty.clear()
+            started = time.perf_counter()
+            await trio.to_thread.run_sync(self._flush_all, batch)
+            self.metrics.observe_fsync(time.perf_counter() - started, len(batch))
+            for p, target in batch:
+                p.log.flush_done(target)
+            self._wake_waiters()
+
+    @staticmethod
+    def _flush_all(batch) -> None:
+        for p, target in batch:
+            try:
+                p.log.flush(target)
+            except FileNotFoundError:
+                pass   # the topic was deleted while we were flushing
+
+    async def run_retention(self) -> None:
+        interval = self.config["log.retention.check.interval.ms"] / 1000
+        while True:
+            await trio.sleep(interval)
+            for p in list(self.partitions.values()):
+                deleted = p.log.apply_retention(now_ms())
+                if deleted:
+                    log.info("retention deleted segments=%d partition=%s-%d", deleted, p.topic.name, p.index)
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """The broker's background tasks; started before the listener."""
+        self._dirty_event = trio.Event()
+        self._hw_event = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.run_flusher)
+            nursery.start_soon(self.run_retention)
+            task_status.started()
+
+    def close(self) -> None:
+        """Final flush of everything and close the files."""
+        for p in self.partitions.values():
+            p.log.sync(now_ms())
+            p.log.close()
+
+
+def _in_trio() -> bool:
+    try:
+        trio.lowlevel.current_task()
+        return True
+    except RuntimeError:
+        return False

@@ -1,0 +1,101 @@
+"""The ``trireme`` command: ``trireme serve`` runs a broker on a local data directory."""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+import trio
+
+from . import dispatch
+from .broker import Broker
+from .config import PROPERTIES, Config, ConfigError, parse_host_port, read_config_file
+from .listener import Listener
+
+log = logging.getLogger("trireme")
+
+
+def _properties_help() -> str:
+    lines = ["broker properties (Kafka's names; set in --config or with --set NAME=VALUE):"]
+    for name, (default, text) in PROPERTIES.items():
+        shown = str(default).lower() if isinstance(default, bool) else default
+        lines.append(f"  {name} (default {shown})\n      {text}")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trireme", description="A Kafka-compatible broker.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the broker", epilog=_properties_help(),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve.add_argument("--data-dir", default="./data", help="where logs and metadata live (default ./data)")
+    serve.add_argument("--listen", default="127.0.0.1:9092",
+                       help="HOST:PORT to bind; port 0 picks a free port (default 127.0.0.1:9092)")
+    serve.add_argument("--advertised", default=None,
+                       help="HOST:PORT clients are told to connect to (default: the bound address)")
+    serve.add_argument("--config", default=None,
+                       help="a flat TOML file (quoted Kafka keys) or a Java server.properties file")
+    serve.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                       help="set one broker property; overrides --config")
+    return parser
+
+
+def load_config(args) -> Config:
+    host, port = parse_host_port(args.listen)
+    config = Config(data_dir=args.data_dir, listen_host=host, listen_port=port)
+    if args.advertised:
+        config.advertised_host, config.advertised_port = parse_host_port(args.advertised)
+    if args.config:
+        for name in config.update(read_config_file(args.config)):
+            log.warning("ignoring unknown property %s in %s", name, args.config)
+    for item in args.set:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set expects NAME=VALUE, got {item!r}")
+        config.set(name.strip(), value)
+    return config
+
+
+async def run_broker(config: Config) -> None:
+    dispatch.load_handlers()
+    broker = Broker(config)
+    listener = Listener(broker, config.listen_host, config.listen_port)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            async with trio.open_nursery() as serving:
+                port = await serving.start(listener.serve)
+                if config.listen_port == 0 or broker.advertised_port == 0:
+                    broker.advertised_port = config.advertised_port or port
+                print(f"listening on {config.listen_host}:{port}", flush=True)
+                serving.start_soon(_shutdown_on_signal, listener)
+            nursery.cancel_scope.cancel()
+    finally:
+        broker.close()
+        log.info("stopped")
+
+
+async def _shutdown_on_signal(listener: Listener) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("shutting down on signal %d", signum)
+            listener.shutdown.set()
+            return
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = load_config(args)
+    except (ConfigError, OSError) as e:
+        print(f"trireme: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=config["trireme.log.level"], stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    trio.run(run_broker, config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

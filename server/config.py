@@ -1,0 +1,126 @@
+"""Broker configuration under Kafka's own property names, read from a flat TOML or a server.properties file.
+
+Defaults are Apache Kafka's unless noted.  Keys starting with ``trireme.`` are ours: they cover
+what Kafka has no name for (fsync policy, shutdown grace).
+"""
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from typing import Any
+
+# name → (default, description)
+PROPERTIES: dict[str, tuple[Any, str]] = {
+    "node.id": (1, "This broker's id."),
+    "num.partitions": (1, "Partitions of an auto-created topic, or of CreateTopics with -1."),
+    "default.replication.factor": (1, "Only 1 is possible on a single node."),
+    "auto.create.topics.enable": (True, "Create unknown topics on Metadata/Produce requests."),
+    "delete.topic.enable": (True, "Allow DeleteTopics."),
+    "log.retention.ms": (604800000, "Default retention.ms of topics (Kafka: 168 hours)."),
+    "log.retention.bytes": (-1, "Default retention.bytes of topics (-1: no size limit)."),
+    "log.segment.bytes": (1073741824, "Default segment.bytes of topics."),
+    "log.retention.check.interval.ms": (300000, "How often retention runs."),
+    "log.message.timestamp.type": ("CreateTime", "Default message.timestamp.type of topics."),
+    "log.cleanup.policy": ("delete", "Default cleanup.policy of topics."),
+    "message.max.bytes": (1048588, "Default max.message.bytes of topics (largest record batch)."),
+    "compression.type": ("producer", "Default compression.type of topics."),
+    "socket.request.max.bytes": (104857600, "Largest request frame; larger ones close the connection."),
+    "fetch.max.bytes": (57671680, "Upper bound on a Fetch response's size."),
+    "producer.id.expiration.ms": (86400000, "Idempotent producer state expires after this idle time."),
+    "transactional.id.expiration.ms": (604800000, "Transactional id expiry."),
+    "transaction.max.timeout.ms": (900000, "Largest transaction timeout a producer may ask for."),
+    "group.initial.rebalance.delay.ms": (3000, "Delay before the first rebalance of an empty group."),
+    "group.min.session.timeout.ms": (6000, "Smallest session timeout a consumer may ask for."),
+    "group.max.session.timeout.ms": (1800000, "Largest session timeout a consumer may ask for."),
+    "offsets.retention.minutes": (10080, "Committed offsets of empty groups expire after this."),
+    "trireme.fsync.enable": (True, "fsync before answering acks=1/all produce requests. false trades "
+                                   "crash safety of acknowledged data for speed (Kafka's own default)."),
+    "trireme.shutdown.grace.ms": (5000, "On SIGTERM, how long in-flight requests may take to finish."),
+    "trireme.log.level": ("INFO", "Log level of the structured logs on stderr."),
+}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _coerce(name: str, value: Any) -> Any:
+    default = PROPERTIES[name][0]
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("true", "false"):
+            return text == "true"
+        raise ConfigError(f"{name} must be true or false, not {value!r}")
+    if isinstance(default, int):
+        try:
+            return int(str(value).strip())
+        except ValueError:
+            raise ConfigError(f"{name} must be an integer, not {value!r}") from None
+    return str(value).strip()
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java-style ``key=value`` (or ``key: value``) lines; ``#`` and ``!`` start comments."""
+    out = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        for sep in ("=", ":"):
+            if sep in line:
+                key, value = line.split(sep, 1)
+                out[key.strip()] = value.strip()
+                break
+        else:
+            out[line] = ""
+    return out
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        raw = f.read()
+    if path.endswith(".toml"):
+        try:
+            return tomllib.loads(raw.decode("utf-8"))
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: {e}") from None
+    return parse_properties(raw.decode("utf-8"))
+
+
+@dataclasses.dataclass
+class Config:
+    data_dir: str
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 9092
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+    values: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self.values:
+            return self.values[name]
+        return PROPERTIES[name][0]
+
+    def set(self, name: str, value: Any) -> None:
+        if name not in PROPERTIES:
+            raise ConfigError(f"unknown property {name!r} (see trireme serve --help)")
+        self.values[name] = _coerce(name, value)
+
+    def update(self, mapping: dict[str, Any]) -> list[str]:
+        """Apply known properties; return the unknown names (logged, not fatal, as Kafka does)."""
+        unknown = []
+        for name, value in mapping.items():
+            if name in PROPERTIES:
+                self.set(name, value)
+            else:
+                unknown.append(name)
+        return unknown
+
+
+def parse_host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)

@@ -1,0 +1,250 @@
+"""One client connection: reads size-prefixed frames, dispatches them, and writes responses back in request order.
+
+Requests are read and dispatched one after another, so appends from one connection land in
+the order they were sent.  A handler that has to wait (acks=all for the fsync, a long-polling
+fetch) returns a Deferred; its wait runs in a task of its own while the next requests are read,
+so a client's pipelined produce requests share one fsync.  The writer sends responses strictly
+in request order.  Anything a client can send that is not a well-formed request — garbage, an
+oversized or truncated frame, an unknown API key — closes this connection with a log line and
+touches nothing else.
+"""
+from __future__ import annotations
+
+import inspect
+import itertools
+import logging
+import time
+import traceback
+
+import trio
+
+from wire import headers
+from wire.codec import message
+from wire.primitives import INT32, CodecError
+
+from . import dispatch
+from .dispatch import Deferred, RequestContext
+
+log = logging.getLogger("trireme.connection")
+
+MAX_IN_FLIGHT = 64
+READ_CHUNK = 256 * 1024
+_API_VERSIONS = message("ApiVersionsResponse")
+UNSUPPORTED_VERSION = 35
+
+_ids = itertools.count(1)
+
+
+class CloseConnection(Exception):
+    """The client sent something that ends this connection; the message goes to the log."""
+
+
+class _Pending:
+    """A response slot in the in-order queue whose value a Deferred fills later."""
+
+    __slots__ = ("event", "value", "header")
+
+    def __init__(self, header):
+        self.event = trio.Event()
+        self.value = None
+        self.header = header
+
+
+class FrameReader:
+    """Size-prefixed frames from a stream; large frames are received straight into their own buffer."""
+
+    def __init__(self, stream: trio.SocketStream, max_size: int):
+        self.stream = stream
+        self.max_size = max_size
+        self.buf = bytearray()
+
+    async def _fill(self, want: int) -> bool:
+        while len(self.buf) < want:
+            data = await self.stream.receive_some(READ_CHUNK)
+            if not data:
+                if self.buf:
+                    raise CloseConnection(f"connection closed inside a frame ({len(self.buf)} bytes of "
+                                          f"{want} received)")
+                return False
+            self.buf += data
+        return True
+
+    async def read_frame(self) -> bytearray | None:
+        if not await self._fill(4):
+            return None
+        size = INT32.unpack_from(self.buf, 0)[0]
+        if size < 0 or size > self.max_size:
+            raise CloseConnection(f"frame of {size} bytes is over socket.request.max.bytes={self.max_size}"
+                                  if size > 0 else f"frame with negative size {size}")
+        total = 4 + size
+        if len(self.buf) >= total:
+            frame = self.buf[4:total]
+            del self.buf[:total]
+            return frame
+        frame = bytearray(size)
+        have = len(self.buf) - 4
+        frame[:have] = memoryview(self.buf)[4:]
+        self.buf.clear()
+        view = memoryview(frame)
+        sock = self.stream.socket
+        while have < size:
+            n = await sock.recv_into(view[have:])
+            if n == 0:
+                raise CloseConnection(f"connection closed inside a frame ({have} bytes of {size} received)")
+            have += n
+        return frame
+
+
+class Connection:
+    def __init__(self, stream: trio.SocketStream, broker, peer: str):
+        self.id = next(_ids)
+        self.stream = stream
+        self.broker = broker
+        self.peer = peer
+        self.principal = "User:ANONYMOUS"
+        self.client_id: str | None = None
+        self.client_software_name: str | None = None
+        self.client_software_version: str | None = None
+        self.reader_scope = trio.CancelScope()
+        self.requests = 0
+
+    def _log_fields(self) -> str:
+        return (f"conn={self.id} peer={self.peer} client_id={self.client_id!r} "
+                f"software={self.client_software_name}/{self.client_software_version}")
+
+    async def run(self) -> None:
+        log.info("connection open conn=%d peer=%s", self.id, self.peer)
+        reason = "closed by client"
+        try:
+            async with trio.open_nursery() as nursery:
+                send, receive = trio.open_memory_channel(MAX_IN_FLIGHT)
+                nursery.start_soon(self._write_responses, receive)
+                async with send:
+                    with self.reader_scope:
+                        reason = await self._read_requests(send, nursery)
+                    if self.reader_scope.cancelled_caught:
+                        reason = "server shutting down"
+        except* CloseConnection as group:
+            reason = "; ".join(str(e) for e in group.exceptions)
+            log.warning("closing connection: %s %s", reason, self._log_fields())
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as group:
+            reason = f"connection lost: {group.exceptions[0]!r}"
+        finally:
+            with trio.CancelScope(shield=True):
+                try:
+                    await self.stream.aclose()
+                except Exception:
+                    pass
+            log.info("connection close %s requests=%d reason=%r", self._log_fields(), self.requests, reason)
+
+    async def _read_requests(self, send, nursery) -> str:
+        reader = FrameReader(self.stream, self.broker.config["socket.request.max.bytes"])
+        while True:
+            frame = await reader.read_frame()
+            if frame is None:
+                return "closed by client"
+            self.requests += 1
+            item = await self._dispatch(frame, nursery)
+            if item is not None:
+                await send.send(item)
+
+    async def _dispatch(self, frame: bytearray, nursery):
+        """Decode and handle one request → what the writer should send (or None)."""
+        try:
+            api_key, api_version = headers.peek_api(frame)
+        except CodecError as e:
+            raise CloseConnection(str(e)) from None
+        handler = dispatch.HANDLERS.get(api_key)
+        if handler is None:
+            raise CloseConnection(f"unknown API key {api_key} (version {api_version})")
+        request_codec = handler.request
+        if not request_codec.min_version <= api_version <= request_codec.max_version:
+            if api_key == headers.API_VERSIONS_KEY:
+                return self._api_versions_fallback(frame)
+            raise CloseConnection(f"{handler.name} v{api_version} is not a version of this API "
+                                  f"(we serve {handler.min_version}-{handler.max_version})")
+        try:
+            header = headers.decode_request_header(frame, request_codec.is_flexible(api_version))
+        except CodecError as e:
+            raise CloseConnection(f"bad {handler.name} request header: {e}") from None
+        self.client_id = header.client_id
+        if not handler.min_version <= api_version <= handler.max_version:
+            return self._unsupported(handler, header)
+        try:
+            request, _ = request_codec.decode(memoryview(frame), api_version, header.size)
+        except CodecError as e:
+            raise CloseConnection(f"malformed {handler.name} v{api_version} request: {e}") from None
+        ctx = RequestContext(self.broker, api_key, api_version, header.correlation_id, header.client_id,
+                             self.principal, self, frame)
+        started = time.perf_counter()
+        try:
+            result = handler.fn(ctx, request)
+            if inspect.isawaitable(result):
+                result = await result
+        except CloseConnection:
+            raise
+        except Exception:
+            log.error("handler %s v%d failed %s\n%s", handler.name, api_version, self._log_fields(),
+                      traceback.format_exc())
+            raise CloseConnection(f"internal error in {handler.name}") from None
+        self.broker.metrics.observe_request(handler.name, time.perf_counter() - started)
+        if isinstance(result, Deferred):
+            pending = _Pending(header)
+            nursery.start_soon(self._complete, pending, result, handler)
+            return pending
+        if result is None:
+            return None
+        return (header, result)
+
+    async def _complete(self, pending: _Pending, deferred: Deferred, handler) -> None:
+        try:
+            pending.value = await deferred.wait()
+        except Exception:
+            log.error("deferred %s failed %s\n%s", handler.name, self._log_fields(), traceback.format_exc())
+            raise CloseConnection(f"internal error in {handler.name}") from None
+        pending.event.set()
+
+    def _api_versions_fallback(self, frame) -> tuple:
+        """A version of ApiVersions we don't know: answer in v0 layout with UNSUPPORTED_VERSION and our
+        versions, so the client retries with one we have (the header is v1-shaped in every version)."""
+        correlation_id = INT32.unpack_from(frame, 4)[0]
+        body = _API_VERSIONS.cls(error_code=UNSUPPORTED_VERSION,
+                                 api_keys=api_version_entries(_API_VERSIONS.cls.ApiVersion))
+        return ("raw", correlation_id, 0, _API_VERSIONS.encode(body, 0))
+
+    def _unsupported(self, handler, header) -> tuple:
+        """A version inside Kafka's definition that we do not serve (e.g. Produce 0-2): answer with
+        UNSUPPORTED_VERSION in the top-level error code where the response has one, else close."""
+        response = handler.response.cls()
+        if not hasattr(response, "error_code"):
+            raise CloseConnection(f"{handler.name} v{header.api_version} is not served "
+                                  f"(we serve {handler.min_version}-{handler.max_version})")
+        response.error_code = UNSUPPORTED_VERSION
+        log.warning("unsupported version %s v%d %s", handler.name, header.api_version, self._log_fields())
+        return (header, response)
+
+    async def _write_responses(self, receive) -> None:
+        async with receive:
+            async for item in receive:
+                if isinstance(item, _Pending):
+                    await item.event.wait()
+                    if item.value is None:
+                        continue
+                    item = (item.header, item.value)
+                if item[0] == "raw":
+                    _, correlation_id, header_version, body = item
+                else:
+                    header, response = item
+                    handler = dispatch.HANDLERS[header.api_key]
+                    correlation_id = header.correlation_id
+                    header_version = headers.response_header_version(
+                        header.api_key, handler.response.is_flexible(header.api_version))
+                    body = handler.response.encode(response, header.api_version)
+                head = headers.encode_response_header(correlation_id, header_version)
+                size = len(head) + sum(len(b) for b in body)
+                await self.stream.send_all(b"".join([INT32.pack(size), head, *body]))
+
+
+def api_version_entries(entry_cls) -> list:
+    return [entry_cls(api_key=key, min_version=low, max_version=high)
+            for key, (low, high) in dispatch.advertised_versions().items()]

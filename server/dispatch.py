@@ -1,0 +1,93 @@
+"""Routes a decoded request to the handler module for its API, and builds ApiVersions from what handlers declare.
+
+A handler is declared with ``@handles("Produce", 3, 11)``: the API name (as in Kafka's message
+definitions) and the version range it serves.  It is called with a :class:`RequestContext` and the
+decoded request object and returns the response object, ``None`` (no response, as for acks=0),
+or a :class:`Deferred` whose coroutine produces the response later (acks=all waiting for the
+fsync, a long-polling fetch) while the connection goes on reading requests.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+from typing import Any, Awaitable, Callable
+
+from wire.codec import MessageCodec, message
+from wire.schema import api_names
+
+API_KEYS: dict[str, int] = {name: key for key, name in api_names().items()}
+
+
+@dataclasses.dataclass(slots=True)
+class Handler:
+    api_key: int
+    name: str
+    min_version: int
+    max_version: int
+    fn: Callable
+    request: MessageCodec
+    response: MessageCodec
+    advertised_min: int                   # may be below min_version (Produce 0-2, see produce.py)
+
+
+@dataclasses.dataclass(slots=True)
+class Deferred:
+    """A response that is not ready yet: ``await wait()`` returns it (or None for no response)."""
+
+    wait: Callable[[], Awaitable[Any]]
+
+
+@dataclasses.dataclass(slots=True)
+class RequestContext:
+    """What a handler knows about the request besides its body."""
+
+    broker: Any                          # server.broker.Broker
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    principal: str
+    connection: Any                      # server.connection.Connection (client software, address)
+    frame: bytearray                     # the request frame: record data in the request views it
+
+    def response(self, **fields):
+        """A fresh response object of this API, with fields set."""
+        return HANDLERS[self.api_key].response.cls(**fields)
+
+
+HANDLERS: dict[int, Handler] = {}
+
+
+def handles(name: str, min_version: int, max_version: int, *, advertised_min: int | None = None):
+    """Register the decorated function as the handler for API ``name`` at these versions."""
+    def register(fn):
+        key = API_KEYS[name]
+        request = message(name + "Request")
+        response = message(name + "Response")
+        if min_version < request.min_version or max_version > request.max_version:
+            raise ValueError(f"{name} {min_version}-{max_version} is outside its definition "
+                             f"{request.min_version}-{request.max_version}")
+        HANDLERS[key] = Handler(key, name, min_version, max_version, fn, request, response,
+                                min_version if advertised_min is None else advertised_min)
+        return fn
+    return register
+
+
+def load_handlers() -> None:
+    """Import every module in server/handlers so each registers itself."""
+    import server.handlers as package
+    for info in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"server.handlers.{info.name}")
+
+
+def advertised_versions() -> dict[int, tuple[int, int]]:
+    """API key → (min, max) as ApiVersions reports them."""
+    load_handlers()
+    return {key: (h.advertised_min, h.max_version) for key, h in sorted(HANDLERS.items())}
+
+
+def implemented_versions() -> dict[int, tuple[int, int]]:
+    """API key → (min, max) actually served (advertised ranges may start lower, see Produce)."""
+    load_handlers()
+    return {key: (h.min_version, h.max_version) for key, h in sorted(HANDLERS.items())}

@@ -1,0 +1,104 @@
+"""Fetch: serve stored batch bytes straight from the log files, long-polling until min_bytes or max_wait.
+
+Behaviour / version notes:
+- v4-18 (v13+ name topics by id; unknown ids → UNKNOWN_TOPIC_ID).
+- Fetch sessions are not offered: every response has SessionId 0, which tells the client no
+  session was created, so it keeps sending full fetches.  A request that names a session
+  (SessionId != 0) gets FETCH_SESSION_ID_NOT_FOUND.  Every requested partition is listed in
+  the response (the Java client drops a full response that leaves one out).
+- Reads stop at the high watermark (data covered by an fsync) for read_uncommitted, and at the
+  last stable offset for read_committed; LastStableOffset and LogStartOffset are filled.
+  Control batches are returned like any other, so consumers move past transaction markers.
+- max_bytes bounds the response and partition_max_bytes each partition, except that the first
+  batch of the first non-empty partition is returned whole even when larger (KIP-74).
+- CurrentLeaderEpoch (v9+) newer than ours → UNKNOWN_LEADER_EPOCH, older → FENCED_LEADER_EPOCH.
+- Offsets outside [log start, log end] → OFFSET_OUT_OF_RANGE with the current offsets.
+- Records are never decoded here: the response carries the file bytes as read.
+"""
+from __future__ import annotations
+
+import trio
+
+from server.dispatch import Deferred, handles
+from state.log import OffsetOutOfRange
+
+OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+FETCH_SESSION_ID_NOT_FOUND = 70
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
+UNKNOWN_TOPIC_ID = 100
+READ_COMMITTED = 1
+
+
+@handles("Fetch", 4, 18)
+def fetch(ctx, request):
+    broker = ctx.broker
+    response = ctx.response()
+    if ctx.api_version >= 7 and request.session_id != 0:
+        response.error_code = FETCH_SESSION_ID_NOT_FOUND
+        return response
+    size = _fill(ctx, request, response)
+    if size >= request.min_bytes or request.max_wait_ms <= 0:
+        return response
+    deadline = trio.current_time() + request.max_wait_ms / 1000
+
+    async def long_poll():
+        nonlocal response
+        while True:
+            await broker.wait_for_data(deadline)
+            response = ctx.response()
+            got = _fill(ctx, request, response)
+            if got >= request.min_bytes or trio.current_time() >= deadline:
+                return response
+    return Deferred(long_poll)
+
+
+def _fill(ctx, request, response) -> int:
+    """Read every requested partition into ``response``; return the record bytes gathered."""
+    broker = ctx.broker
+    by_id = ctx.api_version >= 13
+    cls = type(response).FetchableTopicResponse
+    pcls = cls.PartitionData
+    budget = request.max_bytes if ctx.api_version >= 3 else 0x7FFFFFFF
+    budget = min(budget, broker.config["fetch.max.bytes"])
+    gathered = 0
+    read_committed = request.isolation_level == READ_COMMITTED
+    for fetch_topic in request.topics:
+        topic = broker.topics.by_id(fetch_topic.topic_id) if by_id else broker.topics.get(fetch_topic.topic)
+        out = cls(topic=fetch_topic.topic, topic_id=fetch_topic.topic_id)
+        response.responses.append(out)
+        for fp in fetch_topic.partitions:
+            result = pcls(partition_index=fp.partition, high_watermark=-1, last_stable_offset=-1,
+                          log_start_offset=-1, records=None)
+            out.partitions.append(result)
+            partition = broker.partition(topic.name, fp.partition) if topic is not None else None
+            if partition is None:
+                result.error_code = (UNKNOWN_TOPIC_ID if by_id and topic is None else UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            plog = partition.log
+            hw = plog.high_watermark
+            lso = partition.last_stable_offset()
+            result.high_watermark = hw
+            result.last_stable_offset = lso
+            result.log_start_offset = plog.log_start_offset
+            if fp.current_leader_epoch >= 0 and fp.current_leader_epoch != partition.leader_epoch:
+                result.error_code = (UNKNOWN_LEADER_EPOCH if fp.current_leader_epoch > partition.leader_epoch
+                                     else FENCED_LEADER_EPOCH)
+                continue
+            if read_committed:
+                result.aborted_transactions = []
+            limit = min(fp.partition_max_bytes, budget - gathered)
+            if limit <= 0:
+                result.records = b""
+                continue
+            try:
+                data = plog.read(fp.fetch_offset, limit if gathered else max(limit, 1),
+                                 lso if read_committed else hw)
+            except OffsetOutOfRange:
+                result.error_code = OFFSET_OUT_OF_RANGE
+                continue
+            result.records = data
+            gathered += len(data)
+    broker.metrics.bytes_out += gathered
+    return gathered

@@ -1,0 +1,59 @@
+"""ListOffsets: earliest, latest, max-timestamp and by-timestamp offsets of partitions.
+
+Behaviour / version notes:
+- v1-11.  -2 earliest → log start offset; -1 latest → high watermark (read_uncommitted) or last
+  stable offset (read_committed, v2+); -3 max timestamp (v7+) → offset and timestamp of the
+  batch holding the largest timestamp; -4 earliest local (v8+) → log start offset; -5 earliest
+  pending upload (v9+) → -1 (no tiered storage).  A timestamp ≥ 0 → the first batch whose max
+  timestamp is ≥ it (batch granularity, as in the log's time index), or -1 when none.
+- Leader epoch in answers is the partition's current epoch.  CurrentLeaderEpoch (v4+) newer than
+  ours → UNKNOWN_LEADER_EPOCH, older → FENCED_LEADER_EPOCH.
+"""
+from server.dispatch import handles
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
+
+
+@handles("ListOffsets", 1, 11)
+def list_offsets(ctx, request):
+    broker = ctx.broker
+    response = ctx.response()
+    tcls = type(response).ListOffsetsTopicResponse
+    pcls = tcls.ListOffsetsPartitionResponse
+    read_committed = ctx.api_version >= 2 and request.isolation_level == 1
+    for t in request.topics:
+        out = tcls(name=t.name)
+        response.topics.append(out)
+        for p in t.partitions:
+            result = pcls(partition_index=p.partition_index, timestamp=-1, offset=-1, leader_epoch=-1)
+            out.partitions.append(result)
+            partition = broker.partition(t.name, p.partition_index)
+            if partition is None:
+                result.error_code = UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            epoch = partition.leader_epoch
+            if p.current_leader_epoch >= 0 and p.current_leader_epoch != epoch:
+                result.error_code = UNKNOWN_LEADER_EPOCH if p.current_leader_epoch > epoch else FENCED_LEADER_EPOCH
+                continue
+            plog = partition.log
+            ts = p.timestamp
+            if ts == LATEST:
+                offset = partition.last_stable_offset() if read_committed else plog.high_watermark
+                result.offset, result.leader_epoch = offset, epoch
+            elif ts in (EARLIEST, EARLIEST_LOCAL):
+                result.offset, result.leader_epoch = plog.log_start_offset, epoch
+            elif ts == EARLIEST_PENDING_UPLOAD:
+                pass
+            elif ts == MAX_TIMESTAMP:
+                offset, stamp = plog.max_timestamp()
+                if offset >= 0:
+                    result.offset, result.timestamp, result.leader_epoch = offset, stamp, epoch
+            else:
+                found = plog.offset_for_timestamp(ts)
+                if found is not None and found[0] < plog.high_watermark:
+                    result.offset, result.timestamp = found
+                    result.leader_epoch = epoch
+    return response

@@ -1,0 +1,83 @@
+"""Metadata: the one broker, its topics (with topic ids) and their partitions, auto-creating on request.
+
+Behaviour / version notes:
+- v0-13.  Every partition is led by this node, with replicas and ISR = [this node].
+- Null topics (v1+) means all topics; an empty list means none.  v10+ may name topics by id;
+  an unknown id gets UNKNOWN_TOPIC_ID.
+- Unknown names are created when auto.create.topics.enable and AllowAutoTopicCreation (v4+;
+  always allowed before v4) are both true; creation is immediate, so the same response already
+  lists the new partitions (Kafka answers LEADER_NOT_AVAILABLE first; clients handle both).
+- Leader epochs come from the topic registry and never go down, also across restarts.
+- Authorized operations are reported when asked for: everything is allowed for now.
+"""
+import uuid
+
+from server.dispatch import handles
+from state.topics import TopicError, validate_topic_name
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_TOPIC_EXCEPTION = 17
+UNKNOWN_TOPIC_ID = 100
+ZERO_UUID = uuid.UUID(int=0)
+# READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS
+TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+# CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE
+CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+
+
+@handles("Metadata", 0, 13)
+def metadata(ctx, request):
+    broker = ctx.broker
+    response = ctx.response()
+    cls = type(response)
+    response.brokers = [cls.MetadataResponseBroker(node_id=broker.node_id, host=broker.advertised_host,
+                                                   port=broker.advertised_port, rack=None)]
+    response.cluster_id = broker.cluster_id
+    response.controller_id = broker.node_id
+    if ctx.api_version <= 10 and request.include_cluster_authorized_operations:
+        response.cluster_authorized_operations = CLUSTER_OPERATIONS
+    auto_create = ctx.api_version < 4 or request.allow_auto_topic_creation
+    if request.topics is None or (ctx.api_version == 0 and not request.topics):
+        topics = [(t.name, t) for t in broker.topics.all()]
+        requested = None
+    else:
+        requested = request.topics
+        topics = []
+    for entry in requested or ():
+        if entry.name is None and entry.topic_id != ZERO_UUID:
+            topic = broker.topics.by_id(entry.topic_id)
+            if topic is None:
+                topics.append((None, UNKNOWN_TOPIC_ID, entry.topic_id))
+                continue
+            topics.append((topic.name, topic))
+            continue
+        name = entry.name
+        topic = broker.topics.get(name)
+        if topic is None:
+            if validate_topic_name(name) is not None:
+                topics.append((name, INVALID_TOPIC_EXCEPTION, ZERO_UUID))
+                continue
+            if auto_create:
+                topic = broker.auto_create(name)
+            if topic is None:
+                topics.append((name, UNKNOWN_TOPIC_OR_PARTITION, ZERO_UUID))
+                continue
+        topics.append((name, topic))
+    out = []
+    for item in topics:
+        if len(item) == 3:
+            name, error, topic_id = item
+            out.append(cls.MetadataResponseTopic(error_code=error, name=name, topic_id=topic_id))
+            continue
+        name, topic = item
+        t = cls.MetadataResponseTopic(error_code=0, name=topic.name, topic_id=topic.topic_id,
+                                      is_internal=topic.is_internal)
+        t.partitions = [cls.MetadataResponseTopic.MetadataResponsePartition(
+            error_code=0, partition_index=i, leader_id=broker.node_id, leader_epoch=topic.leader_epoch,
+            replica_nodes=[broker.node_id], isr_nodes=[broker.node_id], offline_replicas=[])
+            for i in range(topic.partitions)]
+        if ctx.api_version >= 8 and request.include_topic_authorized_operations:
+            t.topic_authorized_operations = TOPIC_OPERATIONS
+        out.append(t)
+    response.topics = out
+    return response

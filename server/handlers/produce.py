@@ -1,0 +1,134 @@
+"""Produce: validate each partition's record batch by its header and CRC, append the bytes as they came, answer once durable.
+
+Behaviour / version notes:
+- Served v3-13; advertised 0-13 like Kafka 4 (KAFKA-18659: librdkafka < 2.12, e.g. Debian's kcat,
+  enables features only if the advertised range contains Produce 0/2/3/7).  v0-2 are not a
+  version of Kafka 4's definition: such a request closes the connection with a log line.
+- v13 names topics by id (UNKNOWN_TOPIC_ID when unknown); v8+ responses carry RecordErrors
+  and ErrorMessage.
+- Per partition, as Kafka: exactly one v2 batch (INVALID_RECORD otherwise); bad CRC or a
+  malformed batch → CORRUPT_MESSAGE; a control batch written by a client → INVALID_RECORD;
+  transactional batches → INVALID_TXN_STATE until transactions arrive; a batch over the
+  topic's max.message.bytes → MESSAGE_TOO_LARGE; unknown partition → UNKNOWN_TOPIC_OR_PARTITION.
+  Nothing is stored for a refused partition.
+- Idempotence: check-then-commit against the partition's producer state; an exact duplicate
+  of one of the producer's last 5 batches answers NONE with the original base offset and is
+  not appended again.
+- Records are never decoded: the base offset (and, for LogAppendTime topics, the timestamp and
+  CRC) are rewritten in the request frame and those bytes are what the log writes.
+- acks=0: no response.  acks=1 and acks=-1 (a single node is the whole ISR) are answered only
+  after the fsync covering the batch (group commit across requests).  Other acks values →
+  INVALID_REQUIRED_ACKS.
+"""
+from __future__ import annotations
+
+from server.broker import now_ms
+from server.dispatch import Deferred, handles
+from wire import records
+from wire.primitives import CodecError
+
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+MESSAGE_TOO_LARGE = 10
+INVALID_REQUIRED_ACKS = 21
+INVALID_TXN_STATE = 48
+INVALID_RECORD = 87
+UNKNOWN_TOPIC_ID = 100
+
+
+@handles("Produce", 3, 13, advertised_min=0)
+def produce(ctx, request):
+    broker = ctx.broker
+    version = ctx.api_version
+    response = ctx.response()
+    topic_cls = type(response).TopicProduceResponse
+    partition_cls = topic_cls.PartitionProduceResponse
+    acks = request.acks
+    waits = []                              # (partition, last offset) to be durable before answering
+    now = now_ms()
+    for topic_data in request.topic_data:
+        if version >= 13:
+            topic = broker.topics.by_id(topic_data.topic_id)
+            missing = UNKNOWN_TOPIC_ID
+        else:
+            topic = broker.topics.get(topic_data.name)
+            missing = UNKNOWN_TOPIC_OR_PARTITION
+        out = topic_cls(name=topic_data.name, topic_id=topic_data.topic_id)
+        response.responses.append(out)
+        for data in topic_data.partition_data:
+            result = partition_cls(index=data.index, base_offset=-1)
+            out.partition_responses.append(result)
+            if acks not in (0, 1, -1):
+                result.error_code = INVALID_REQUIRED_ACKS
+                continue
+            partition = broker.partition(topic.name, data.index) if topic is not None else None
+            if partition is None:
+                result.error_code = missing if topic is None else UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            error, message = _append(broker, partition, data.records, request.transactional_id, now, result,
+                                     waits)
+            if error:
+                result.error_code = error
+                result.error_message = message
+                if version >= 8:
+                    result.record_errors = [partition_cls.BatchIndexAndErrorMessage(
+                        batch_index=0, batch_index_error_message=message)]
+            result.log_start_offset = partition.log.log_start_offset
+    if acks == 0:
+        return None
+    if not waits:
+        return response
+
+    async def wait_durable():
+        for partition, offset in waits:
+            await broker.wait_durable(partition, offset)
+        return response
+    return Deferred(wait_durable)
+
+
+def _append(broker, partition, data, transactional_id, now, result, waits) -> tuple[int, str | None]:
+    """Validate and append one partition's batch; fills ``result``; returns (error code, message)."""
+    if data is None or len(data) == 0:
+        return INVALID_RECORD, "produce requests must carry one record batch per partition"
+    try:
+        batches = records.validate_batches(data)
+    except CodecError as e:
+        return CORRUPT_MESSAGE, f"malformed record batch: {e}"
+    if len(batches) != 1:
+        return INVALID_RECORD, f"produce requests v3+ carry exactly one record batch, got {len(batches)}"
+    pos, header = batches[0]
+    if not records.crc_ok(data, pos, header):
+        return CORRUPT_MESSAGE, "record batch CRC does not match its contents"
+    if header.is_control:
+        return INVALID_RECORD, "clients may not write control batches"
+    if header.is_transactional:
+        return INVALID_TXN_STATE, "transactional batches are not supported yet"
+    if header.records_count <= 0:
+        return INVALID_RECORD, "record batch with no records"
+    config = broker.topic_config(partition.topic)
+    if header.size > int(config["max.message.bytes"]):
+        return MESSAGE_TOO_LARGE, (f"batch of {header.size} bytes is over max.message.bytes="
+                                   f"{config['max.message.bytes']}")
+    append = partition.producers.begin()
+    check = append.check(header.producer_id, header.producer_epoch, header.base_sequence,
+                         header.last_offset_delta, header.is_transactional)
+    if check.is_duplicate:
+        result.base_offset = check.duplicate.first_offset
+        waits.append((partition, check.duplicate.last_offset))
+        return 0, None
+    if not check.accepted:
+        return check.error_code, check.message or None
+    log_append_time = config["message.timestamp.type"] == "LogAppendTime"
+    records.set_partition_leader_epoch(data, pos, partition.leader_epoch)
+    base_offset, last_offset, append_time = partition.log.append(data, batches, now,
+                                                                 log_append_time=log_append_time)
+    append.commit(header.producer_id, header.producer_epoch, header.base_sequence, header.last_offset_delta,
+                  base_offset, append_time if log_append_time else header.max_timestamp,
+                  header.is_transactional)
+    append.apply()
+    broker.metrics.bytes_in += len(data)
+    broker.appended(partition)
+    result.base_offset = base_offset
+    result.log_append_time_ms = append_time if log_append_time else -1
+    waits.append((partition, last_offset))
+    return 0, None

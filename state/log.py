@@ -1,0 +1,788 @@
+"""One partition's log: segment files of v2 record batches with sparse offset and time indexes, tail recovery, retention and durability tracking."""
+from __future__ import annotations
+
+import bisect
+import posixpath
+import re
+import struct
+import sys
+from array import array
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import crc32c
+
+from state.storage import TEMP_SUFFIX, AppendFile, ReadFile, Storage
+from wire.primitives import CodecError
+from wire.records import (ATTRIBUTES_OFFSET, BATCH_HEADER_SIZE, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader,
+                          parse_batch_header, set_log_append_time)
+
+INDEX_INTERVAL_BYTES = 4096  # an offset index entry roughly every this many bytes of log
+CHECKPOINT_NAME = "log-start-offset.checkpoint"
+
+_INT32_MAX = 2**31 - 1
+_READAHEAD = 8192  # bytes read at a time when hopping from batch header to batch header
+_RECOVERY_CHUNK = 1 << 20
+_SEGMENT_NAME = re.compile(r"(\d{20})\.(log|index|timeindex)")
+
+
+class OffsetOutOfRange(Exception):
+    """An offset below the log start offset or above the log end offset (or, for delete_records, the high watermark)."""
+
+
+class CorruptLog(Exception):
+    """A segment that passed recovery no longer parses (the disk changed under us)."""
+
+
+# --- peeking at v2 batch headers (the only part of a batch this module ever looks at) ---------
+
+HEADER_SIZE = BATCH_HEADER_SIZE  # 61
+_INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+_BASE_AND_LENGTH = struct.Struct(">qi")
+_LAST_DELTA_POS = 23  # lastOffsetDelta int32, after attributes
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+def _scan(reader: ReadFile, pos: int, end: int, readahead: int = _READAHEAD) -> Iterator[tuple[bytes, int, int, int]]:
+    """Yield (buf, i, file_pos, batch_size) for each batch in [pos, end); its header is buf[i:i+61].
+
+    Reads `readahead` bytes at a time, or just a header after skipping a batch bigger than that.
+    """
+    want = readahead
+    while pos + HEADER_SIZE <= end:
+        buf = reader.read(pos, min(max(want, HEADER_SIZE), end - pos))
+        if len(buf) < HEADER_SIZE:
+            raise CorruptLog(f"{reader.path}: short read at {pos}")
+        i = 0
+        size = 0
+        while i + HEADER_SIZE <= len(buf) and pos + i < end:
+            length = _INT32.unpack_from(buf, i + 8)[0]
+            if length < MIN_BATCH_LENGTH:
+                raise CorruptLog(f"{reader.path}: bad batch length {length} at {pos + i}")
+            size = length + LOG_OVERHEAD
+            yield buf, i, pos + i, size
+            i += size
+        pos += i
+        want = HEADER_SIZE if size > readahead else readahead
+
+
+# --- segments ---------------------------------------------------------------------------------
+
+
+class _Segment:
+    """One segment file and its in-memory indexes.
+
+    Offset index: (relative base offset, file position) of a batch every INDEX_INTERVAL_BYTES.
+    Time index: at the same points, (max timestamp so far, relative base offset of the batch
+    that has it), only when the max timestamp grew; sealing adds a final entry.
+    """
+
+    __slots__ = ("base_offset", "path", "handle", "size", "next_offset", "index_rel", "index_pos",
+                 "time_ts", "time_rel", "max_ts", "max_ts_offset", "bytes_since_index",
+                 "sealed", "index_persisted", "deleted")
+
+    def __init__(self, base_offset: int, path: str, size: int = 0, handle: ReadFile | None = None) -> None:
+        self.base_offset = base_offset
+        self.path = path
+        self.handle = handle
+        self.size = size
+        self.next_offset = base_offset
+        self.index_rel = array("i")
+        self.index_pos = array("i")
+        self.time_ts = array("q")
+        self.time_rel = array("i")
+        self.max_ts = -1
+        self.max_ts_offset = -1
+        self.bytes_since_index = 0
+        self.sealed = False
+        self.index_persisted = False
+        self.deleted = False
+
+    @property
+    def index_path(self) -> str:
+        return self.path[: -len(".log")] + ".index"
+
+    @property
+    def time_index_path(self) -> str:
+        return self.path[: -len(".log")] + ".timeindex"
+
+    def track(self, pos: int, base_offset: int, next_offset: int, max_ts: int, size: int) -> None:
+        """Account for one batch written at file position `pos` (same rule on append and rebuild)."""
+        if self.bytes_since_index >= INDEX_INTERVAL_BYTES:
+            self._add_time_entry()
+            self.index_rel.append(base_offset - self.base_offset)
+            self.index_pos.append(pos)
+            self.bytes_since_index = 0
+        self.bytes_since_index += size
+        if max_ts > self.max_ts:
+            self.max_ts = max_ts
+            self.max_ts_offset = base_offset
+        self.next_offset = next_offset
+
+    def _add_time_entry(self) -> None:
+        if self.max_ts >= 0 and (not self.time_ts or self.max_ts > self.time_ts[-1]):
+            self.time_ts.append(self.max_ts)
+            self.time_rel.append(self.max_ts_offset - self.base_offset)
+
+    def seal(self) -> None:
+        """No more appends: the indexes are final."""
+        self._add_time_entry()
+        self.sealed = True
+
+    def index_bytes(self) -> bytes:
+        pairs = array("i", bytes(8 * len(self.index_rel)))
+        pairs[0::2] = self.index_rel
+        pairs[1::2] = self.index_pos
+        if sys.byteorder == "little":
+            pairs.byteswap()
+        return pairs.tobytes()
+
+    def time_index_bytes(self) -> bytes:
+        return b"".join(_TIME_ENTRY.pack(ts, rel) for ts, rel in zip(self.time_ts, self.time_rel))
+
+    def load_indexes(self, index: bytes, time_index: bytes) -> bool:
+        """Adopt persisted indexes if they are well-formed; the caller checks they fit the file."""
+        if len(index) % 8 or len(time_index) % _TIME_ENTRY.size:
+            return False
+        pairs = array("i")
+        pairs.frombytes(index)
+        if sys.byteorder == "little":
+            pairs.byteswap()
+        rel, pos = pairs[0::2], pairs[1::2]
+        times = list(_TIME_ENTRY.iter_unpack(time_index))
+        if not _strictly_increasing(rel, 1) or not _strictly_increasing(pos, 1):
+            return False
+        if not _strictly_increasing([t for t, _ in times], 0) or any(r < 0 for _, r in times):
+            return False
+        if pos and pos[-1] >= self.size:
+            return False
+        self.index_rel, self.index_pos = rel, pos
+        self.time_ts = array("q", [t for t, _ in times])
+        self.time_rel = array("i", [r for _, r in times])
+        if times:
+            self.max_ts, self.max_ts_offset = times[-1][0], self.base_offset + times[-1][1]
+        return True
+
+
+def _strictly_increasing(values: Sequence[int], floor: int) -> bool:
+    prev = floor - 1
+    for v in values:
+        if v <= prev:
+            return False
+        prev = v
+    return True
+
+
+@dataclass(frozen=True)
+class _FlushPlan:
+    """What one flush must do, fixed by flush_begin so that flush can run in another thread."""
+
+    target: int
+    files: tuple[tuple[_Segment, AppendFile], ...]
+    sync_dir: bool
+    dir_generation: int
+    seal: tuple[_Segment, ...]
+
+
+# --- the log ----------------------------------------------------------------------------------
+
+
+class PartitionLog:
+    """A partition's log. All methods but `flush` belong to one thread (the trio thread).
+
+    Durability: appends only write. `high_watermark` is the offset below which everything is
+    fsynced. A flush is flush_begin (plan, owning thread) → flush (fsyncs, any thread) →
+    flush_done (owning thread). A sealed segment's indexes are persisted only after its data
+    was fsynced, so on open a segment with indexes is known durable; every segment from the
+    first one without them is validated batch by batch and truncated at the first bad batch.
+    """
+
+    def __init__(self, storage: Storage, directory: str, *, segment_bytes: int, retention_ms: int,
+                 retention_bytes: int, unsafe_no_fsync: bool) -> None:
+        self._storage = storage
+        self._directory = directory
+        self._unsafe = unsafe_no_fsync
+        self.configure(segment_bytes=segment_bytes, retention_ms=retention_ms, retention_bytes=retention_bytes)
+        self._segments: list[_Segment] = []
+        self._bases: list[int] = []
+        self._log_start = 0
+        self._hw = 0
+        self._unpersisted: list[_Segment] = []  # sealed segments whose indexes are not yet on disk
+        self._plans: dict[int, _FlushPlan] = {}
+        self._dir_generation = 0  # bumped when a segment file is created
+        self._dir_synced_generation = 0
+        self._closed = False
+        self._deleted = False
+
+    def configure(self, *, segment_bytes: int, retention_ms: int, retention_bytes: int) -> None:
+        """Change the segment size and retention limits (applies to later appends and retention runs)."""
+        self.segment_bytes = max(HEADER_SIZE, min(segment_bytes, _INT32_MAX))
+        self.retention_ms = retention_ms
+        self.retention_bytes = retention_bytes
+
+    # --- opening and recovery ---
+
+    @classmethod
+    def open(cls, storage: Storage, directory: str, *, segment_bytes: int = 1073741824,
+             retention_ms: int = 604800000, retention_bytes: int = -1, now_ms: int,
+             unsafe_no_fsync: bool = False) -> PartitionLog:
+        """Open (or create) the log in `directory`, recovering the tail after a crash."""
+        log = cls(storage, directory, segment_bytes=segment_bytes, retention_ms=retention_ms,
+                  retention_bytes=retention_bytes, unsafe_no_fsync=unsafe_no_fsync)
+        log._load()
+        return log
+
+    def _load(self) -> None:
+        storage, directory = self._storage, self._directory
+        storage.makedirs(directory)
+        names = storage.list(directory)
+        logs = {int(m.group(1)) for m in map(_SEGMENT_NAME.fullmatch, names) if m and m.group(2) == "log"}
+        bases = sorted(logs)
+        for name in names:
+            m = _SEGMENT_NAME.fullmatch(name)
+            if name.endswith(TEMP_SUFFIX) or (m and int(m.group(1)) not in logs):
+                storage.remove(self._path(name), missing_ok=True)
+        checkpoint = self._read_checkpoint()
+        segments = [_Segment(b, self._segment_path(b), storage.size(self._segment_path(b))) for b in bases]
+
+        # Segments wholly below the checkpointed log start offset were deleted before a crash.
+        while len(segments) > 1 and segments[1].base_offset <= checkpoint:
+            self._remove_files(segments.pop(0))
+
+        # Sealed segments whose persisted indexes fit are durable; from the first that is not, validate.
+        expected: int | None = None
+        trusted = 0
+        for seg in segments[:-1]:
+            if not self._adopt_indexes(seg) or (expected is not None and seg.base_offset != expected):
+                break
+            seg.sealed = seg.index_persisted = True
+            expected = seg.next_offset
+            trusted += 1
+        recovered: list[_Segment] = []
+        for i in range(trusted, len(segments)):
+            seg = segments[i]
+            if expected is not None and seg.base_offset != expected:
+                for gone in segments[i:]:
+                    self._remove_files(gone)
+                del segments[i:]
+                break
+            seg.handle = storage.open_append(seg.path)
+            recovered.append(seg)
+            valid_end = self._recover_segment(seg)
+            expected = seg.next_offset
+            if valid_end < seg.size:
+                seg.handle.truncate(valid_end)
+                seg.size = valid_end
+                for gone in segments[i + 1 :]:
+                    self._remove_files(gone)
+                del segments[i + 1 :]
+                break
+
+        self._log_start = max(checkpoint, segments[0].base_offset if segments else 0)
+        if not segments or segments[-1].next_offset < self._log_start:
+            for gone in segments:
+                self._remove_files(gone)
+            fresh = _Segment(self._log_start, self._segment_path(self._log_start))
+            fresh.handle = storage.open_append(fresh.path)
+            fresh.handle.truncate(0)
+            segments = [fresh]
+            recovered = [fresh]
+
+        active = segments[-1]
+        if not isinstance(active.handle, AppendFile):
+            if active.handle is not None:
+                active.handle.close()
+            active.handle = storage.open_append(active.path)
+        if active.sealed:  # a sealed segment's indexes become stale once it is appended to again
+            storage.remove(active.index_path, missing_ok=True)
+            storage.remove(active.time_index_path, missing_ok=True)
+            active.sealed = active.index_persisted = False
+            active.bytes_since_index = self._bytes_since_last_index(active)
+        for seg in segments[:-1]:
+            if not seg.sealed:
+                seg.seal()
+
+        if not self._unsafe:
+            for seg in recovered:
+                seg.handle.sync()
+            storage.sync_dir(directory)
+        for seg in segments[:-1]:
+            if not seg.index_persisted:
+                try:
+                    self._persist_indexes(seg, durable=not self._unsafe)
+                    seg.index_persisted = True
+                except OSError:
+                    self._unpersisted.append(seg)  # an optimisation only: the next flush retries
+
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._hw = self.log_end_offset
+
+    def _adopt_indexes(self, seg: _Segment) -> bool:
+        """Load a sealed segment's persisted indexes and find its next offset, if they fit the file."""
+        try:
+            index = self._storage.read_all(seg.index_path)
+            time_index = self._storage.read_all(seg.time_index_path)
+        except FileNotFoundError:
+            return False
+        if seg.size < HEADER_SIZE or not seg.load_indexes(index, time_index):
+            return False
+        seg.handle = self._storage.open_read(seg.path)
+        start = seg.index_pos[-1] if seg.index_pos else 0
+        expected_base = seg.base_offset + (seg.index_rel[-1] if seg.index_rel else 0)
+        end = start
+        try:
+            for buf, i, pos, size in _scan(seg.handle, start, seg.size):
+                base, magic = _INT64.unpack_from(buf, i)[0], buf[i + 16]
+                if magic != 2 or (pos == start and base != expected_base):
+                    break
+                seg.next_offset = base + _INT32.unpack_from(buf, i + _LAST_DELTA_POS)[0] + 1
+                end = pos + size
+        except CorruptLog:
+            pass
+        if end != seg.size or any(r >= seg.next_offset - seg.base_offset for r in seg.time_rel[-1:]):
+            seg.handle.close()
+            seg.handle = None
+            seg.index_rel, seg.index_pos = array("i"), array("i")
+            seg.time_ts, seg.time_rel = array("q"), array("i")
+            seg.max_ts = seg.max_ts_offset = -1
+            seg.next_offset = seg.base_offset
+            return False
+        return True
+
+    def _recover_segment(self, seg: _Segment) -> int:
+        """Validate every batch and rebuild the indexes; return the position of the first bad batch (or the size)."""
+        reader = seg.handle
+        pos, size, next_offset = 0, seg.size, seg.base_offset
+        buf, buf_start = memoryview(b""), 0
+        while pos + HEADER_SIZE <= size:
+            if pos + HEADER_SIZE > buf_start + len(buf):
+                buf, buf_start = memoryview(reader.read(pos, min(_RECOVERY_CHUNK, size - pos))), pos
+            i = pos - buf_start
+            base, length = _BASE_AND_LENGTH.unpack_from(buf, i)
+            batch_size = length + LOG_OVERHEAD
+            if length < MIN_BATCH_LENGTH or pos + batch_size > size:
+                break
+            if i + batch_size > len(buf):
+                buf, buf_start, i = memoryview(reader.read(pos, max(_RECOVERY_CHUNK, batch_size))), pos, 0
+            try:
+                header = parse_batch_header(buf, i)  # checks magic 2
+            except CodecError:
+                break
+            last_delta = header.last_offset_delta
+            if (base != next_offset or last_delta < 0
+                    or base + last_delta - seg.base_offset > _INT32_MAX
+                    or crc32c.crc32c(buf[i + ATTRIBUTES_OFFSET : i + batch_size]) != header.crc):
+                break
+            next_offset = base + last_delta + 1
+            seg.track(pos, base, next_offset, header.max_timestamp, batch_size)
+            pos += batch_size
+        return pos
+
+    def _bytes_since_last_index(self, seg: _Segment) -> int:
+        return seg.size - (seg.index_pos[-1] if seg.index_pos else 0)
+
+    def _read_checkpoint(self) -> int:
+        try:
+            lines = self._storage.read_all(self._path(CHECKPOINT_NAME)).decode("ascii").split("\n")
+            if lines[0] == "0" and len(lines) >= 2:
+                return max(0, int(lines[1]))
+        except (FileNotFoundError, UnicodeDecodeError, ValueError):
+            pass
+        return 0
+
+    # --- offsets ---
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        """Everything below this offset is durable (fsynced)."""
+        return self._hw
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(seg.size for seg in self._segments)
+
+    @property
+    def segment_base_offsets(self) -> list[int]:
+        return list(self._bases)
+
+    # --- append ---
+
+    def append(self, buf: bytearray | memoryview, batches: Sequence[tuple[int, object]], now_ms: int,
+               log_append_time: bool = False) -> tuple[int, int, int]:
+        """Assign offsets to validated, contiguous v2 batches in `buf` and write them; no fsync.
+
+        Rewrites each batch's base offset in place (and with `log_append_time` its timestamp
+        type and max timestamp, recomputing the CRC). Returns (first offset, last offset,
+        log append time or -1).
+        """
+        self._check_open()
+        if not batches:
+            raise ValueError("nothing to append")
+        first_pos = batches[0][0]
+        end = first_pos
+        count = 0
+        for pos, header in batches:
+            if pos != end:
+                raise ValueError("batches must be contiguous in buf")
+            end = pos + header.batch_length + LOG_OVERHEAD
+            count += header.last_offset_delta + 1
+        total = end - first_pos
+        base_offset = self.log_end_offset
+        last_offset = base_offset + count - 1
+
+        seg = self._segments[-1]
+        if seg.size > 0 and (seg.size + total > self.segment_bytes or last_offset - seg.base_offset > _INT32_MAX):
+            seg = self._roll()
+
+        view = memoryview(buf)
+        offset = base_offset
+        for pos, header in batches:
+            _INT64.pack_into(view, pos, offset)
+            if log_append_time:
+                set_log_append_time(view, pos, now_ms)
+            offset += header.last_offset_delta + 1
+
+        try:
+            seg.handle.write(view[first_pos:end])
+        except OSError:
+            try:  # leave no partial batch behind for recovery to resurrect
+                seg.handle.truncate(seg.size)
+            except OSError:
+                pass
+            raise  # nothing else has changed
+
+        file_pos = seg.size
+        offset = base_offset
+        for pos, header in batches:
+            size = header.batch_length + LOG_OVERHEAD
+            next_offset = offset + header.last_offset_delta + 1
+            seg.track(file_pos, offset, next_offset, now_ms if log_append_time else header.max_timestamp, size)
+            file_pos += size
+            offset = next_offset
+        seg.size = file_pos
+        return base_offset, last_offset, now_ms if log_append_time else -1
+
+    def _roll(self) -> _Segment:
+        """Seal the active segment and start a new one at the log end offset."""
+        base = self.log_end_offset
+        new = _Segment(base, self._segment_path(base))
+        new.handle = self._storage.open_append(new.path)
+        if new.handle.size:
+            new.handle.truncate(0)
+        old = self._segments[-1]
+        old.seal()
+        self._segments.append(new)
+        self._bases.append(base)
+        self._dir_generation += 1
+        if self._unsafe:
+            try:
+                self._persist_indexes(old, durable=False)
+                old.index_persisted = True
+            except OSError:
+                pass  # rebuilt on open
+        else:
+            self._unpersisted.append(old)
+        return new
+
+    # --- durability ---
+
+    def flush_begin(self) -> int:
+        """Plan a flush of everything appended so far; returns its target offset."""
+        target = self.log_end_offset
+        if self._unsafe:
+            return target
+        files: dict[int, tuple[_Segment, AppendFile]] = {}
+        for seg in reversed(self._segments):
+            if seg.next_offset <= self._hw:
+                break
+            files[seg.base_offset] = (seg, seg.handle)
+        for seg in self._unpersisted:
+            files[seg.base_offset] = (seg, seg.handle)
+        self._plans[target] = _FlushPlan(
+            target=target,
+            files=tuple(files[b] for b in sorted(files)),
+            sync_dir=self._dir_generation > self._dir_synced_generation,
+            dir_generation=self._dir_generation,
+            seal=tuple(self._unpersisted),
+        )
+        return target
+
+    def flush(self, target: int) -> None:
+        """Make everything below `target` durable (blocking; safe in a worker thread). Raises OSError."""
+        if self._unsafe:
+            return
+        plan = self._plans.get(target)
+        if plan is None:
+            self.flush_begin()  # only valid from the owning thread
+            plan = self._plans[self.log_end_offset]
+        for seg, handle in plan.files:
+            try:
+                handle.sync()
+            except OSError:
+                if seg.deleted:
+                    continue  # removed by retention meanwhile; its data no longer matters
+                raise
+        if self._deleted:
+            return
+        if plan.sync_dir:
+            self._storage.sync_dir(self._directory)
+        for seg in plan.seal:
+            if not seg.deleted:
+                self._persist_indexes(seg, durable=True)
+
+    def flush_done(self, target: int) -> None:
+        """Record that the flush to `target` succeeded: the high watermark advances."""
+        self._hw = max(self._hw, min(target, self.log_end_offset))
+        plan = self._plans.pop(target, None)
+        for stale in [t for t in self._plans if t < target]:
+            del self._plans[stale]
+        if plan is not None:
+            for seg in plan.seal:
+                seg.index_persisted = True
+            self._unpersisted = [s for s in self._unpersisted if not s.index_persisted]
+            if plan.sync_dir:
+                self._dir_synced_generation = max(self._dir_synced_generation, plan.dir_generation)
+
+    def sync(self, now_ms: int = 0) -> int:
+        """flush_begin, flush and flush_done in one go (tests, shutdown); returns the high watermark."""
+        target = self.flush_begin()
+        self.flush(target)
+        self.flush_done(target)
+        return self._hw
+
+    def _persist_indexes(self, seg: _Segment, durable: bool) -> None:
+        self._storage.write_atomic(seg.time_index_path, seg.time_index_bytes(), durable=durable)
+        self._storage.write_atomic(seg.index_path, seg.index_bytes(), durable=durable)
+
+    # --- reads ---
+
+    def read(self, fetch_offset: int, max_bytes: int, max_offset: int, *, min_one_batch: bool = True) -> bytes:
+        """Whole batches from the one containing `fetch_offset`, up to `max_bytes`, all based below `max_offset`.
+
+        The first batch is returned even if it alone exceeds `max_bytes` (KIP-74), unless
+        `min_one_batch` is false (for partitions after the first non-empty one of a fetch).
+        """
+        self._check_open()
+        if fetch_offset < self._log_start or fetch_offset > self.log_end_offset:
+            raise OffsetOutOfRange(
+                f"offset {fetch_offset} outside [{self._log_start}, {self.log_end_offset}] in {self._directory}")
+        max_offset = min(max_offset, self.log_end_offset)
+        if fetch_offset >= max_offset:
+            return b""
+        parts: list[bytes] = []
+        remaining = max_bytes
+        i = bisect.bisect_right(self._bases, fetch_offset) - 1
+        offset = fetch_offset
+        while i < len(self._segments):
+            seg = self._segments[i]
+            if seg.base_offset >= max_offset:
+                break
+            data, to_segment_end = self._read_segment(seg, offset, remaining, max_offset,
+                                                      first=min_one_batch and not parts)
+            if data:
+                parts.append(data)
+                remaining -= len(data)
+            if not to_segment_end or remaining <= 0:
+                break
+            i += 1
+            if i < len(self._segments):
+                offset = self._segments[i].base_offset
+        if len(parts) == 1:
+            return parts[0]
+        return b"".join(parts)
+
+    def _read_segment(self, seg: _Segment, offset: int, max_bytes: int, max_offset: int,
+                      first: bool) -> tuple[bytes, bool]:
+        reader = self._reader(seg)
+        size = seg.size
+        if offset >= seg.next_offset:
+            return b"", True
+        start, _base, first_size = self._locate(seg, reader, offset)
+        if max_offset >= seg.next_offset:
+            bound = size
+        else:
+            bound, base, bound_size = self._locate(seg, reader, max_offset)
+            if base < max_offset:  # a batch straddling max_offset starts below it, so it is included
+                bound += bound_size
+        if bound <= start:
+            return b"", False
+        if bound - start <= max_bytes:
+            end = bound
+        else:
+            end = self._boundary_at_or_before(seg, reader, start, start + max(max_bytes, 0))
+            if end == start:
+                if not first:
+                    return b"", False
+                end = start + first_size
+        return reader.read(start, end - start), end == size
+
+    def _locate(self, seg: _Segment, reader: ReadFile, offset: int) -> tuple[int, int, int]:
+        """(file position, base offset, size) of the batch containing `offset`, via the offset index."""
+        k = bisect.bisect_right(seg.index_rel, offset - seg.base_offset) - 1
+        start = seg.index_pos[k] if k >= 0 else 0
+        for buf, i, pos, size in _scan(reader, start, seg.size):
+            base = _INT64.unpack_from(buf, i)[0]
+            if base + _INT32.unpack_from(buf, i + _LAST_DELTA_POS)[0] >= offset:
+                return pos, base, size
+        return seg.size, seg.next_offset, 0
+
+    def _boundary_at_or_before(self, seg: _Segment, reader: ReadFile, start: int, limit: int) -> int:
+        """The last batch boundary in [start, limit]; `start` is a boundary."""
+        k = bisect.bisect_right(seg.index_pos, limit) - 1
+        from_pos = max(start, seg.index_pos[k] if k >= 0 else 0)
+        for _buf, _i, pos, size in _scan(reader, from_pos, seg.size):
+            if pos + size > limit:
+                return pos
+        return seg.size
+
+    def _reader(self, seg: _Segment) -> ReadFile:
+        if seg.handle is None:
+            seg.handle = self._storage.open_read(seg.path)
+        return seg.handle
+
+    # --- timestamps ---
+
+    def offset_for_timestamp(self, ts: int) -> tuple[int, int] | None:
+        """(offset, timestamp) answering ListOffsets for `ts`, at batch granularity, or None.
+
+        The base offset (clamped to the log start offset) and max timestamp of the first batch
+        whose max timestamp is >= `ts`. Kafka answers with the first *record* whose timestamp is
+        >= `ts`; that record is in this batch, at or after the offset returned. Not bounded by
+        the high watermark: the caller compares with the offset it may expose.
+        """
+        self._check_open()
+        for seg in self._segments:
+            if seg.next_offset <= self._log_start or seg.max_ts < ts:
+                continue
+            k = bisect.bisect_left(seg.time_ts, ts) - 1  # entries up to k all have max timestamps < ts
+            from_offset = max(seg.base_offset + (seg.time_rel[k] if k >= 0 else 0), self._log_start)
+            reader = self._reader(seg)
+            for buf, i, _pos, _size in _scan(reader, self._locate(seg, reader, from_offset)[0], seg.size):
+                header = parse_batch_header(buf, i)
+                if header.max_timestamp >= ts and header.last_offset >= self._log_start:
+                    return max(header.base_offset, self._log_start), header.max_timestamp
+        return None
+
+    def max_timestamp(self) -> tuple[int, int]:
+        """(base offset, timestamp) of the earliest batch with the largest max timestamp; (-1, -1) if none."""
+        best = (-1, -1)
+        for seg in self._segments:
+            if seg.next_offset > self._log_start and seg.max_ts > best[1]:
+                best = (max(seg.max_ts_offset, self._log_start), seg.max_ts)
+        return best
+
+    # --- deletion ---
+
+    def delete_records(self, before_offset: int) -> int:
+        """Advance the log start offset to `before_offset` (-1: the high watermark); returns the new one."""
+        self._check_open()
+        if before_offset == -1:
+            before_offset = self._hw
+        if before_offset < 0 or before_offset > self._hw:
+            raise OffsetOutOfRange(f"cannot delete records before {before_offset}: high watermark is {self._hw}")
+        if before_offset > self._log_start:
+            self._advance_log_start(before_offset)
+        return self._log_start
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete the oldest sealed, durable segments beyond retention.ms or retention.bytes; returns how many.
+
+        By time: segments whose max timestamp is more than retention_ms before now_ms (segments
+        without timestamps are kept). By size, as Kafka does: a segment goes only if the log
+        stays at least retention_bytes big without it.
+        """
+        self._check_open()
+        total = self.size_bytes
+        doomed = 0
+        for seg in self._segments[:-1]:
+            if seg.next_offset > self._hw:
+                break
+            too_old = self.retention_ms >= 0 and seg.max_ts >= 0 and now_ms - seg.max_ts > self.retention_ms
+            too_big = self.retention_bytes >= 0 and total - seg.size >= self.retention_bytes
+            if not (too_old or too_big):
+                break
+            total -= seg.size
+            doomed += 1
+        if doomed:
+            self._advance_log_start(max(self._log_start, self._segments[doomed].base_offset))
+        return doomed
+
+    def _advance_log_start(self, offset: int) -> None:
+        """Checkpoint the new log start offset durably, then drop the segments wholly below it."""
+        data = f"0\n{offset}\n".encode("ascii")
+        self._storage.write_atomic(self._path(CHECKPOINT_NAME), data, durable=not self._unsafe)
+        self._log_start = offset
+        while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
+            seg = self._segments.pop(0)
+            self._bases.pop(0)
+            if seg in self._unpersisted:
+                self._unpersisted.remove(seg)
+            self._remove_files(seg)
+
+    def _remove_files(self, seg: _Segment) -> None:
+        seg.deleted = True
+        if seg.handle is not None:
+            seg.handle.close()
+        for path in (seg.path, seg.index_path, seg.time_index_path):
+            self._storage.remove(path, missing_ok=True)
+
+    # --- start-up scans ---
+
+    def iter_batch_headers(self, from_offset: int | None = None) -> Iterator[BatchHeader]:
+        """The headers of all batches from the log start offset (or the batch containing `from_offset`).
+
+        Reads headers only, hopping from one to the next. A control batch's type (commit or
+        abort) lives in its record: read that batch with `read` if needed.
+        """
+        self._check_open()
+        offset = self._log_start if from_offset is None else max(from_offset, self._log_start)
+        i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+        for seg in self._segments[i:]:
+            if seg.deleted or offset >= seg.next_offset:
+                continue
+            reader = self._reader(seg)
+            start = self._locate(seg, reader, offset)[0] if offset > seg.base_offset else 0
+            for buf, j, _pos, _size in _scan(reader, start, seg.size):
+                yield parse_batch_header(buf, j)
+
+    # --- lifecycle ---
+
+    def close(self) -> None:
+        """Close every file (no flush: call `sync` first for a clean shutdown)."""
+        if self._closed:
+            return
+        self._closed = True
+        for seg in self._segments:
+            if seg.handle is not None:
+                seg.handle.close()
+
+    def delete(self) -> None:
+        """Remove the log's files and directory (topic deletion)."""
+        self._deleted = True
+        for seg in self._segments:
+            seg.deleted = True
+        self.close()
+        for name in self._storage.list(self._directory):
+            self._storage.remove(self._path(name), missing_ok=True)
+        self._storage.remove_dir(self._directory)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"log {self._directory} is closed")
+
+    def _path(self, name: str) -> str:
+        return posixpath.join(self._directory, name)
+
+    def _segment_path(self, base_offset: int) -> str:
+        return self._path(f"{base_offset:020d}.log")

@@ -1,0 +1,564 @@
+"""The file-access interface the log uses instead of `os`: real files, and an in-memory, crash-simulating twin."""
+from __future__ import annotations
+
+import errno
+import os
+import posixpath
+import random
+import threading
+from abc import ABC, abstractmethod
+
+TEMP_SUFFIX = ".tmp"  # `write_atomic` stages data in `path + TEMP_SUFFIX`; leftovers may be removed
+
+
+class ReadFile(ABC):
+    """An open file that can be read at any position."""
+
+    path: str
+
+    @property
+    @abstractmethod
+    def size(self) -> int:
+        """Current length of the file in bytes."""
+
+    @abstractmethod
+    def read(self, pos: int, n: int) -> bytes:
+        """Up to `n` bytes at `pos` (fewer only at end of file)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the file; further calls fail."""
+
+
+class AppendFile(ReadFile):
+    """A file open for appending at its logical end, readable at any position.
+
+    `sync()` may run in a worker thread while another thread writes or reads. A failed
+    fsync is sticky: every later `sync()` raises too, because after a failed fsync the
+    kernel may have dropped the dirty pages and a retry could falsely report success.
+    """
+
+    def __init__(self) -> None:
+        self._sync_failed: OSError | None = None
+
+    @abstractmethod
+    def write(self, buf: bytes | bytearray | memoryview) -> None:
+        """Append all of `buf` at the logical end. On OSError the logical size is unchanged."""
+
+    @abstractmethod
+    def truncate(self, n: int) -> None:
+        """Cut the file to `n` bytes (not durable until `sync`)."""
+
+    def sync(self) -> None:
+        """Make everything written so far durable (fsync). Raises OSError on failure, forever after."""
+        if self._sync_failed is not None:
+            raise OSError(errno.EIO, f"an earlier fsync of {self.path} failed: {self._sync_failed}")
+        try:
+            self._fsync()
+        except OSError as exc:
+            if exc.errno != errno.EBADF:  # syncing a closed file is not a device failure
+                self._sync_failed = exc
+            raise
+
+    @abstractmethod
+    def _fsync(self) -> None:
+        """The implementation's fsync; raises OSError(EBADF) when closed."""
+
+
+class Storage(ABC):
+    """Files addressed by '/'-separated paths relative to the storage's root."""
+
+    @abstractmethod
+    def open_append(self, path: str) -> AppendFile:
+        """Open `path` for appending, creating it (the new entry is durable only after `sync_dir`)."""
+
+    @abstractmethod
+    def open_read(self, path: str) -> ReadFile:
+        """Open an existing file for reading."""
+
+    @abstractmethod
+    def read(self, path: str, pos: int, n: int) -> bytes:
+        """Up to `n` bytes of `path` at `pos`."""
+
+    @abstractmethod
+    def read_all(self, path: str) -> bytes:
+        """The whole content of `path`."""
+
+    @abstractmethod
+    def size(self, path: str) -> int:
+        """Length of `path` in bytes."""
+
+    @abstractmethod
+    def exists(self, path: str) -> bool:
+        """Whether a file or directory exists at `path`."""
+
+    @abstractmethod
+    def list(self, directory: str) -> list[str]:
+        """Sorted names of the entries directly inside `directory`."""
+
+    @abstractmethod
+    def makedirs(self, path: str) -> None:
+        """Create a directory and its parents if missing."""
+
+    @abstractmethod
+    def remove(self, path: str, missing_ok: bool = False) -> None:
+        """Delete a file (the removal is durable only after `sync_dir`)."""
+
+    @abstractmethod
+    def remove_dir(self, path: str) -> None:
+        """Delete an empty directory."""
+
+    @abstractmethod
+    def write_atomic(self, path: str, data: bytes, durable: bool = True) -> None:
+        """Replace `path` with `data` atomically: after a crash it holds the old or the new content.
+
+        With `durable` (the default) the new content is on disk when this returns
+        (temp file fsynced, renamed over `path`, directory fsynced).
+        """
+
+    @abstractmethod
+    def sync_dir(self, directory: str) -> None:
+        """Make the creations, renames and removals of entries in `directory` durable."""
+
+
+# --- real files ------------------------------------------------------------------------------
+
+
+def _as_bytes_view(buf: bytes | bytearray | memoryview) -> memoryview:
+    view = memoryview(buf)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return view
+
+
+def _pread_full(fd: int, pos: int, n: int) -> bytes:
+    data = os.pread(fd, n, pos)
+    if len(data) == n or not data:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < n:
+        more = os.pread(fd, n - got, pos + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
+class _FileReadFile(ReadFile):
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self._fd = fd
+        self._lock = threading.Lock()
+
+    @property
+    def size(self) -> int:
+        return os.fstat(self._fd).st_size
+
+    def read(self, pos: int, n: int) -> bytes:
+        return _pread_full(self._fd, pos, n)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+
+class _FileAppendFile(AppendFile):
+    def __init__(self, path: str, fd: int) -> None:
+        super().__init__()
+        self.path = path
+        self._fd = fd
+        self._size = os.fstat(fd).st_size
+        self._lock = threading.Lock()  # keeps close() from recycling the fd under a running fsync
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def write(self, buf: bytes | bytearray | memoryview) -> None:
+        view = _as_bytes_view(buf)
+        pos = self._size
+        done = 0
+        try:
+            while done < len(view):
+                done += os.pwrite(self._fd, view[done:], pos + done)
+        except OSError:
+            try:
+                os.ftruncate(self._fd, pos)
+            except OSError:
+                pass  # the garbage beyond the logical end is overwritten by the next write
+            raise
+        self._size = pos + done
+
+    def read(self, pos: int, n: int) -> bytes:
+        return _pread_full(self._fd, pos, n)
+
+    def truncate(self, n: int) -> None:
+        os.ftruncate(self._fd, n)
+        self._size = n
+
+    def _fsync(self) -> None:
+        with self._lock:
+            if self._fd < 0:
+                raise OSError(errno.EBADF, f"{self.path} is closed")
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+
+class FileStorage(Storage):
+    """Real files under `root`."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = os.fspath(root)
+
+    def _abs(self, path: str) -> str:
+        return os.path.join(self.root, path)
+
+    def open_append(self, path: str) -> AppendFile:
+        fd = os.open(self._abs(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        return _FileAppendFile(path, fd)
+
+    def open_read(self, path: str) -> ReadFile:
+        return _FileReadFile(path, os.open(self._abs(path), os.O_RDONLY | os.O_CLOEXEC))
+
+    def read(self, path: str, pos: int, n: int) -> bytes:
+        fd = os.open(self._abs(path), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return _pread_full(fd, pos, n)
+        finally:
+            os.close(fd)
+
+    def read_all(self, path: str) -> bytes:
+        with open(self._abs(path), "rb") as f:
+            return f.read()
+
+    def size(self, path: str) -> int:
+        return os.stat(self._abs(path)).st_size
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(self._abs(path))
+
+    def list(self, directory: str) -> list[str]:
+        return sorted(os.listdir(self._abs(directory)))
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(self._abs(path), exist_ok=True)
+
+    def remove(self, path: str, missing_ok: bool = False) -> None:
+        try:
+            os.remove(self._abs(path))
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+
+    def remove_dir(self, path: str) -> None:
+        os.rmdir(self._abs(path))
+
+    def write_atomic(self, path: str, data: bytes, durable: bool = True) -> None:
+        target = self._abs(path)
+        temp = target + TEMP_SUFFIX
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            view = _as_bytes_view(data)
+            done = 0
+            while done < len(view):
+                done += os.write(fd, view[done:])
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, target)
+        if durable:
+            self.sync_dir(posixpath.dirname(path))
+
+    def sync_dir(self, directory: str) -> None:
+        fd = os.open(self._abs(directory) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# --- the in-memory, crash-simulating twin ----------------------------------------------------
+
+
+class _Inode:
+    """One file's bytes: `data` as the page cache sees it, `durable` as of the last fsync."""
+
+    __slots__ = ("data", "durable")
+
+    def __init__(self, data: bytes = b"", durable: bytes = b"") -> None:
+        self.data = bytearray(data)
+        self.durable = durable
+
+
+class _MemoryReadFile(ReadFile):
+    def __init__(self, storage: MemoryStorage, path: str, inode: _Inode) -> None:
+        self.path = path
+        self._storage = storage
+        self._inode = inode
+        self._closed = False
+
+    @property
+    def size(self) -> int:
+        return len(self._inode.data)
+
+    def read(self, pos: int, n: int) -> bytes:
+        if self._closed:
+            raise OSError(errno.EBADF, f"{self.path} is closed")
+        with self._storage._lock:
+            return bytes(self._inode.data[pos : pos + n])
+
+    def close(self) -> None:
+        self._closed = True
+
+
+class _MemoryAppendFile(AppendFile):
+    def __init__(self, storage: MemoryStorage, path: str, inode: _Inode) -> None:
+        super().__init__()
+        self.path = path
+        self._storage = storage
+        self._inode = inode
+        self._size = len(inode.data)
+        self._closed = False
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def write(self, buf: bytes | bytearray | memoryview) -> None:
+        view = _as_bytes_view(buf)
+        with self._storage._lock:
+            self._check_open()
+            pos = self._size
+            if self._storage._take_write_fault():
+                # A partial write that could not be cleaned up: garbage past the logical end.
+                self._inode.data[pos : pos + len(view) // 2] = view[: len(view) // 2]
+                raise OSError(errno.ENOSPC, f"injected write failure on {self.path}")
+            self._inode.data[pos : pos + len(view)] = view
+            self._size = pos + len(view)
+
+    def read(self, pos: int, n: int) -> bytes:
+        with self._storage._lock:
+            self._check_open()
+            return bytes(self._inode.data[pos : pos + n])
+
+    def truncate(self, n: int) -> None:
+        with self._storage._lock:
+            self._check_open()
+            del self._inode.data[n:]
+            self._size = n
+
+    def _fsync(self) -> None:
+        with self._storage._lock:
+            self._check_open()
+            self._storage._take_sync_fault(self.path)
+            self._inode.durable = bytes(self._inode.data)
+            self._storage.syncs += 1
+
+    def close(self) -> None:
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise OSError(errno.EBADF, f"{self.path} is closed")
+
+
+class MemoryStorage(Storage):
+    """In-memory files with a pessimistic crash model, for crash tests.
+
+    The model: each file has page-cache content and durable content (as of its last
+    fsync). The name space (which path names which file) likewise has a live and a
+    durable version per directory: creating, renaming over or removing a file is durable
+    only after `sync_dir` of its directory. `crash()` returns a new storage holding only
+    the durable name space and, for each file, only its durable content — optionally with
+    a random prefix of the unsynced appended bytes kept and possibly garbled (a torn
+    write). Simplification: directories themselves are durable as soon as created.
+    All methods are thread-safe (one lock).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._files: dict[str, _Inode] = {}
+        self._durable_files: dict[str, _Inode] = {}
+        self._dirs: set[str] = {""}
+        self._write_faults = self._writes_before_fault = 0
+        self._sync_faults = self._syncs_before_fault = 0
+        self.syncs = 0  # completed file fsyncs, for tests
+        self.dir_syncs = 0
+
+    # -- fault injection --
+
+    def fail_next_write(self, count: int = 1, after: int = 0) -> None:
+        """Make `count` file writes, after `after` good ones, fail with OSError(ENOSPC) having written half their bytes."""
+        with self._lock:
+            self._write_faults, self._writes_before_fault = count, after
+
+    def fail_next_sync(self, count: int = 1, after: int = 0) -> None:
+        """Make `count` fsyncs (file or directory), after `after` good ones, fail with OSError(EIO)."""
+        with self._lock:
+            self._sync_faults, self._syncs_before_fault = count, after
+
+    def _take_write_fault(self) -> bool:
+        if self._write_faults > 0:
+            if self._writes_before_fault > 0:
+                self._writes_before_fault -= 1
+                return False
+            self._write_faults -= 1
+            return True
+        return False
+
+    def _take_sync_fault(self, path: str) -> None:
+        if self._sync_faults > 0:
+            if self._syncs_before_fault > 0:
+                self._syncs_before_fault -= 1
+                return
+            self._sync_faults -= 1
+            raise OSError(errno.EIO, f"injected fsync failure on {path}")
+
+    # -- crash --
+
+    def crash(self, torn_tail: bool = False, rng: random.Random | None = None) -> MemoryStorage:
+        """A new storage holding only what was durable, as after a power loss."""
+        rng = rng or random.Random()
+        with self._lock:
+            after = MemoryStorage()
+            after._dirs = set(self._dirs)
+            for path, inode in sorted(self._durable_files.items()):
+                content = _torn(inode, rng) if torn_tail else inode.durable
+                after._files[path] = after._durable_files[path] = _Inode(content, content)
+            return after
+
+    # -- the Storage interface --
+
+    @staticmethod
+    def _norm(path: str) -> str:
+        path = posixpath.normpath(path).lstrip("/")
+        return "" if path == "." else path
+
+    def _inode(self, path: str) -> _Inode:
+        try:
+            return self._files[self._norm(path)]
+        except KeyError:
+            raise FileNotFoundError(errno.ENOENT, "no such file", path) from None
+
+    def _check_parent(self, path: str) -> None:
+        if posixpath.dirname(path) not in self._dirs:
+            raise FileNotFoundError(errno.ENOENT, "no such directory", posixpath.dirname(path))
+
+    def open_append(self, path: str) -> AppendFile:
+        path = self._norm(path)
+        with self._lock:
+            inode = self._files.get(path)
+            if inode is None:
+                self._check_parent(path)
+                inode = self._files[path] = _Inode()
+            return _MemoryAppendFile(self, path, inode)
+
+    def open_read(self, path: str) -> ReadFile:
+        with self._lock:
+            return _MemoryReadFile(self, self._norm(path), self._inode(path))
+
+    def read(self, path: str, pos: int, n: int) -> bytes:
+        with self._lock:
+            return bytes(self._inode(path).data[pos : pos + n])
+
+    def read_all(self, path: str) -> bytes:
+        with self._lock:
+            return bytes(self._inode(path).data)
+
+    def size(self, path: str) -> int:
+        with self._lock:
+            return len(self._inode(path).data)
+
+    def exists(self, path: str) -> bool:
+        path = self._norm(path)
+        with self._lock:
+            return path in self._files or path in self._dirs
+
+    def list(self, directory: str) -> list[str]:
+        directory = self._norm(directory)
+        with self._lock:
+            if directory not in self._dirs:
+                raise FileNotFoundError(errno.ENOENT, "no such directory", directory)
+            names = {posixpath.basename(p) for p in self._files if posixpath.dirname(p) == directory}
+            names.update(posixpath.basename(d) for d in self._dirs if d and posixpath.dirname(d) == directory)
+            return sorted(names)
+
+    def makedirs(self, path: str) -> None:
+        path = self._norm(path)
+        with self._lock:
+            while path not in self._dirs:
+                self._dirs.add(path)
+                path = posixpath.dirname(path)
+
+    def remove(self, path: str, missing_ok: bool = False) -> None:
+        with self._lock:
+            if self._files.pop(self._norm(path), None) is None and not missing_ok:
+                raise FileNotFoundError(errno.ENOENT, "no such file", path)
+
+    def remove_dir(self, path: str) -> None:
+        path = self._norm(path)
+        with self._lock:
+            if path not in self._dirs:
+                raise FileNotFoundError(errno.ENOENT, "no such directory", path)
+            if self.list(path):
+                raise OSError(errno.ENOTEMPTY, "directory not empty", path)
+            self._dirs.discard(path)
+            for name in [p for p in self._durable_files if posixpath.dirname(p) == path]:
+                del self._durable_files[name]
+
+    def write_atomic(self, path: str, data: bytes, durable: bool = True) -> None:
+        path = self._norm(path)
+        with self._lock:
+            self._check_parent(path)
+            temp = self._files[path + TEMP_SUFFIX] = _Inode()
+            if self._take_write_fault():
+                temp.data[:] = data[: len(data) // 2]
+                raise OSError(errno.ENOSPC, f"injected write failure on {path}{TEMP_SUFFIX}")
+            temp.data[:] = data
+            if durable:
+                self._take_sync_fault(path + TEMP_SUFFIX)
+                temp.durable = bytes(data)
+            self._files[path] = self._files.pop(path + TEMP_SUFFIX)
+            if durable:
+                self.sync_dir(posixpath.dirname(path))
+
+    def sync_dir(self, directory: str) -> None:
+        directory = self._norm(directory)
+        with self._lock:
+            self._take_sync_fault(directory)
+            for path in [p for p in self._durable_files if posixpath.dirname(p) == directory]:
+                if path not in self._files:
+                    del self._durable_files[path]
+            for path, inode in self._files.items():
+                if posixpath.dirname(path) == directory:
+                    self._durable_files[path] = inode
+            self.dir_syncs += 1
+
+
+def _torn(inode: _Inode, rng: random.Random) -> bytes:
+    """What a crash in the middle of writing back `inode` might leave on disk."""
+    live, durable = bytes(inode.data), inode.durable
+    if live == durable:
+        return durable
+    if not live.startswith(durable):  # truncated or rewritten since the last fsync
+        return rng.choice([durable, live])
+    suffix = bytearray(live[len(durable) : len(durable) + rng.randint(0, len(live) - len(durable))])
+    mode = rng.randrange(3)
+    if suffix and mode == 1:  # flip some bytes
+        for _ in range(rng.randint(1, 4)):
+            suffix[rng.randrange(len(suffix))] ^= rng.randint(1, 255)
+    elif suffix and mode == 2:  # a range reads back as zeros (allocated block never written)
+        start = rng.randrange(len(suffix))
+        end = rng.randint(start + 1, len(suffix))
+        suffix[start:end] = bytes(end - start)
+    return durable + bytes(suffix)

@@ -1,0 +1,811 @@
+"""Tests for state.log.PartitionLog: offsets, reads, segments, indexes, recovery, crash safety, retention."""
+from __future__ import annotations
+
+import random
+import struct
+import threading
+
+import crc32c
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from state import log as log_mod
+from state.log import CHECKPOINT_NAME, OffsetOutOfRange, PartitionLog
+from state.storage import FileStorage, MemoryStorage
+from wire.records import parse_batch_header
+
+DIR = "logs/t-0"
+
+
+# --- building and parsing v2 batches (test helpers) -------------------------------------------
+
+
+def _varint(n: int) -> bytes:
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def make_batch(values: list[bytes], timestamp: int = 1_000, *, max_timestamp: int | None = None,
+               producer_id: int = -1, attributes: int = 0) -> bytes:
+    """A valid v2 batch (base offset 0) whose records carry `values`."""
+    records = bytearray()
+    for i, value in enumerate(values):
+        body = b"\x00" + _varint(i) + _varint(i) + _varint(-1) + _varint(len(value)) + value + _varint(0)
+        records += _varint(len(body)) + body
+    max_ts = timestamp + len(values) - 1 if max_timestamp is None else max_timestamp
+    after_crc = struct.pack(">hiqqqhii", attributes, len(values) - 1, timestamp, max_ts, producer_id, 0, 0,
+                            len(values)) + records
+    return struct.pack(">qiibI", 0, 9 + len(after_crc), 0, 2, crc32c.crc32c(after_crc)) + after_crc
+
+
+def headers(buf) -> list:
+    out, pos = [], 0
+    while pos < len(buf):
+        h = parse_batch_header(buf, pos)
+        out.append((pos, h))
+        pos += h.size
+    assert pos == len(buf), "read returned a partial batch"
+    return out
+
+
+def crc_ok(buf, pos, h) -> bool:
+    return crc32c.crc32c(bytes(buf[pos + 21 : pos + h.size])) == h.crc
+
+
+def append(log: PartitionLog, *batches: bytes, now_ms: int = 5_000, log_append_time: bool = False):
+    buf = bytearray(b"".join(batches))
+    return log.append(buf, headers(buf), now_ms, log_append_time)
+
+
+def values_of(buf) -> list[bytes]:
+    """Decode record values (test-only; the log itself never does this)."""
+    out = []
+    for pos, h in headers(buf):
+        p = pos + log_mod.HEADER_SIZE
+        for _ in range(h.records_count):
+            length, p = _read_varint(buf, p)
+            end = p + length
+            p += 1
+            for _ in range(3):
+                _, p = _read_varint(buf, p)
+            vlen, p = _read_varint(buf, p)
+            out.append(bytes(buf[p : p + vlen]))
+            p = end
+    return out
+
+
+def _read_varint(buf, p):
+    shift = z = 0
+    while True:
+        b = buf[p]
+        p += 1
+        z |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return (z >> 1) ^ -(z & 1), p
+
+
+def read_all(log: PartitionLog, from_offset: int | None = None, max_offset: int | None = None) -> bytes:
+    offset = log.log_start_offset if from_offset is None else from_offset
+    end = log.log_end_offset if max_offset is None else max_offset
+    out = bytearray()
+    while offset < end:
+        data = log.read(offset, 1 << 30, end)
+        assert data
+        out += data
+        offset = headers(data)[-1][1].next_offset
+    return bytes(out)
+
+
+# --- fixtures ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["file", "memory"])
+def storage(request, tmp_path):
+    return FileStorage(tmp_path / "data") if request.param == "file" else MemoryStorage()
+
+
+@pytest.fixture(autouse=True)
+def _make_root(storage):
+    if isinstance(storage, FileStorage):
+        storage.makedirs("")
+
+
+def open_log(storage, **kw) -> PartitionLog:
+    kw.setdefault("now_ms", 0)
+    return PartitionLog.open(storage, DIR, **kw)
+
+
+def value(i: int, size: int = 20) -> bytes:
+    return (b"v%d-" % i).ljust(size, b".")
+
+
+# --- append and read --------------------------------------------------------------------------
+
+
+def test_append_assigns_dense_offsets_and_read_round_trips(storage):
+    log = open_log(storage)
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (0, 0, 0)
+    assert append(log, make_batch([b"a", b"b", b"c"])) == (0, 2, -1)
+    assert append(log, make_batch([b"d"]), make_batch([b"e", b"f"])) == (3, 5, -1)
+    assert log.log_end_offset == 6 and log.high_watermark == 0
+    assert log.read(0, 1 << 20, log.high_watermark) == b""  # nothing durable yet
+    log.sync(0)
+    assert log.high_watermark == 6
+    data = log.read(0, 1 << 20, log.high_watermark)
+    hs = headers(data)
+    assert [h.base_offset for _, h in hs] == [0, 3, 4]
+    assert all(crc_ok(data, p, h) for p, h in hs)
+    assert values_of(data) == [b"a", b"b", b"c", b"d", b"e", b"f"]
+    assert log.size_bytes == len(data)
+
+
+def test_append_rewrites_base_offset_in_callers_buffer(storage):
+    log = open_log(storage)
+    append(log, make_batch([b"x"] * 7))
+    buf = bytearray(make_batch([b"y"]) + make_batch([b"z"]))
+    log.append(buf, headers(buf), 0)
+    assert [h.base_offset for _, h in headers(buf)] == [7, 8]
+
+
+def test_append_rejects_gaps_between_batches(storage):
+    log = open_log(storage)
+    buf = bytearray(make_batch([b"a"]) + b"\0\0" + make_batch([b"b"]))
+    first = parse_batch_header(buf, 0)
+    second = parse_batch_header(buf, first.size + 2)
+    with pytest.raises(ValueError):
+        log.append(buf, [(0, first), (first.size + 2, second)], 0)
+    assert log.log_end_offset == 0
+
+
+def test_read_from_middle_of_batch_returns_whole_batch(storage):
+    log = open_log(storage)
+    append(log, make_batch([b"a", b"b"]))
+    append(log, make_batch([b"c", b"d", b"e", b"f"]))
+    log.sync()
+    for fetch in (2, 3, 5):
+        hs = headers(log.read(fetch, 1 << 20, 6))
+        assert hs[0][1].base_offset == 2
+    assert headers(log.read(1, 1 << 20, 6))[0][1].base_offset == 0
+
+
+def test_max_bytes_returns_whole_batches_and_kip74(storage):
+    log = open_log(storage)
+    batches = [make_batch([value(i, 100)]) for i in range(10)]
+    for b in batches:
+        append(log, b)
+    log.sync()
+    size = len(batches[0])
+    data = log.read(0, size * 3 + size // 2, 10)
+    assert len(data) == size * 3 and [h.base_offset for _, h in headers(data)] == [0, 1, 2]
+    data = log.read(4, size * 2, 10)
+    assert [h.base_offset for _, h in headers(data)] == [4, 5]
+    # KIP-74: a first batch bigger than max_bytes comes back whole
+    assert [h.base_offset for _, h in headers(log.read(7, 10, 10))] == [7]
+    assert [h.base_offset for _, h in headers(log.read(7, 0, 10))] == [7]
+    assert log.read(7, 10, 10, min_one_batch=False) == b""
+    assert [h.base_offset for _, h in headers(log.read(7, size, 10, min_one_batch=False))] == [7]
+
+
+def test_max_offset_bound(storage):
+    log = open_log(storage)
+    for i in range(5):
+        append(log, make_batch([value(i), value(i)]))  # offsets 2i, 2i+1
+    log.sync()
+    assert [h.base_offset for _, h in headers(log.read(0, 1 << 20, 6))] == [0, 2, 4]
+    assert [h.base_offset for _, h in headers(log.read(0, 1 << 20, 5))] == [0, 2, 4]  # batch 4 starts below 5
+    assert [h.base_offset for _, h in headers(log.read(3, 1 << 20, 4))] == [2]
+    assert log.read(6, 1 << 20, 6) == b""
+    assert log.read(8, 1 << 20, 6) == b""
+    assert log.read(10, 1 << 20, 10) == b""  # at the log end offset
+    assert log.read(0, 1 << 20, 1000) == read_all(log)  # bounded by the log end offset
+
+
+def test_offset_out_of_range(storage):
+    log = open_log(storage)
+    append(log, make_batch([b"a"] * 3))
+    log.sync()
+    with pytest.raises(OffsetOutOfRange):
+        log.read(4, 100, 3)
+    with pytest.raises(OffsetOutOfRange):
+        log.read(-1, 100, 3)
+    assert log.read(3, 100, 3) == b""
+    log.delete_records(2)
+    with pytest.raises(OffsetOutOfRange):
+        log.read(1, 100, 3)
+    assert headers(log.read(2, 100, 3))[0][1].base_offset == 0  # the batch containing 2
+    with pytest.raises(OffsetOutOfRange):
+        log.delete_records(4)  # beyond the high watermark
+
+
+def test_log_append_time(storage):
+    log = open_log(storage)
+    assert append(log, make_batch([b"a", b"b"], timestamp=10), now_ms=777, log_append_time=True) == (0, 1, 777)
+    log.sync()
+    data = log.read(0, 1000, 2)
+    (pos, h), = headers(data)
+    assert h.attributes & 0x08 and h.max_timestamp == 777 and h.base_timestamp == 10
+    assert crc_ok(data, pos, h)
+    assert log.max_timestamp() == (0, 777)
+
+
+# --- segments and indexes -----------------------------------------------------------------------
+
+
+def fill(log: PartitionLog, n: int, size: int = 200, ts0: int = 1_000) -> list[bytes]:
+    out = []
+    for i in range(n):
+        out.append(value(i, size))
+        append(log, make_batch([out[-1]], timestamp=ts0 + i))
+    return out
+
+
+def test_segment_roll_and_reads_across_segments(storage):
+    log = open_log(storage, segment_bytes=2_000)
+    vals = fill(log, 40)  # ~280 bytes per batch: 7 per segment
+    log.sync()
+    bases = log.segment_base_offsets
+    assert len(bases) == 6 and bases[0] == 0 and bases == sorted(bases)
+    names = storage.list(DIR)
+    assert all(f"{b:020d}.log" in names for b in bases)
+    assert all(f"{b:020d}.index" in names and f"{b:020d}.timeindex" in names for b in bases[:-1])
+    assert all(storage.size(f"{DIR}/{b:020d}.log") <= 2_000 for b in bases)
+    whole = log.read(0, 1 << 30, 40)  # one read spans every segment
+    assert values_of(whole) == vals
+    assert [h.base_offset for _, h in headers(whole)] == list(range(40))
+    for fetch in range(40):
+        assert values_of(log.read(fetch, 1 << 30, 40)) == vals[fetch:]
+    # a bounded read stops inside a later segment at whole batches
+    size = len(make_batch([vals[0]]))
+    assert [h.base_offset for _, h in headers(log.read(5, size * 4 + size // 2, 40))] == [5, 6, 7, 8]
+
+
+def test_oversized_batch_gets_own_segment(storage):
+    log = open_log(storage, segment_bytes=1_000)
+    append(log, make_batch([b"small"]))
+    append(log, make_batch([b"x" * 3_000]))
+    append(log, make_batch([b"small"]))
+    log.sync()
+    assert log.segment_base_offsets == [0, 1, 2]
+    assert values_of(log.read(1, 10, 3)) == [b"x" * 3_000]
+
+
+def test_index_is_used_and_rebuilt_on_reopen(storage):
+    log = open_log(storage, segment_bytes=100_000)
+    vals = fill(log, 1_000, size=100)  # ~180 KB: two segments, many index entries
+    log.sync()
+    seg0 = log._segments[0]
+    assert len(seg0.index_rel) > 20 and len(seg0.time_ts) > 20
+    index0 = (seg0.index_rel.tolist(), seg0.index_pos.tolist(), seg0.time_ts.tolist(), seg0.time_rel.tolist())
+    active = log._segments[-1]
+    active_index = (active.index_rel.tolist(), active.index_pos.tolist())
+    log.close()
+
+    log = open_log(storage, segment_bytes=100_000)  # persisted indexes for the sealed segment
+    seg0 = log._segments[0]
+    assert (seg0.index_rel.tolist(), seg0.index_pos.tolist(), seg0.time_ts.tolist(), seg0.time_rel.tolist()) == index0
+    assert (log._segments[-1].index_rel.tolist(), log._segments[-1].index_pos.tolist()) == active_index
+    log.close()
+
+    for name in storage.list(DIR):
+        if name.endswith("index"):
+            storage.remove(f"{DIR}/{name}")
+    log = open_log(storage, segment_bytes=100_000)  # rebuilt from batch headers
+    seg0 = log._segments[0]
+    assert (seg0.index_rel.tolist(), seg0.index_pos.tolist(), seg0.time_ts.tolist(), seg0.time_rel.tolist()) == index0
+    assert log.log_end_offset == 1_000 and log.high_watermark == 1_000
+    for fetch in (0, 1, 333, 555, 998, 999):
+        assert values_of(log.read(fetch, 500, 1_000))[0] == vals[fetch]
+    assert values_of(read_all(log)) == vals
+
+
+def test_garbage_index_file_is_rejected(storage):
+    log = open_log(storage, segment_bytes=50_000)
+    vals = fill(log, 500, size=100)
+    log.sync()
+    log.close()
+    storage.write_atomic(f"{DIR}/{0:020d}.index", struct.pack(">ii", 3, 17) * 2)
+    log = open_log(storage, segment_bytes=50_000)
+    assert values_of(read_all(log)) == vals
+
+
+def test_reopen_continues_appending(storage):
+    log = open_log(storage, segment_bytes=1_000)
+    fill(log, 10)
+    log.sync()
+    log.close()
+    log = open_log(storage, segment_bytes=1_000)
+    assert (log.log_end_offset, log.high_watermark) == (10, 10)
+    assert append(log, make_batch([b"next"])) == (10, 10, -1)
+    log.sync()
+    assert values_of(log.read(10, 100, 11)) == [b"next"]
+
+
+def test_iter_batch_headers(storage):
+    log = open_log(storage, segment_bytes=1_000)
+    fill(log, 12)
+    append(log, make_batch([b"big" * 5_000]))
+    append(log, make_batch([b"p"] * 3, producer_id=42))
+    assert [h.base_offset for h in log.iter_batch_headers()] == list(range(14))
+    hs = list(log.iter_batch_headers(5))
+    assert hs[0].base_offset == 5 and hs[-1].producer_id == 42 and hs[-1].last_offset == 15
+    assert [h.base_offset for h in log.iter_batch_headers(14)] == [13]
+
+
+# --- recovery ---------------------------------------------------------------------------------
+
+
+def last_segment_path(log: PartitionLog) -> str:
+    return f"{DIR}/{log.segment_base_offsets[-1]:020d}.log"
+
+
+def corrupt(storage, path: str, pos: int, cut: bool) -> None:
+    f = storage.open_append(path)
+    if cut:
+        f.truncate(pos)
+    else:
+        data = bytearray(storage.read_all(path))
+        data[pos] ^= 0x5A
+        f.truncate(0)
+        f.write(data)
+    f.sync()
+    f.close()
+
+
+@pytest.mark.parametrize("cut", [True, False], ids=["cut-mid-batch", "garbled"])
+def test_recovery_truncates_torn_tail(storage, cut):
+    log = open_log(storage, segment_bytes=3_000)
+    vals = fill(log, 25)
+    log.sync()
+    path = last_segment_path(log)
+    size = storage.size(path)
+    last_batch = len(make_batch([vals[-1]]))
+    log.close()
+    corrupt(storage, path, size - last_batch // 2, cut)
+    log = open_log(storage, segment_bytes=3_000)
+    assert (log.log_end_offset, log.high_watermark) == (24, 24)
+    assert storage.size(path) == size - last_batch
+    assert values_of(read_all(log)) == vals[:24]
+    assert append(log, make_batch([b"again"])) == (24, 24, -1)
+    log.sync()
+    assert values_of(read_all(log)) == vals[:24] + [b"again"]
+
+
+def test_recovery_rejects_garbage_header(storage):
+    log = open_log(storage)
+    vals = fill(log, 5)
+    log.sync()
+    path = last_segment_path(log)
+    log.close()
+    f = storage.open_append(path)
+    f.write(b"\0" * 100)  # e.g. blocks allocated but never written
+    f.sync()
+    f.close()
+    log = open_log(storage)
+    assert log.log_end_offset == 5 and values_of(read_all(log)) == vals
+
+
+def test_recovery_rejects_non_dense_offsets(storage):
+    log = open_log(storage)
+    fill(log, 3)
+    log.sync()
+    path = last_segment_path(log)
+    log.close()
+    rogue = bytearray(make_batch([b"rogue"]))
+    struct.pack_into(">q", rogue, 0, 7)
+    f = storage.open_append(path)
+    f.write(rogue)
+    f.close()
+    log = open_log(storage)
+    assert log.log_end_offset == 3
+
+
+def test_recovery_of_unindexed_sealed_segment_drops_later_segments(storage):
+    log = open_log(storage, segment_bytes=1_000)
+    vals = fill(log, 20)
+    log.sync()
+    bases = log.segment_base_offsets
+    log.close()
+    # Simulate a crash before the second segment was known durable: no indexes, torn tail.
+    second = f"{DIR}/{bases[1]:020d}"
+    storage.remove(second + ".index")
+    storage.remove(second + ".timeindex")
+    corrupt(storage, second + ".log", storage.size(second + ".log") - 10, cut=True)
+    log = open_log(storage, segment_bytes=1_000)
+    assert log.segment_base_offsets == bases[:2]
+    assert log.log_end_offset == bases[2] - 1
+    assert values_of(read_all(log)) == vals[: bases[2] - 1]
+    assert all(not n.startswith(f"{b:020d}") for b in bases[2:] for n in storage.list(DIR))
+
+
+# --- crash model (MemoryStorage) ----------------------------------------------------------------
+
+
+def test_crash_keeps_exactly_what_was_flushed():
+    storage = MemoryStorage()
+    log = open_log(storage, segment_bytes=1_500)
+    vals = fill(log, 12)
+    log.sync()
+    fill(log, 10)  # never flushed
+    log = open_log(storage.crash(), segment_bytes=1_500)
+    assert log.log_end_offset == 12 and values_of(read_all(log)) == vals
+
+
+def test_crash_with_torn_tail_keeps_flushed_and_a_valid_prefix():
+    for seed in range(30):
+        rng = random.Random(seed)
+        storage = MemoryStorage()
+        log = open_log(storage, segment_bytes=1_500)
+        vals = fill(log, 12)
+        log.sync()
+        vals += fill(log, 10)
+        crashed = storage.crash(torn_tail=True, rng=rng)
+        log = open_log(crashed, segment_bytes=1_500)
+        assert 12 <= log.log_end_offset <= 22
+        got = values_of(read_all(log))
+        assert got == vals[: log.log_end_offset]
+        # and the recovered state is itself durable
+        log = open_log(crashed.crash(torn_tail=True, rng=rng), segment_bytes=1_500)
+        assert values_of(read_all(log)) == got
+
+
+def test_flush_between_flush_begin_and_done_covers_only_target():
+    storage = MemoryStorage()
+    log = open_log(storage)
+    fill(log, 3)
+    target = log.flush_begin()
+    fill(log, 2)  # appended while the flush runs
+    log.flush(target)
+    log.flush_done(target)
+    assert log.high_watermark == 3 == target
+    assert log.read(0, 1 << 20, log.high_watermark) == read_all(log, max_offset=3)
+
+
+def test_new_segment_names_are_made_durable_by_flush():
+    storage = MemoryStorage()
+    log = open_log(storage, segment_bytes=500)
+    vals = fill(log, 6)
+    dir_syncs = storage.dir_syncs
+    log.sync()
+    assert storage.dir_syncs > dir_syncs
+    log = open_log(storage.crash(), segment_bytes=500)
+    assert values_of(read_all(log)) == vals
+
+
+def test_unsafe_no_fsync_mode():
+    storage = MemoryStorage()
+    log = open_log(storage, segment_bytes=500, unsafe_no_fsync=True)
+    vals = fill(log, 6)
+    syncs = storage.syncs
+    log.flush_done(log.flush_begin())
+    assert log.high_watermark == 6 and storage.syncs == syncs
+    assert values_of(read_all(log)) == vals
+    log.close()
+    log = open_log(storage, segment_bytes=500, unsafe_no_fsync=True)  # process restart: page cache intact
+    assert values_of(read_all(log)) == vals
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(st.one_of(
+    st.tuples(st.just("append"), st.lists(st.integers(1, 4), min_size=1, max_size=3), st.integers(1, 400)),
+    st.tuples(st.just("flush"), st.just(0), st.just(0)),
+    st.tuples(st.just("begin"), st.just(0), st.just(0)),
+    st.tuples(st.just("crash"), st.booleans(), st.integers(0, 2**32)),
+    st.tuples(st.just("fail"), st.booleans(), st.just(0)),
+), max_size=40))
+def test_random_append_flush_crash(ops):
+    storage = MemoryStorage()
+    log = open_log(storage, segment_bytes=1_200)
+    values: list[bytes] = []  # the value of each offset appended (and not lost)
+    flushed = 0
+    pending: int | None = None
+    counter = 0
+    for op, a, b in ops:
+        if op == "append":
+            batches = []
+            for n in a:
+                vs = [value(counter + k, b) for k in range(n)]
+                counter += n
+                batches.append((vs, make_batch(vs)))
+            try:
+                first, last, _ = append(log, *[raw for _, raw in batches])
+            except OSError:
+                continue
+            assert first == len(values)
+            for vs, _ in batches:
+                values += vs
+            assert last == len(values) - 1 == log.log_end_offset - 1
+        elif op == "flush":
+            target = pending if pending is not None else log.flush_begin()
+            pending = None
+            try:
+                log.flush(target)
+            except OSError:
+                log.close()
+                storage.fail_next_write(0)
+                storage.fail_next_sync(0)
+                log = open_log(storage, segment_bytes=1_200)  # restart after a failed fsync
+                flushed = log.high_watermark
+                assert values_of(read_all(log)) == values
+                continue
+            log.flush_done(target)
+            flushed = max(flushed, target)
+            assert log.high_watermark == flushed
+        elif op == "begin":
+            pending = log.flush_begin()
+        elif op == "fail":
+            if a:
+                storage.fail_next_write()
+            else:
+                storage.fail_next_sync()
+        else:
+            storage.fail_next_write(0)
+            storage.fail_next_sync(0)
+            storage = storage.crash(torn_tail=a, rng=random.Random(b))
+            log = open_log(storage, segment_bytes=1_200)
+            pending = None
+            end = log.log_end_offset
+            assert flushed <= end <= len(values), "a flushed batch was lost"
+            got = values_of(read_all(log))
+            assert got == values[:end], "corrupt or non-dense log after crash"
+            values = values[:end]
+            flushed = log.high_watermark
+    storage.fail_next_write(0)
+    storage.fail_next_sync(0)
+    log.sync()
+    assert values_of(read_all(log)) == values
+    assert [h.base_offset for h in log.iter_batch_headers()] == sorted({h.base_offset for h in log.iter_batch_headers()})
+
+
+# --- injected failures --------------------------------------------------------------------------
+
+
+def test_write_failure_leaves_log_intact():
+    storage = MemoryStorage()
+    log = open_log(storage)
+    vals = fill(log, 3)
+    storage.fail_next_write()
+    with pytest.raises(OSError):
+        append(log, make_batch([b"lost"]))
+    assert log.log_end_offset == 3
+    assert append(log, make_batch([b"ok"])) == (3, 3, -1)
+    log.sync()
+    assert values_of(read_all(log)) == vals + [b"ok"]
+    log = open_log(storage.crash())
+    assert values_of(read_all(log)) == vals + [b"ok"]
+
+
+def test_write_failure_on_roll_leaves_log_intact():
+    storage = MemoryStorage()
+    log = open_log(storage, segment_bytes=500)
+    vals = fill(log, 2)
+    storage.fail_next_write()
+    with pytest.raises(OSError):
+        append(log, make_batch([value(9, 200)]))
+    assert log.log_end_offset == 2
+    vals += fill(log, 3)
+    log.sync()
+    log = open_log(storage.crash(), segment_bytes=500)
+    assert values_of(read_all(log)) == vals
+
+
+def test_fsync_failure_does_not_advance_high_watermark():
+    storage = MemoryStorage()
+    log = open_log(storage)
+    vals = fill(log, 2)
+    log.sync()
+    vals += fill(log, 2)
+    storage.fail_next_sync()
+    with pytest.raises(OSError):
+        log.sync()
+    assert log.high_watermark == 2
+    with pytest.raises(OSError):
+        log.sync()  # sticky: the page cache may have dropped the data
+    assert log.high_watermark == 2
+    assert values_of(log.read(0, 1 << 20, 4)) == vals  # still readable
+    log.close()
+    log = open_log(storage)  # restart
+    assert log.high_watermark == 4 and values_of(read_all(log)) == vals
+
+
+@pytest.mark.parametrize("fault", ["sync", "write"])
+def test_every_failure_point_in_a_flush_keeps_the_promise(fault):
+    """Fail each fsync (files, directory, index files) or index write of a flush in turn."""
+    for skip in range(12):
+        storage = MemoryStorage()
+        log = open_log(storage, segment_bytes=500)
+        vals = fill(log, 1)
+        log.sync()
+        vals += fill(log, 4)  # rolls: sealed segments need fsync, dir sync and indexes
+        getattr(storage, f"fail_next_{fault}")(after=skip)
+        try:
+            log.sync()
+        except OSError:
+            assert log.high_watermark == 1
+            storage.fail_next_sync(0)
+            storage.fail_next_write(0)
+            reopened = open_log(storage.crash(), segment_bytes=500)
+            assert 1 <= reopened.log_end_offset and values_of(read_all(reopened)) == vals[: reopened.log_end_offset]
+            log.close()
+            log = open_log(storage, segment_bytes=500)  # restart without a crash: nothing lost
+            assert values_of(read_all(log)) == vals and log.high_watermark == 5
+        else:
+            assert log.high_watermark == 5
+        log = open_log(storage.crash(), segment_bytes=500)
+        assert values_of(read_all(log)) == vals
+
+
+def test_open_cleans_up_leftovers(storage):
+    log = open_log(storage, segment_bytes=500)
+    fill(log, 5)
+    log.sync()
+    log.close()
+    storage.write_atomic(f"{DIR}/{99:020d}.index", b"orphan")
+    storage.write_atomic(f"{DIR}/{0:020d}.index.tmp", b"half")
+    log = open_log(storage, segment_bytes=500)
+    names = storage.list(DIR)
+    assert f"{99:020d}.index" not in names and not any(n.endswith(".tmp") for n in names)
+    assert log.log_end_offset == 5
+
+
+def test_configure_changes_segment_size(storage):
+    log = open_log(storage, segment_bytes=1 << 20)
+    fill(log, 5)
+    log.configure(segment_bytes=300, retention_ms=-1, retention_bytes=-1)
+    fill(log, 3)
+    assert len(log.segment_base_offsets) == 4
+
+
+def test_flush_in_worker_thread_while_appending(tmp_path):
+    storage = FileStorage(tmp_path)
+    log = PartitionLog.open(storage, DIR, segment_bytes=4_000, now_ms=0)
+    done = 0
+    for _ in range(20):
+        target = log.flush_begin()
+        worker = threading.Thread(target=log.flush, args=(target,))
+        worker.start()
+        fill(log, 5)
+        worker.join()
+        log.flush_done(target)
+        assert log.high_watermark == target
+        done += 5
+    log.sync()
+    assert log.high_watermark == done == log.log_end_offset
+    assert [h.base_offset for h in log.iter_batch_headers()] == list(range(done))
+
+
+# --- retention and delete_records ----------------------------------------------------------------
+
+
+def test_delete_records(storage):
+    log = open_log(storage, segment_bytes=1_000)
+    vals = fill(log, 20)
+    log.sync()
+    bases = log.segment_base_offsets
+    assert log.delete_records(bases[2] + 1) == bases[2] + 1
+    assert log.log_start_offset == bases[2] + 1
+    assert log.segment_base_offsets == bases[2:]
+    assert not any(n.startswith(f"{bases[0]:020d}") for n in storage.list(DIR))
+    with pytest.raises(OffsetOutOfRange):
+        log.read(bases[2], 100, 20)
+    assert values_of(read_all(log, bases[2] + 1)) == vals[bases[2] + 1 :]
+    assert log.delete_records(3) == bases[2] + 1  # never moves backwards
+    log.close()
+    log = open_log(storage, segment_bytes=1_000)
+    assert log.log_start_offset == bases[2] + 1 and log.log_end_offset == 20
+    assert log.delete_records(-1) == 20
+    assert log.read(20, 100, 20) == b""
+    log.close()
+    log = open_log(storage, segment_bytes=1_000)
+    assert (log.log_start_offset, log.log_end_offset) == (20, 20)
+    assert append(log, make_batch([b"z"])) == (20, 20, -1)
+
+
+def test_checkpoint_survives_crash_and_resurrected_segments_are_dropped():
+    storage = MemoryStorage()
+    log = open_log(storage, segment_bytes=1_000)
+    fill(log, 20)
+    log.sync()
+    bases = log.segment_base_offsets
+    log.delete_records(bases[1])  # checkpointed durably, the removals are not dir-synced
+    crashed = storage.crash()
+    assert CHECKPOINT_NAME in crashed.list(DIR)
+    log = open_log(crashed, segment_bytes=1_000)
+    assert log.log_start_offset == bases[1] and log.segment_base_offsets == bases[1:]
+
+
+def test_retention_by_time(storage):
+    log = open_log(storage, segment_bytes=1_000, retention_ms=10_000)
+    fill(log, 20, ts0=1_000)  # timestamps 1000..1019
+    log.sync()
+    bases = log.segment_base_offsets
+    assert log.apply_retention(now_ms=5_000) == 0
+    seg1_max = 1_000 + bases[2] - 1
+    assert log.apply_retention(now_ms=seg1_max + 10_001) == 2
+    assert log.log_start_offset == bases[2] and log.segment_base_offsets == bases[2:]
+    assert log.apply_retention(now_ms=10**9) == len(bases) - 3  # never the active segment
+    assert log.segment_base_offsets == bases[-1:]
+
+
+def test_retention_by_size(storage):
+    log = open_log(storage, segment_bytes=1_000, retention_bytes=2_500)
+    fill(log, 30)
+    log.sync()
+    before = log.size_bytes
+    deleted = log.apply_retention(now_ms=0)
+    assert deleted > 0
+    assert log.size_bytes >= 2_500  # Kafka keeps at least retention.bytes
+    assert log.size_bytes - storage.size(f"{DIR}/{log.segment_base_offsets[0]:020d}.log") < 2_500
+    assert before > log.size_bytes
+    assert log.log_start_offset == log.segment_base_offsets[0]
+
+
+def test_retention_skips_data_not_yet_durable(storage):
+    log = open_log(storage, segment_bytes=1_000, retention_ms=1)
+    fill(log, 20)
+    assert log.apply_retention(now_ms=10**9) == 0
+    log.sync()
+    assert log.apply_retention(now_ms=10**9) > 0
+
+
+# --- timestamps ------------------------------------------------------------------------------------
+
+
+def test_offset_for_timestamp(storage):
+    log = open_log(storage, segment_bytes=20_000)
+    for i in range(300):  # one batch of 2 records per timestamp step of 10
+        append(log, make_batch([value(i, 100), value(i, 100)], timestamp=10 * i, max_timestamp=10 * i + 5))
+    log.sync()
+    assert len(log.segment_base_offsets) > 1
+    assert log.offset_for_timestamp(0) == (0, 5)
+    assert log.offset_for_timestamp(5) == (0, 5)
+    assert log.offset_for_timestamp(6) == (2, 15)
+    assert log.offset_for_timestamp(1_234) == (2 * 123, 1_235)
+    assert log.offset_for_timestamp(2_995) == (598, 2_995)
+    assert log.offset_for_timestamp(2_996) is None
+    assert log.max_timestamp() == (598, 2_995)
+    log.delete_records(101)
+    assert log.offset_for_timestamp(0) == (101, 505)
+    log.close()
+    log = open_log(storage, segment_bytes=20_000)
+    assert log.offset_for_timestamp(1_234) == (2 * 123, 1_235)
+    assert log.max_timestamp() == (598, 2_995)
+
+
+def test_timestamps_out_of_order(storage):
+    log = open_log(storage)
+    for ts in (100, 50, 300, 200, 400):
+        append(log, make_batch([b"x"], timestamp=ts))
+    assert log.offset_for_timestamp(150) == (2, 300)
+    assert log.offset_for_timestamp(350) == (4, 400)
+    assert log.max_timestamp() == (4, 400)
+
+
+def test_empty_log_timestamps(storage):
+    log = open_log(storage)
+    assert log.max_timestamp() == (-1, -1)
+    assert log.offset_for_timestamp(0) is None
+
+
+# --- lifecycle ---------------------------------------------------------------------------------------
+
+
+def test_delete_removes_everything(storage):
+    log = open_log(storage, segment_bytes=1_000)
+    fill(log, 10)
+    log.sync()
+    log.delete()
+    assert not storage.exists(DIR)
+
+
+def test_closed_log_refuses_use(storage):
+    log = open_log(storage)
+    log.close()
+    with pytest.raises(ValueError):
+        log.read(0, 1, 1)

@@ -1,0 +1,233 @@
+"""Tests for state.storage: the real-file storage and the in-memory, crash-simulating twin behave alike, and the twin's crash model holds."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from state.storage import AppendFile, FileStorage, MemoryStorage
+
+
+@pytest.fixture(params=["file", "memory"])
+def storage(request, tmp_path):
+    return FileStorage(tmp_path) if request.param == "file" else MemoryStorage()
+
+
+def test_append_read_size(storage):
+    storage.makedirs("a/b")
+    f = storage.open_append("a/b/x.log")
+    assert isinstance(f, AppendFile) and f.size == 0
+    f.write(b"hello ")
+    f.write(bytearray(b"big "))
+    f.write(memoryview(b"..world..")[2:7])
+    assert f.size == 15
+    assert f.read(0, 100) == b"hello big world"
+    assert f.read(6, 3) == b"big"
+    assert storage.read("a/b/x.log", 10, 5) == b"world"
+    assert storage.read_all("a/b/x.log") == b"hello big world"
+    assert storage.size("a/b/x.log") == 15
+    f.sync()
+    f.truncate(5)
+    assert f.size == 5 and storage.read_all("a/b/x.log") == b"hello"
+    f.write(b"!")
+    assert storage.read_all("a/b/x.log") == b"hello!"
+    f.close()
+    g = storage.open_append("a/b/x.log")  # reopening appends at the end
+    assert g.size == 6
+    g.write(b"?")
+    g.close()
+    r = storage.open_read("a/b/x.log")
+    assert r.size == 7 and r.read(5, 10) == b"!?"
+    r.close()
+
+
+def test_memoryview_of_other_format_is_written_as_bytes(storage):
+    import array
+
+    storage.makedirs("d")
+    f = storage.open_append("d/f")
+    f.write(memoryview(array.array("i", [1, 2])))
+    assert f.size == 8
+    f.close()
+
+
+def test_names(storage):
+    storage.makedirs("d/sub")
+    assert storage.exists("d") and storage.exists("d/sub") and not storage.exists("d/f")
+    storage.open_append("d/f").close()
+    storage.write_atomic("d/g", b"data")
+    assert storage.list("d") == ["f", "g", "sub"]
+    assert storage.read_all("d/g") == b"data"
+    storage.write_atomic("d/g", b"new", durable=False)
+    assert storage.read_all("d/g") == b"new"
+    storage.remove("d/f")
+    with pytest.raises(FileNotFoundError):
+        storage.remove("d/f")
+    storage.remove("d/f", missing_ok=True)
+    with pytest.raises(FileNotFoundError):
+        storage.read_all("d/f")
+    storage.sync_dir("d")
+    storage.remove("d/g")
+    storage.remove_dir("d/sub")
+    assert storage.list("d") == []
+    storage.remove_dir("d")
+    assert not storage.exists("d")
+
+
+def test_read_past_end_is_short(storage):
+    storage.makedirs("d")
+    f = storage.open_append("d/f")
+    f.write(b"abc")
+    assert f.read(2, 10) == b"c"
+    assert f.read(5, 10) == b""
+    f.close()
+
+
+def test_sync_after_close_raises_ebadf_without_poisoning(storage):
+    storage.makedirs("d")
+    f = storage.open_append("d/f")
+    f.close()
+    with pytest.raises(OSError):
+        f.sync()
+
+
+# --- the crash model ----------------------------------------------------------------------------
+
+
+def test_crash_keeps_only_fsynced_bytes():
+    s = MemoryStorage()
+    s.makedirs("d")
+    f = s.open_append("d/f")
+    f.write(b"durable")
+    f.sync()
+    s.sync_dir("d")
+    f.write(b"+volatile")
+    after = s.crash()
+    assert after.read_all("d/f") == b"durable"
+    assert s.read_all("d/f") == b"durable+volatile"  # the original is untouched
+
+
+def test_crash_loses_entries_not_dir_synced():
+    s = MemoryStorage()
+    s.makedirs("d")
+    f = s.open_append("d/f")
+    f.write(b"x")
+    f.sync()  # the data is durable, but the name is not
+    assert s.crash().list("d") == []
+    s.sync_dir("d")
+    assert s.crash().read_all("d/f") == b"x"
+    s.remove("d/f")
+    assert s.crash().list("d") == ["f"]  # removal not yet durable
+    s.sync_dir("d")
+    assert s.crash().list("d") == []
+
+
+def test_write_atomic_is_old_or_new():
+    s = MemoryStorage()
+    s.makedirs("d")
+    s.write_atomic("d/c", b"old")
+    s.write_atomic("d/c", b"new", durable=False)
+    assert s.crash().read_all("d/c") == b"old"
+    s.write_atomic("d/c", b"newer")
+    assert s.crash().read_all("d/c") == b"newer"
+    assert s.crash().list("d") == ["c"]
+
+
+def test_truncation_not_synced_may_be_undone():
+    s = MemoryStorage()
+    s.makedirs("d")
+    f = s.open_append("d/f")
+    f.write(b"abcdef")
+    f.sync()
+    s.sync_dir("d")
+    f.truncate(2)
+    assert s.crash().read_all("d/f") == b"abcdef"
+    outcomes = {s.crash(torn_tail=True, rng=random.Random(i)).read_all("d/f") for i in range(20)}
+    assert outcomes <= {b"abcdef", b"ab"}
+
+
+def test_torn_tail_keeps_durable_prefix_and_some_garbled_suffix():
+    s = MemoryStorage()
+    s.makedirs("d")
+    f = s.open_append("d/f")
+    f.write(b"D" * 100)
+    f.sync()
+    s.sync_dir("d")
+    f.write(b"V" * 1000)
+    seen_lengths, seen_garbled = set(), False
+    for seed in range(50):
+        data = s.crash(torn_tail=True, rng=random.Random(seed)).read_all("d/f")
+        assert data[:100] == b"D" * 100 and len(data) <= 1100
+        seen_lengths.add(len(data))
+        seen_garbled |= any(b != ord("V") for b in data[100:])
+    assert len(seen_lengths) > 10 and seen_garbled
+
+
+def test_directories_are_durable_once_created():
+    s = MemoryStorage()
+    s.makedirs("a/b")
+    assert s.crash().exists("a/b")
+
+
+# --- fault injection ----------------------------------------------------------------------------
+
+
+def test_injected_write_failure_leaves_logical_size():
+    s = MemoryStorage()
+    s.makedirs("d")
+    f = s.open_append("d/f")
+    f.write(b"good")
+    s.fail_next_write()
+    with pytest.raises(OSError):
+        f.write(b"0123456789")
+    assert f.size == 4
+    f.write(b"more")  # overwrites the partial garbage
+    assert f.read(0, 100)[:8] == b"goodmore"
+    assert f.size == 8
+
+
+def test_injected_write_failure_in_write_atomic_keeps_old():
+    s = MemoryStorage()
+    s.makedirs("d")
+    s.write_atomic("d/c", b"old")
+    s.fail_next_write()
+    with pytest.raises(OSError):
+        s.write_atomic("d/c", b"new")
+    assert s.read_all("d/c") == b"old"
+
+
+def test_failed_fsync_is_sticky_and_not_durable():
+    s = MemoryStorage()
+    s.makedirs("d")
+    s.sync_dir("d")
+    f = s.open_append("d/f")
+    s.sync_dir("d")
+    f.write(b"data")
+    s.fail_next_sync()
+    with pytest.raises(OSError):
+        f.sync()
+    with pytest.raises(OSError):
+        f.sync()  # a retry must not pretend the data is safe
+    assert s.crash().read_all("d/f") == b""
+    g = s.open_append("d/f")  # a fresh handle (e.g. after restart) may sync again
+    g.sync()
+    assert s.crash().read_all("d/f") == b"data"
+
+
+def test_injected_dir_sync_failure():
+    s = MemoryStorage()
+    s.makedirs("d")
+    s.open_append("d/f").close()
+    s.fail_next_sync()
+    with pytest.raises(OSError):
+        s.sync_dir("d")
+    assert s.crash().list("d") == []
+
+
+def test_memory_counts_syncs():
+    s = MemoryStorage()
+    s.makedirs("d")
+    f = s.open_append("d/f")
+    f.sync()
+    s.sync_dir("d")
+    assert (s.syncs, s.dir_syncs) == (1, 1)

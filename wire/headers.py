@@ -1,0 +1,58 @@
+"""Request and response headers, compiled from Kafka's RequestHeader/ResponseHeader definitions.
+
+A request header's version follows its API's flexible versions (v2 when the request body is
+flexible, else v1); a response header is v1 when the response is flexible, except that
+ApiVersions responses always use v0 so a client can parse them before it knows our versions.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .codec import message
+from .primitives import INT16, CodecError
+
+API_VERSIONS_KEY = 18
+
+_REQUEST_HEADER = message("RequestHeader")
+_RESPONSE_HEADER = message("ResponseHeader")
+
+
+@dataclasses.dataclass(slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    size: int                       # bytes the header takes in the frame
+
+
+def peek_api(frame) -> tuple[int, int]:
+    """API key and version: the first four bytes of every request, whatever the header version."""
+    if len(frame) < 8:
+        raise CodecError(f"request of {len(frame)} bytes is shorter than a request header")
+    return INT16.unpack_from(frame, 0)[0], INT16.unpack_from(frame, 2)[0]
+
+
+def decode_request_header(frame, flexible: bool) -> RequestHeader:
+    obj, end = _REQUEST_HEADER.decode(frame, 2 if flexible else 1)
+    return RequestHeader(obj.request_api_key, obj.request_api_version, obj.correlation_id, obj.client_id, end)
+
+
+def encode_request_header(api_key: int, api_version: int, correlation_id: int, client_id: str | None,
+                          flexible: bool) -> bytes:
+    obj = _REQUEST_HEADER.cls(api_key, api_version, correlation_id, client_id)
+    return _REQUEST_HEADER.encode_bytes(obj, 2 if flexible else 1)
+
+
+def response_header_version(api_key: int, flexible: bool) -> int:
+    return 1 if flexible and api_key != API_VERSIONS_KEY else 0
+
+
+def encode_response_header(correlation_id: int, version: int) -> bytes:
+    return _RESPONSE_HEADER.encode_bytes(_RESPONSE_HEADER.cls(correlation_id), version)
+
+
+def decode_response_header(frame, version: int) -> tuple[int, int]:
+    """→ (correlation id, header size)."""
+    obj, end = _RESPONSE_HEADER.decode(frame, version)
+    return obj.correlation_id, end
