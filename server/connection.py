@@ -31,6 +31,7 @@ MAX_IN_FLIGHT = 64
 READ_CHUNK = 256 * 1024
 _API_VERSIONS = message("ApiVersionsResponse")
 UNSUPPORTED_VERSION = 35
+_IOV_MAX = 1024
 
 _ids = itertools.count(1)
 
@@ -242,7 +243,27 @@ class Connection:
                     body = handler.response.encode(response, header.api_version)
                 head = headers.encode_response_header(correlation_id, header_version)
                 size = len(head) + sum(len(b) for b in body)
-                await self.stream.send_all(b"".join([INT32.pack(size), head, *body]))
+                if len(body) == 1:
+                    await self.stream.send_all(b"".join((INT32.pack(size), head, body[0])))
+                else:
+                    body[0] = b"".join((INT32.pack(size), head, body[0]))
+                    await self._send_vectored(body)
+
+    async def _send_vectored(self, buffers: list) -> None:
+        """Send header pieces and stored record bytes with sendmsg, without joining them first."""
+        views = [memoryview(b) for b in buffers if len(b)]
+        sock = self.stream.socket
+        first = 0
+        while first < len(views):
+            sent = await sock.sendmsg(views[first:first + _IOV_MAX])
+            while sent:
+                head = views[first]
+                if sent >= len(head):
+                    sent -= len(head)
+                    first += 1
+                else:
+                    views[first] = head[sent:]
+                    sent = 0
 
 
 def api_version_entries(entry_cls) -> list:
