@@ -43,12 +43,13 @@ class CloseConnection(Exception):
 class _Pending:
     """A response slot in the in-order queue whose value a Deferred fills later."""
 
-    __slots__ = ("event", "value", "header")
+    __slots__ = ("event", "value", "header", "codec")
 
-    def __init__(self, header):
+    def __init__(self, header, codec):
         self.event = trio.Event()
         self.value = None
         self.header = header
+        self.codec = codec
 
 
 class FrameReader:
@@ -158,6 +159,9 @@ class Connection:
         handler = dispatch.HANDLERS.get(api_key)
         if handler is None:
             raise CloseConnection(f"unknown API key {api_key} (version {api_version})")
+        legacy = dispatch.LEGACY.get(api_key)
+        if legacy is not None and legacy.min_version <= api_version <= legacy.max_version:
+            handler = legacy
         request_codec = handler.request
         if not request_codec.min_version <= api_version <= request_codec.max_version:
             if api_key == headers.API_VERSIONS_KEY:
@@ -190,12 +194,12 @@ class Connection:
             raise CloseConnection(f"internal error in {handler.name}") from None
         self.broker.metrics.observe_request(handler.name, time.perf_counter() - started)
         if isinstance(result, Deferred):
-            pending = _Pending(header)
+            pending = _Pending(header, handler.response)
             nursery.start_soon(self._complete, pending, result, handler)
             return pending
         if result is None:
             return None
-        return (header, result)
+        return (header, result, handler.response)
 
     async def _complete(self, pending: _Pending, deferred: Deferred, handler) -> None:
         try:
@@ -222,7 +226,7 @@ class Connection:
                                   f"(we serve {handler.min_version}-{handler.max_version})")
         response.error_code = UNSUPPORTED_VERSION
         log.warning("unsupported version %s v%d %s", handler.name, header.api_version, self._log_fields())
-        return (header, response)
+        return (header, response, handler.response)
 
     async def _write_responses(self, receive) -> None:
         async with receive:
@@ -231,16 +235,15 @@ class Connection:
                     await item.event.wait()
                     if item.value is None:
                         continue
-                    item = (item.header, item.value)
+                    item = (item.header, item.value, item.codec)
                 if item[0] == "raw":
                     _, correlation_id, header_version, body = item
                 else:
-                    header, response = item
-                    handler = dispatch.HANDLERS[header.api_key]
+                    header, response, codec = item
                     correlation_id = header.correlation_id
                     header_version = headers.response_header_version(
-                        header.api_key, handler.response.is_flexible(header.api_version))
-                    body = handler.response.encode(response, header.api_version)
+                        header.api_key, codec.is_flexible(header.api_version))
+                    body = codec.encode(response, header.api_version)
                 head = headers.encode_response_header(correlation_id, header_version)
                 size = len(head) + sum(len(b) for b in body)
                 if len(body) == 1:

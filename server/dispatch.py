@@ -55,8 +55,13 @@ class RequestContext:
         """A fresh response object of this API, with fields set."""
         return HANDLERS[self.api_key].response.cls(**fields)
 
+    def legacy_response(self, **fields):
+        """A fresh response object in the layout of a version below Kafka's definition."""
+        return LEGACY[self.api_key].response.cls(**fields)
+
 
 HANDLERS: dict[int, Handler] = {}
+LEGACY: dict[int, Handler] = {}
 
 
 def handles(name: str, min_version: int, max_version: int, *, advertised_min: int | None = None):
@@ -70,6 +75,17 @@ def handles(name: str, min_version: int, max_version: int, *, advertised_min: in
                              f"{request.min_version}-{request.max_version}")
         HANDLERS[key] = Handler(key, name, min_version, max_version, fn, request, response,
                                 min_version if advertised_min is None else advertised_min)
+        return fn
+    return register
+
+
+def handles_legacy(name: str, definition: str, min_version: int, max_version: int):
+    """Register a handler for versions below Kafka's definition, read with our own ``definition``
+    under wire/definitions (only Produce 0-2, which Kafka 4 still advertises but refuses)."""
+    def register(fn):
+        key = API_KEYS[name]
+        LEGACY[key] = Handler(key, name, min_version, max_version, fn, message(definition + "Request"),
+                              message(definition + "Response"), min_version)
         return fn
     return register
 

@@ -196,5 +196,5 @@ def api_names() -> dict[int, str]:
             if entry.name.endswith("Request.json"):
                 data = json.loads(_strip_comments(entry.read_text("utf-8")))
                 if data.get("apiKey") is not None:
-                    names[data["apiKey"]] = data["name"][: -len("Request")]
+                    names.setdefault(data["apiKey"], data["name"][: -len("Request")])
     return names

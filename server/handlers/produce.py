@@ -2,8 +2,9 @@
 
 Behaviour / version notes:
 - Served v3-13; advertised 0-13 like Kafka 4 (KAFKA-18659: librdkafka < 2.12, e.g. Debian's kcat,
-  enables features only if the advertised range contains Produce 0/2/3/7).  v0-2 are not a
-  version of Kafka 4's definition: such a request closes the connection with a log line.
+  enables features only if the advertised range contains Produce 0/2/3/7).  v0-2 are read with
+  wire/definitions/LegacyProduce*.json and every partition is answered UNSUPPORTED_VERSION;
+  nothing is stored.
 - v13 names topics by id (UNKNOWN_TOPIC_ID when unknown); v8+ responses carry RecordErrors
   and ErrorMessage.
 - Per partition, as Kafka: exactly one v2 batch (INVALID_RECORD otherwise); bad CRC or a
@@ -23,7 +24,7 @@ Behaviour / version notes:
 from __future__ import annotations
 
 from server.broker import now_ms
-from server.dispatch import Deferred, handles
+from server.dispatch import Deferred, handles, handles_legacy
 from wire import records
 from wire.primitives import CodecError
 
@@ -31,6 +32,7 @@ CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
 MESSAGE_TOO_LARGE = 10
 INVALID_REQUIRED_ACKS = 21
+UNSUPPORTED_VERSION = 35
 INVALID_TXN_STATE = 48
 INVALID_RECORD = 87
 UNKNOWN_TOPIC_ID = 100
@@ -84,6 +86,17 @@ def produce(ctx, request):
             await broker.wait_durable(partition, offset)
         return response
     return Deferred(wait_durable)
+
+
+@handles_legacy("Produce", "LegacyProduce", 0, 2)
+def produce_legacy(ctx, request):
+    response = ctx.legacy_response()
+    topic_cls = type(response).TopicProduceResponse
+    for topic_data in request.topic_data:
+        response.responses.append(topic_cls(name=topic_data.name, partition_responses=[
+            topic_cls.PartitionProduceResponse(index=p.index, error_code=UNSUPPORTED_VERSION, base_offset=-1)
+            for p in topic_data.partition_data]))
+    return None if request.acks == 0 else response
 
 
 def _append(broker, partition, data, transactional_id, now, result, waits) -> tuple[int, str | None]:
