@@ -26,6 +26,20 @@ from .metrics import Metrics
 
 log = logging.getLogger("trireme.broker")
 
+# topic config → the broker property that sets its default
+TOPIC_DEFAULT_PROPERTIES = {
+    "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes",
+    "segment.bytes": "log.segment.bytes",
+    "cleanup.policy": "log.cleanup.policy",
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "compression.type": "compression.type",
+}
+
+# One request must not be able to make the broker open millions of files.
+MAX_PARTITIONS_PER_TOPIC = 10000
+
 
 def now_ms() -> int:
     return int(time.time() * 1000)
@@ -66,8 +80,8 @@ class Broker:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.fsync = bool(config["trireme.fsync.enable"])
         self._dirty: set[Partition] = set()
-        self._dirty_event = trio.Event() if _in_trio() else None
-        self._hw_event = trio.Event() if _in_trio() else None
+        self._dirty_event = trio.Event()
+        self._hw_event = trio.Event()
         self.advertised_host = config.advertised_host or config.listen_host
         self.advertised_port = config.advertised_port or config.listen_port
         started = time.perf_counter()
@@ -99,21 +113,16 @@ class Broker:
         return topic.effective_config(self.broker_topic_defaults())
 
     def broker_topic_defaults(self) -> dict[str, str]:
-        c = self.config
-        return {
-            "retention.ms": str(c["log.retention.ms"]),
-            "retention.bytes": str(c["log.retention.bytes"]),
-            "segment.bytes": str(c["log.segment.bytes"]),
-            "cleanup.policy": c["log.cleanup.policy"],
-            "max.message.bytes": str(c["message.max.bytes"]),
-            "message.timestamp.type": c["log.message.timestamp.type"],
-            "compression.type": c["compression.type"],
-        }
+        """Topic defaults the operator set through broker properties (unset ones stay Kafka's)."""
+        return {topic_key: str(self.config[broker_key]) for topic_key, broker_key in TOPIC_DEFAULT_PROPERTIES.items()
+                if broker_key in self.config.values}
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None,
                      validate_only: bool = False) -> Topic:
         if partitions == -1:
             partitions = self.config["num.partitions"]
+        if partitions > MAX_PARTITIONS_PER_TOPIC:
+            raise TopicError(37, f"at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic on one node")
         topic = self.topics.create(name, partitions, configs or {}, validate_only=validate_only)
         if not validate_only:
             for index in range(topic.partitions):
@@ -143,11 +152,16 @@ class Broker:
         log.info("deleted topic name=%s", name)
 
     def add_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
+        if total > MAX_PARTITIONS_PER_TOPIC:
+            raise TopicError(37, f"at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic on one node")
         topic = self.topics.add_partitions(name, total, validate_only=validate_only)
         if not validate_only:
             for index in range(total):
-                if (name, index) not in self.partitions:
+                partition = self.partitions.get((name, index))
+                if partition is None:
                     self._open_partition(topic, index)
+                else:
+                    partition.topic = topic
 
     def alter_topic_configs(self, name: str, ops, validate_only: bool = False) -> None:
         topic = self.topics.alter_configs(name, ops, validate_only=validate_only)
@@ -216,8 +230,6 @@ class Broker:
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """The broker's background tasks; started before the listener."""
-        self._dirty_event = trio.Event()
-        self._hw_event = trio.Event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.run_flusher)
             nursery.start_soon(self.run_retention)
@@ -229,10 +241,3 @@ class Broker:
             p.log.sync(now_ms())
             p.log.close()
 
-
-def _in_trio() -> bool:
-    try:
-        trio.lowlevel.current_task()
-        return True
-    except RuntimeError:
-        return False

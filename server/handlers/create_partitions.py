@@ -1,0 +1,66 @@
+"""CreatePartitions: grow topics to a new partition count (or only validate that they could).
+
+Behaviour / version notes:
+- v0-3.  timeout_ms is irrelevant: new partitions exist (empty, led by this node) at once.
+- Per topic, in Kafka's order: unknown → UNKNOWN_TOPIC_OR_PARTITION (null message, as Kafka);
+  count equal to the current one or smaller → INVALID_PARTITIONS with Kafka's messages;
+  assignments non-null but not one per new partition → INVALID_REPLICA_ASSIGNMENT; each
+  assignment must be exactly [this node] (else INVALID_REPLICA_ASSIGNMENT with Kafka's message,
+  see create_topics.assignment_problem).  Null assignments means "place them": all here.
+- A name given more than once → one INVALID_REQUEST "Duplicate topic name." result, placed
+  first as Kafka does, and nothing changed for it.
+- validate_only: every check, the same answer, nothing created.
+"""
+from __future__ import annotations
+
+from server.dispatch import handles
+from state.topics import TopicError
+from wire import error_codes as E
+
+from .create_topics import assignment_problem
+
+
+def _grow(broker, t, validate_only: bool) -> None:
+    topic = broker.topics.get(t.name)
+    if topic is None:
+        raise TopicError(E.UNKNOWN_TOPIC_OR_PARTITION.code, None)
+    current = topic.partitions
+    if t.count == current:
+        raise TopicError(E.INVALID_PARTITIONS.code, f"Topic already has {current} partition(s).")
+    if t.count < current:
+        raise TopicError(E.INVALID_PARTITIONS.code, f"The topic {t.name} currently has {current} partition(s); "
+                                                    f"{t.count} would not be an increase.")
+    additional = t.count - current
+    if t.assignments is not None:
+        if len(t.assignments) != additional:
+            raise TopicError(E.INVALID_REPLICA_ASSIGNMENT.code,
+                             f"Attempted to add {additional} additional partition(s), but only "
+                             f"{len(t.assignments)} assignment(s) were specified.")
+        for a in t.assignments:
+            problem = assignment_problem(a.broker_ids, broker.node_id, 1)
+            if problem is not None:
+                raise TopicError(E.INVALID_REPLICA_ASSIGNMENT.code, problem)
+    broker.add_partitions(t.name, t.count, validate_only=validate_only)
+
+
+@handles("CreatePartitions", 0, 3)
+def create_partitions(ctx, request):
+    response = ctx.response()
+    rcls = type(response).CreatePartitionsTopicResult
+    counts: dict[str, int] = {}
+    for t in request.topics:
+        counts[t.name] = counts.get(t.name, 0) + 1
+    for name, count in counts.items():
+        if count > 1:
+            response.results.append(rcls(name=name, error_code=E.INVALID_REQUEST.code,
+                                         error_message="Duplicate topic name."))
+    for t in request.topics:
+        if counts[t.name] > 1:
+            continue
+        try:
+            _grow(ctx.broker, t, request.validate_only)
+        except TopicError as refused:
+            response.results.append(rcls(name=t.name, error_code=refused.code, error_message=refused.message))
+            continue
+        response.results.append(rcls(name=t.name, error_code=0, error_message=None))
+    return response

@@ -1,0 +1,138 @@
+"""CreateTopics: create topics (or only validate them), each with its own error code and message.
+
+Behaviour / version notes:
+- v2-7.  timeout_ms is irrelevant: creation is immediate.  Checks per topic, in Kafka's order:
+  legal name (INVALID_TOPIC_EXCEPTION), not existing (TOPIC_ALREADY_EXISTS), no collision with
+  an existing name differing only in '.' vs '_' (INVALID_TOPIC_EXCEPTION), no null config
+  values and every config valid (INVALID_CONFIG), then the layout below.
+- num_partitions -1 → num.partitions; 0 or < -1 → INVALID_PARTITIONS.  replication_factor -1 →
+  default.replication.factor; it must come to 1 (0 or < -1, or > 1 → INVALID_REPLICATION_FACTOR
+  with Kafka's messages; there is one broker).
+- Manual assignments, as Kafka's KRaft controller: num_partitions and replication_factor must
+  both be -1 (else INVALID_REQUEST); each partition must list exactly this node, once, and the
+  partition indexes must be 0..n-1 without repeats.  Anything else is Kafka's
+  INVALID_REPLICA_ASSIGNMENT with Kafka's message (an unknown broker id is "no such broker is
+  registered").
+- A name given more than once → one INVALID_REQUEST "Duplicate topic name." result for it, after
+  the other results, and nothing is created for it (as Kafka).
+- validate_only: every check, the same answer (a fresh topic id included), nothing created.
+- v5+ results carry num_partitions, replication_factor (1) and every topic config, sorted by name,
+  with value, source (see describe_configs.py), read_only false and is_sensitive false; v7+ the
+  topic id.  Failed topics answer topic id zero, -1 counts and no configs.
+"""
+from __future__ import annotations
+
+from server.dispatch import handles
+from state.topics import TopicError, validate_config, validate_topic_name
+from wire import error_codes as E
+
+from .describe_configs import topic_config_entries
+
+
+def assignment_problem(broker_ids, node_id: int, replication_factor: int | None) -> str | None:
+    """Why one partition's manual replica list is refused (Kafka's INVALID_REPLICA_ASSIGNMENT message), or None."""
+    if not broker_ids:
+        return "The manual partition assignment includes an empty replica list."
+    previous = None
+    for broker_id in sorted(broker_ids):
+        if broker_id != node_id:
+            return (f"The manual partition assignment includes broker {broker_id}, but no such broker "
+                    "is registered.")
+        if broker_id == previous:
+            return f"The manual partition assignment includes the broker {broker_id} more than once."
+        previous = broker_id
+    if replication_factor is not None and len(broker_ids) != replication_factor:
+        return (f"The manual partition assignment includes a partition with {len(broker_ids)} replica(s), "
+                "but this is not consistent with previous partitions, which have "
+                f"{replication_factor} replica(s).")
+    return None
+
+
+def _layout(broker, t) -> int:
+    """The number of partitions to create; raises TopicError when the layout is refused."""
+    if t.assignments:
+        if t.replication_factor != -1:
+            raise TopicError(E.INVALID_REQUEST.code, "A manual partition assignment was specified, but "
+                                                     "replication factor was not set to -1.")
+        if t.num_partitions != -1:
+            raise TopicError(E.INVALID_REQUEST.code, "A manual partition assignment was specified, but "
+                                                     "numPartitions was not set to -1.")
+        seen: set[int] = set()
+        replicas = None
+        for a in t.assignments:
+            if a.partition_index in seen:
+                raise TopicError(E.INVALID_REPLICA_ASSIGNMENT.code,
+                                 f"Found multiple manual partition assignments for partition {a.partition_index}")
+            problem = assignment_problem(a.broker_ids, broker.node_id, replicas)
+            if problem is not None:
+                raise TopicError(E.INVALID_REPLICA_ASSIGNMENT.code, problem)
+            replicas = len(a.broker_ids)
+            seen.add(a.partition_index)
+        if seen != set(range(len(seen))):
+            raise TopicError(E.INVALID_REPLICA_ASSIGNMENT.code,
+                             "partitions should be a consecutive 0-based integer sequence")
+        return len(seen)
+    if t.replication_factor < -1 or t.replication_factor == 0:
+        raise TopicError(E.INVALID_REPLICATION_FACTOR.code,
+                         "Replication factor must be larger than 0, or -1 to use the default value.")
+    if t.num_partitions < -1 or t.num_partitions == 0:
+        raise TopicError(E.INVALID_PARTITIONS.code, "Number of partitions was set to an invalid non-positive value.")
+    rf = broker.config["default.replication.factor"] if t.replication_factor == -1 else t.replication_factor
+    if rf != 1:
+        reason = ("Replication factor must be larger than 0." if rf <= 0 else
+                  f"The target replication factor of {rf} cannot be reached because only 1 broker(s) "
+                  "are registered.")
+        raise TopicError(E.INVALID_REPLICATION_FACTOR.code, f"Unable to replicate the partition {rf} time(s): {reason}")
+    return broker.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions
+
+
+def _create(broker, t, validate_only: bool):
+    name = t.name
+    problem = validate_topic_name(name)
+    if problem is not None:
+        raise TopicError(E.INVALID_TOPIC_EXCEPTION.code, problem)
+    if name in broker.topics:
+        raise TopicError(E.TOPIC_ALREADY_EXISTS.code, f"Topic '{name}' already exists.")
+    key = name.replace(".", "_")
+    for other in broker.topics.all():
+        if other.name.replace(".", "_") == key:
+            raise TopicError(E.INVALID_TOPIC_EXCEPTION.code, f"Topic '{name}' collides with existing topic: {other.name}")
+    nulls = [c.name for c in t.configs if c.value is None]
+    if nulls:
+        raise TopicError(E.INVALID_CONFIG.code, "Null value not supported for topic configs: " + ",".join(nulls))
+    configs = {c.name: c.value for c in t.configs}
+    for config_name, value in configs.items():
+        problem = validate_config(config_name, value)
+        if problem is not None:
+            raise TopicError(E.INVALID_CONFIG.code, problem)
+    partitions = _layout(broker, t)
+    return broker.create_topic(name, partitions, configs, validate_only=validate_only)
+
+
+@handles("CreateTopics", 2, 7)
+def create_topics(ctx, request):
+    broker = ctx.broker
+    response = ctx.response()
+    rcls = type(response).CreatableTopicResult
+    ccls = rcls.CreatableTopicConfigs
+    counts: dict[str, int] = {}
+    for t in request.topics:
+        counts[t.name] = counts.get(t.name, 0) + 1
+    for t in request.topics:
+        if counts[t.name] > 1:
+            continue
+        try:
+            topic = _create(broker, t, request.validate_only)
+        except TopicError as refused:
+            response.topics.append(rcls(name=t.name, error_code=refused.code, error_message=refused.message))
+            continue
+        result = rcls(name=t.name, topic_id=topic.topic_id, error_code=0, error_message=None,
+                      topic_config_error_code=0, num_partitions=topic.partitions, replication_factor=1)
+        result.configs = [ccls(name=e.name, value=e.value, read_only=False, config_source=e.source,
+                               is_sensitive=False) for e in topic_config_entries(broker, topic)]
+        response.topics.append(result)
+    for name, count in counts.items():
+        if count > 1:
+            response.topics.append(rcls(name=name, error_code=E.INVALID_REQUEST.code,
+                                        error_message="Duplicate topic name."))
+    return response

@@ -1,0 +1,43 @@
+"""DeleteRecords: advance partitions' log start offsets, making the records below them unreadable and their segments deletable.
+
+Behaviour / version notes:
+- v0-2.  timeout_ms is irrelevant: with a single replica the new low watermark is reached at once.
+- Per partition: offset -1 means the high watermark; an offset < -1 or above the high watermark
+  → OFFSET_OUT_OF_RANGE; an offset at or below the current log start offset changes nothing.
+  The answer's low_watermark is the log start offset afterwards (-1 on error).  Segments wholly
+  below it are removed at once; the new start offset is checkpointed durably.
+- A topic whose cleanup.policy lacks "delete" (compact only) → POLICY_VIOLATION, as Kafka.
+- Unknown topic or partition → UNKNOWN_TOPIC_OR_PARTITION.
+"""
+from __future__ import annotations
+
+from server.dispatch import handles
+from state.log import OffsetOutOfRange
+from wire import error_codes as E
+
+
+@handles("DeleteRecords", 0, 2)
+def delete_records(ctx, request):
+    broker = ctx.broker
+    response = ctx.response()
+    tcls = type(response).DeleteRecordsTopicResult
+    pcls = tcls.DeleteRecordsPartitionResult
+    for t in request.topics:
+        out = tcls(name=t.name)
+        response.topics.append(out)
+        for p in t.partitions:
+            result = pcls(partition_index=p.partition_index, low_watermark=-1, error_code=0)
+            out.partitions.append(result)
+            partition = broker.partition(t.name, p.partition_index)
+            if partition is None:
+                result.error_code = E.UNKNOWN_TOPIC_OR_PARTITION.code
+                continue
+            policy = broker.topic_config(partition.topic)["cleanup.policy"]
+            if "delete" not in (item.strip() for item in policy.split(",")):
+                result.error_code = E.POLICY_VIOLATION.code
+                continue
+            try:
+                result.low_watermark = partition.log.delete_records(p.offset)
+            except OffsetOutOfRange:
+                result.error_code = E.OFFSET_OUT_OF_RANGE.code
+    return response

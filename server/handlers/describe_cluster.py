@@ -1,0 +1,46 @@
+"""DescribeCluster: this one broker, the cluster id and the controller id (this node).
+
+Behaviour / version notes:
+- v0-2.  Brokers: this node with its advertised host and port, rack null, is_fenced false (v2;
+  it is never fenced, so include_fenced_brokers changes nothing).  controller_id is this node,
+  as a KRaft broker reports a live broker.
+- endpoint_type (v1+): 1 (brokers) is served; 2 (controllers) → MISMATCHED_ENDPOINT_TYPE (114),
+  anything else → UNSUPPORTED_ENDPOINT_TYPE (115), each with Kafka's message and no other data.
+  (v0 requests carry no endpoint type: always brokers.)
+- cluster_authorized_operations: the full set (see metadata.py) when asked for, else Kafka's
+  "not requested" value -2147483648.
+"""
+from __future__ import annotations
+
+from server.dispatch import handles
+from wire import error_codes as E
+
+from .metadata import CLUSTER_OPERATIONS
+
+ENDPOINT_BROKERS = 1
+ENDPOINT_NAMES = {1: "BROKER", 2: "CONTROLLER"}
+
+
+@handles("DescribeCluster", 0, 2)
+def describe_cluster(ctx, request):
+    broker = ctx.broker
+    response = ctx.response()
+    requested = request.endpoint_type
+    if requested != ENDPOINT_BROKERS:
+        if requested in ENDPOINT_NAMES:
+            response.error_code = E.MISMATCHED_ENDPOINT_TYPE.code
+            response.error_message = (f"The request was sent to an endpoint of type BROKER, but we wanted an "
+                                      f"endpoint of type {ENDPOINT_NAMES[requested]}")
+        else:
+            response.error_code = E.UNSUPPORTED_ENDPOINT_TYPE.code
+            response.error_message = f"Unsupported endpoint type {requested}"
+        return response
+    response.endpoint_type = ENDPOINT_BROKERS
+    response.cluster_id = broker.cluster_id
+    response.controller_id = broker.node_id
+    response.brokers = [type(response).DescribeClusterBroker(
+        broker_id=broker.node_id, host=broker.advertised_host, port=broker.advertised_port, rack=None,
+        is_fenced=False)]
+    if request.include_cluster_authorized_operations:
+        response.cluster_authorized_operations = CLUSTER_OPERATIONS
+    return response

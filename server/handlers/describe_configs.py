@@ -1,0 +1,199 @@
+"""DescribeConfigs: every config of a topic, or the static properties of this broker, with their sources.
+
+Behaviour / version notes:
+- v1-4 (v0 is not in Kafka 4's definition).  Results come in request order.
+- TOPIC (2): every topic config, sorted by name.  Source DYNAMIC_TOPIC_CONFIG (Kafka's
+  TOPIC_CONFIG, 1) for a config set on the topic; else STATIC_BROKER_CONFIG (4) when the broker
+  property it derives from (log.retention.ms for retention.ms, ...) is set in the broker's config
+  file; else DEFAULT_CONFIG (5).  read_only and is_sensitive are false.  Synonyms (when
+  include_synonyms) list, as Kafka does, the topic override, then the broker property if set,
+  then the broker property's default.  An invalid topic name → INVALID_TOPIC_EXCEPTION; an
+  unknown topic → UNKNOWN_TOPIC_OR_PARTITION (null message, as Kafka).
+- BROKER (4), resource name = our node id: every property of server.config.PROPERTIES with its
+  current value, source STATIC_BROKER_CONFIG when set in the config else DEFAULT_CONFIG, and
+  read_only true (nothing can be altered at runtime, see incremental_alter_configs.py).  An empty
+  resource name means the cluster-wide dynamic defaults, as in Kafka: there are none here, so
+  the answer is an empty list.  Another id → INVALID_REQUEST "Unexpected broker id, ..."; a
+  non-integer name → INVALID_REQUEST "Broker id must be an integer, ...".
+- configuration_keys null or empty means every config (Kafka treats both alike); otherwise only
+  the names listed that exist.
+- config_type (v3+) is Kafka's ConfigType number.  documentation (v3+) is sent only when
+  include_documentation is true: the property's description for broker configs, null for topic
+  configs.
+- Other resource types (GROUP, CLIENT_METRICS, BROKER_LOGGER, unknown) → INVALID_REQUEST
+  "Unsupported resource type: ...".
+"""
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from server.config import PROPERTIES
+from server.dispatch import handles
+from state.topics import TOPIC_CONFIGS, validate_topic_name
+from wire import error_codes as E
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+RESOURCE_TYPE_NAMES = {0: "UNKNOWN", 2: "TOPIC", 4: "BROKER", 8: "BROKER_LOGGER", 16: "CLIENT_METRICS",
+                       32: "GROUP"}
+
+# DescribeConfigs ConfigSource values.
+SOURCE_TOPIC_CONFIG = 1
+SOURCE_STATIC_BROKER_CONFIG = 4
+SOURCE_DEFAULT_CONFIG = 5
+
+# DescribeConfigs ConfigType values.
+TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 1, 2, 3, 5, 7
+
+# The broker property each topic config takes its default from (Kafka's synonym names).  Only
+# those in server.config.PROPERTIES can be set here; the others always have the topic default.
+BROKER_SYNONYMS = {
+    "cleanup.policy": "log.cleanup.policy",
+    "compression.type": "compression.type",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "file.delete.delay.ms": "log.segment.delete.delay.ms",
+    "index.interval.bytes": "log.index.interval.bytes",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "min.insync.replicas": "min.insync.replicas",
+    "preallocate": "log.preallocate",
+    "retention.bytes": "log.retention.bytes",
+    "retention.ms": "log.retention.ms",
+    "segment.bytes": "log.segment.bytes",
+    "segment.index.bytes": "log.index.size.max.bytes",
+    "segment.jitter.ms": "log.roll.jitter.ms",
+    "segment.ms": "log.roll.ms",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+}
+
+# Broker properties whose Kafka type is not what their Python default suggests.
+_BROKER_TYPES = {"log.retention.ms": TYPE_LONG, "log.retention.bytes": TYPE_LONG,
+                 "log.retention.check.interval.ms": TYPE_LONG, "log.cleanup.policy": TYPE_LIST}
+
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")
+
+
+class ConfigEntry(NamedTuple):
+    name: str
+    value: str | None
+    source: int
+    synonyms: list[tuple[str, str | None, int]]   # (name, value, source), most specific first
+    config_type: int
+    read_only: bool
+    documentation: str | None
+
+
+def broker_value(value) -> str:
+    """A broker property as Kafka prints it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def topic_config_entries(broker, topic) -> list[ConfigEntry]:
+    """Every config of ``topic`` with its effective value, source and synonyms, sorted by name."""
+    effective = broker.topic_config(topic)
+    explicit = broker.config.values
+    entries = []
+    for name in sorted(TOPIC_CONFIGS):
+        spec = TOPIC_CONFIGS[name]
+        synonyms: list[tuple[str, str | None, int]] = []
+        if name in topic.configs:
+            synonyms.append((name, topic.configs[name], SOURCE_TOPIC_CONFIG))
+        prop = BROKER_SYNONYMS.get(name)
+        if prop is not None:
+            if prop in PROPERTIES:
+                if prop in explicit:
+                    synonyms.append((prop, broker_value(explicit[prop]), SOURCE_STATIC_BROKER_CONFIG))
+                synonyms.append((prop, broker_value(PROPERTIES[prop][0]), SOURCE_DEFAULT_CONFIG))
+            else:
+                synonyms.append((prop, spec.default, SOURCE_DEFAULT_CONFIG))
+        source = synonyms[0][2] if synonyms else SOURCE_DEFAULT_CONFIG
+        entries.append(ConfigEntry(name, effective[name], source, synonyms, spec.config_type, False, None))
+    return entries
+
+
+def broker_config_entries(broker) -> list[ConfigEntry]:
+    """Every broker property with its current value and source, sorted by name."""
+    explicit = broker.config.values
+    entries = []
+    for name in sorted(PROPERTIES):
+        default, doc = PROPERTIES[name]
+        synonyms = []
+        if name in explicit:
+            synonyms.append((name, broker_value(explicit[name]), SOURCE_STATIC_BROKER_CONFIG))
+        synonyms.append((name, broker_value(default), SOURCE_DEFAULT_CONFIG))
+        if name in _BROKER_TYPES:
+            ctype = _BROKER_TYPES[name]
+        elif isinstance(default, bool):
+            ctype = TYPE_BOOLEAN
+        elif isinstance(default, int):
+            ctype = TYPE_INT
+        else:
+            ctype = TYPE_STRING
+        entries.append(ConfigEntry(name, synonyms[0][1], synonyms[0][2], synonyms, ctype, True, doc))
+    return entries
+
+
+class _RefusedResource(Exception):
+    def __init__(self, code: int, message: str | None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _entries_for(broker, resource) -> list[ConfigEntry]:
+    rtype, rname = resource.resource_type, resource.resource_name
+    if rtype == RESOURCE_TOPIC:
+        problem = validate_topic_name(rname)
+        if problem is not None:
+            raise _RefusedResource(E.INVALID_TOPIC_EXCEPTION.code, problem)
+        topic = broker.topics.get(rname)
+        if topic is None:
+            raise _RefusedResource(E.UNKNOWN_TOPIC_OR_PARTITION.code, None)
+        return topic_config_entries(broker, topic)
+    if rtype == RESOURCE_BROKER:
+        if rname == "":
+            return []            # no dynamic cluster-wide defaults exist here
+        if not _JAVA_INT.fullmatch(rname) or not -2**31 <= int(rname) < 2**31:
+            raise _RefusedResource(E.INVALID_REQUEST.code, f"Broker id must be an integer, but it is: {rname}")
+        if int(rname) != broker.node_id:
+            raise _RefusedResource(E.INVALID_REQUEST.code, f"Unexpected broker id, expected {broker.node_id} "
+                                                           f"or empty string, but received {rname}")
+        return broker_config_entries(broker)
+    raise _RefusedResource(E.INVALID_REQUEST.code,
+                           f"Unsupported resource type: {RESOURCE_TYPE_NAMES.get(rtype, 'UNKNOWN')}")
+
+
+@handles("DescribeConfigs", 1, 4)
+def describe_configs(ctx, request):
+    response = ctx.response()
+    rcls = type(response).DescribeConfigsResult
+    ccls = rcls.DescribeConfigsResourceResult
+    scls = ccls.DescribeConfigsSynonym
+    with_docs = ctx.api_version >= 3 and request.include_documentation
+    for resource in request.resources:
+        result = rcls(error_code=0, error_message=None, resource_type=resource.resource_type,
+                      resource_name=resource.resource_name)
+        response.results.append(result)
+        try:
+            entries = _entries_for(ctx.broker, resource)
+        except _RefusedResource as refused:
+            result.error_code, result.error_message = refused.code, refused.message
+            continue
+        keys = resource.configuration_keys
+        if keys:
+            wanted = set(keys)
+            entries = [e for e in entries if e.name in wanted]
+        for e in entries:
+            result.configs.append(ccls(
+                name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
+                is_default=e.source == SOURCE_DEFAULT_CONFIG, is_sensitive=False,
+                synonyms=[scls(name=n, value=v, source=s) for n, v, s in e.synonyms]
+                if request.include_synonyms else [],
+                config_type=e.config_type, documentation=e.documentation if with_docs else None))
+    return response

@@ -1,0 +1,93 @@
+"""DescribeTopicPartitions: topics and their partitions, in pages bounded by a partition limit and resumed by a cursor.
+
+Behaviour / version notes:
+- v0.  An empty topic list means every topic; named topics are deduplicated.  Topics are taken
+  in name order (Java string order), starting at the cursor's topic when a cursor is given
+  (names sorting before it are skipped).
+- The page holds at most max(min(response_partition_limit, 2000), 1) partitions (2000 is
+  Kafka's max.request.partition.size.limit).  The cursor's partition index applies to the
+  cursor's topic only.  When a topic is cut short, next_cursor = (that topic, first partition
+  left out); when the limit is used up exactly and more topics follow, next_cursor = (next
+  topic, 0) — that topic need not exist.  A cursor index past a topic's end answers the topic
+  with no partitions.
+- Named topics that don't exist answer UNKNOWN_TOPIC_OR_PARTITION (INVALID_TOPIC_EXCEPTION for
+  an illegal name) with no partitions and use none of the limit; with an empty topic list only
+  existing topics appear.
+- A cursor whose topic is not among the named topics, or whose partition index is negative,
+  fails the request as Kafka does: every named topic answers INVALID_REQUEST.
+- Partitions: leader = this node, the topic's leader epoch, replicas = ISR = [this node],
+  eligible_leader_replicas and last_known_elr empty, no offline replicas.  Every topic carries
+  its id, is_internal and authorized operations (everything is allowed for now).
+"""
+from __future__ import annotations
+
+import uuid
+
+from server.dispatch import handles
+from state.topics import INTERNAL_TOPICS, validate_topic_name
+from wire import error_codes as E
+
+from .metadata import TOPIC_OPERATIONS
+
+MAX_PARTITION_LIMIT = 2000       # Kafka's max.request.partition.size.limit default
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def _java_order(name: str) -> bytes:
+    """Sort key giving Java's String.compareTo order (UTF-16 code units)."""
+    return name.encode("utf-16-be", "surrogatepass")
+
+
+@handles("DescribeTopicPartitions", 0, 0)
+def describe_topic_partitions(ctx, request):
+    broker = ctx.broker
+    response = ctx.response()
+    tcls = type(response).DescribeTopicPartitionsResponseTopic
+    pcls = tcls.DescribeTopicPartitionsResponsePartition
+    cursor = request.cursor
+    fetch_all = not request.topics
+    start = _java_order(cursor.topic_name) if cursor is not None else b""
+    if fetch_all:
+        names = {t.name for t in broker.topics.all()}
+    else:
+        names = {t.name for t in request.topics}
+    names = {n for n in names if _java_order(n) >= start}
+    refusal = None
+    if cursor is not None and not fetch_all and cursor.topic_name not in names:
+        refusal = f"DescribeTopicPartitionsRequest topic list should contain the cursor topic: {cursor.topic_name}"
+    elif cursor is not None and cursor.partition_index < 0:
+        refusal = (f"Invalid cursor: partition index must be non-negative. Received: "
+                   f"Cursor(topicName='{cursor.topic_name}', partitionIndex={cursor.partition_index})")
+    if refusal is not None:
+        response.topics = [tcls(error_code=E.INVALID_REQUEST.code, name=t.name, topic_id=ZERO_UUID, is_internal=False)
+                           for t in request.topics]
+        return response
+
+    remaining = max(min(MAX_PARTITION_LIMIT, request.response_partition_limit), 1)
+    node = broker.node_id
+    for name in sorted(names, key=_java_order):
+        if remaining == 0:
+            response.next_cursor = type(response).Cursor(topic_name=name, partition_index=0)
+            break
+        topic = broker.topics.get(name)
+        if topic is None:
+            if not fetch_all:
+                error = E.UNKNOWN_TOPIC_OR_PARTITION if validate_topic_name(name) is None else E.INVALID_TOPIC_EXCEPTION
+                response.topics.append(tcls(error_code=error.code, name=name, topic_id=ZERO_UUID,
+                                            is_internal=name in INTERNAL_TOPICS,
+                                            topic_authorized_operations=TOPIC_OPERATIONS))
+            continue
+        first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+        upper = min(topic.partitions, first + remaining)
+        out = tcls(error_code=0, name=name, topic_id=topic.topic_id, is_internal=topic.is_internal,
+                   topic_authorized_operations=TOPIC_OPERATIONS)
+        out.partitions = [pcls(error_code=0, partition_index=i, leader_id=node, leader_epoch=topic.leader_epoch,
+                               replica_nodes=[node], isr_nodes=[node], eligible_leader_replicas=[],
+                               last_known_elr=[], offline_replicas=[])
+                          for i in range(first, upper)]
+        response.topics.append(out)
+        if upper < topic.partitions:
+            response.next_cursor = type(response).Cursor(topic_name=name, partition_index=upper)
+            break
+        remaining -= len(out.partitions)
+    return response

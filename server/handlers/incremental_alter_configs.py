@@ -1,0 +1,72 @@
+"""IncrementalAlterConfigs: set, delete, append to or subtract from topic configs.
+
+Behaviour / version notes:
+- v0-1.  Each resource succeeds or fails as a whole; results come in request order.
+- TOPIC (2): operations SET (0), DELETE (1), APPEND (2), SUBTRACT (3; list configs only) applied
+  with the topic registry's rules; an unknown config, an invalid value or APPEND/SUBTRACT on a
+  non-list config → INVALID_CONFIG with the reason; an unknown operation → INVALID_REQUEST.
+  Changes to retention.* and segment.bytes take effect on the partition logs at once.  An
+  invalid topic name → INVALID_TOPIC_EXCEPTION; an unknown topic → UNKNOWN_TOPIC_OR_PARTITION.
+- As Kafka checks before anything else: a resource named twice → INVALID_REQUEST "Each resource
+  must appear at most once." for both; a config named twice in one resource → INVALID_REQUEST
+  "Error due to duplicate config keys"; a null value for anything but DELETE → INVALID_REQUEST
+  "Null value not supported for : <names>".
+- BROKER (4): INVALID_REQUEST — broker configs are static here (read from the config file at
+  start; there are no dynamic broker configs).  Other resource types → INVALID_REQUEST.
+- validate_only: every check, the same answer, nothing changed.
+"""
+from __future__ import annotations
+
+from server.dispatch import handles
+from state.topics import TopicError, validate_topic_name
+from wire import error_codes as E
+
+from .describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC, RESOURCE_TYPE_NAMES
+
+OP_DELETE = 1
+
+
+def _alter(broker, resource, validate_only: bool) -> None:
+    names = [c.name for c in resource.configs]
+    if len(set(names)) != len(names):
+        raise TopicError(E.INVALID_REQUEST.code, "Error due to duplicate config keys")
+    nulls = [c.name for c in resource.configs if c.config_operation != OP_DELETE and c.value is None]
+    if nulls:
+        raise TopicError(E.INVALID_REQUEST.code, "Null value not supported for : " + ", ".join(nulls))
+    if resource.resource_type == RESOURCE_BROKER:
+        raise TopicError(E.INVALID_REQUEST.code, "Broker configs are static here: set them in the broker's "
+                                                 "config file and restart it.")
+    if resource.resource_type != RESOURCE_TOPIC:
+        kind = RESOURCE_TYPE_NAMES.get(resource.resource_type, "UNKNOWN")
+        raise TopicError(E.INVALID_REQUEST.code, f"Unsupported resource type: {kind}")
+    name = resource.resource_name
+    problem = validate_topic_name(name)
+    if problem is not None:
+        raise TopicError(E.INVALID_TOPIC_EXCEPTION.code, problem)
+    if name not in broker.topics:
+        raise TopicError(E.UNKNOWN_TOPIC_OR_PARTITION.code, f"The topic '{name}' does not exist.")
+    ops = [(c.name, c.config_operation, c.value) for c in resource.configs]
+    broker.alter_topic_configs(name, ops, validate_only=validate_only)
+
+
+@handles("IncrementalAlterConfigs", 0, 1)
+def incremental_alter_configs(ctx, request):
+    response = ctx.response()
+    rcls = type(response).AlterConfigsResourceResponse
+    seen: dict[tuple[int, str], int] = {}
+    for r in request.resources:
+        key = (r.resource_type, r.resource_name)
+        seen[key] = seen.get(key, 0) + 1
+    for r in request.resources:
+        result = rcls(error_code=0, error_message=None, resource_type=r.resource_type,
+                      resource_name=r.resource_name)
+        response.responses.append(result)
+        if seen[(r.resource_type, r.resource_name)] > 1:
+            result.error_code = E.INVALID_REQUEST.code
+            result.error_message = "Each resource must appear at most once."
+            continue
+        try:
+            _alter(ctx.broker, r, request.validate_only)
+        except TopicError as refused:
+            result.error_code, result.error_message = refused.code, refused.message
+    return response

@@ -1,0 +1,55 @@
+"""OffsetForLeaderEpoch: the end offset of a leader epoch, so consumers (KIP-320) can detect log truncation.
+
+Behaviour / version notes:
+- v2-4.  replica_id (v3+) is not checked: consumers send -1, debugging tools -2, and since this
+  node leads every partition a follower id would get the same answer.
+- A topic has a single leader epoch E (partition.leader_epoch) for its whole life, starting at
+  its log start offset, so Kafka's leader-epoch cache holds one entry (E, log start offset).
+  Kafka's lookup on that cache gives, for the requested epoch R:
+    R == -1 (undefined)  → leader_epoch -1, end_offset -1
+    R == E               → leader_epoch E, end_offset = log end offset
+    R > E                → leader_epoch -1, end_offset -1 (no such epoch)
+    R < E (other)        → leader_epoch R, end_offset = log start offset (the start of the
+                           first epoch after R; Kafka answers R itself when no epoch ≤ R is known)
+  The error code is NONE in all four cases.
+- current_leader_epoch other than -1: newer than E → UNKNOWN_LEADER_EPOCH, older →
+  FENCED_LEADER_EPOCH (leader_epoch and end_offset -1).
+- Unknown topic or partition → UNKNOWN_TOPIC_OR_PARTITION.
+"""
+from __future__ import annotations
+
+from server.dispatch import handles
+from wire import error_codes as E
+
+UNDEFINED = -1
+
+
+@handles("OffsetForLeaderEpoch", 2, 4)
+def offset_for_leader_epoch(ctx, request):
+    broker = ctx.broker
+    response = ctx.response()
+    tcls = type(response).OffsetForLeaderTopicResult
+    pcls = tcls.EpochEndOffset
+    for t in request.topics:
+        out = tcls(topic=t.topic)
+        response.topics.append(out)
+        for p in t.partitions:
+            result = pcls(error_code=0, partition=p.partition, leader_epoch=UNDEFINED, end_offset=UNDEFINED)
+            out.partitions.append(result)
+            partition = broker.partition(t.topic, p.partition)
+            if partition is None:
+                result.error_code = E.UNKNOWN_TOPIC_OR_PARTITION.code
+                continue
+            epoch = partition.leader_epoch
+            current = p.current_leader_epoch
+            if current != UNDEFINED and current != epoch:
+                result.error_code = (E.UNKNOWN_LEADER_EPOCH if current > epoch else E.FENCED_LEADER_EPOCH).code
+                continue
+            wanted = p.leader_epoch
+            if wanted == UNDEFINED or wanted > epoch:
+                continue
+            if wanted == epoch:
+                result.leader_epoch, result.end_offset = epoch, partition.log.log_end_offset
+            else:
+                result.leader_epoch, result.end_offset = wanted, partition.log.log_start_offset
+    return response
