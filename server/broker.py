@@ -53,6 +53,7 @@ class Partition:
     index: int
     log: PartitionLog
     producers: ProducerStateManager
+    storage_error: str | None = None       # set when an fsync failed: the partition is offline
 
     @property
     def leader_epoch(self) -> int:
@@ -184,10 +185,14 @@ class Broker:
         self._dirty.add(partition)
         self._dirty_event.set()
 
-    async def wait_durable(self, partition: Partition, offset: int) -> None:
-        """Return once everything up to and including ``offset`` is durable."""
-        while partition.log.high_watermark <= offset and (partition.topic.name, partition.index) in self.partitions:
+    async def wait_durable(self, partition: Partition, offset: int) -> bool:
+        """Wait until everything up to and including ``offset`` is durable; False if it never will be
+        (the fsync failed, or the topic was deleted meanwhile)."""
+        while partition.log.high_watermark <= offset:
+            if partition.storage_error or self.partitions.get((partition.topic.name, partition.index)) is not partition:
+                return False
             await self._hw_event.wait()
+        return True
 
     async def wait_for_data(self, deadline: float) -> None:
         """Sleep until some high watermark moves or the trio deadline passes."""
@@ -205,19 +210,28 @@ class Broker:
             batch = [(p, p.log.flush_begin()) for p in self._dirty]
             self._dirty.clear()
             started = time.perf_counter()
-            await trio.to_thread.run_sync(self._flush_all, batch)
+            failures = await trio.to_thread.run_sync(self._flush_all, batch)
             self.metrics.observe_fsync(time.perf_counter() - started, len(batch))
             for p, target in batch:
-                p.log.flush_done(target)
+                if p in failures:
+                    p.storage_error = failures[p]
+                    log.error("fsync failed, partition %s-%d is offline until restart: %s",
+                              p.topic.name, p.index, failures[p])
+                elif p.storage_error is None:
+                    p.log.flush_done(target)
             self._wake_waiters()
 
-    @staticmethod
-    def _flush_all(batch) -> None:
+    def _flush_all(self, batch) -> dict:
+        """fsync every log in ``batch`` (in a worker thread); → {partition: error} for failures."""
+        failures = {}
         for p, target in batch:
+            if self.partitions.get((p.topic.name, p.index)) is not p:
+                continue   # deleted meanwhile
             try:
                 p.log.flush(target)
-            except FileNotFoundError:
-                pass   # the topic was deleted while we were flushing
+            except OSError as e:
+                failures[p] = repr(e)
+        return failures
 
     async def run_retention(self) -> None:
         interval = self.config["log.retention.check.interval.ms"] / 1000

@@ -1,4 +1,4 @@
-"""One partition's log: segment files of v2 record batches with sparse offset and time indexes, tail recovery, retention and durability tracking."""
+"""One partition's log: segments of v2 record batches with offset and time indexes, crash recovery and retention."""
 from __future__ import annotations
 
 import bisect
@@ -235,7 +235,13 @@ class PartitionLog:
 
     def _load(self) -> None:
         storage, directory = self._storage, self._directory
-        storage.makedirs(directory)
+        if not storage.exists(directory):
+            storage.makedirs(directory)
+            if not self._unsafe:  # make the new directory's own name durable, up to the storage root
+                parent = directory
+                while parent:
+                    parent = posixpath.dirname(parent)
+                    storage.sync_dir(parent)
         names = storage.list(directory)
         logs = {int(m.group(1)) for m in map(_SEGMENT_NAME.fullmatch, names) if m and m.group(2) == "log"}
         bases = sorted(logs)

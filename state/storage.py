@@ -398,7 +398,7 @@ class MemoryStorage(Storage):
     # -- fault injection --
 
     def fail_next_write(self, count: int = 1, after: int = 0) -> None:
-        """Make `count` file writes, after `after` good ones, fail with OSError(ENOSPC) having written half their bytes."""
+        """Make `count` file writes, after `after` good ones, write half their bytes and fail (ENOSPC)."""
         with self._lock:
             self._write_faults, self._writes_before_fault = count, after
 

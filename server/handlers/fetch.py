@@ -93,8 +93,8 @@ def _fill(ctx, request, response) -> int:
                 result.records = b""
                 continue
             try:
-                data = plog.read(fp.fetch_offset, limit if gathered else max(limit, 1),
-                                 lso if read_committed else hw)
+                data = plog.read(fp.fetch_offset, limit, lso if read_committed else hw,
+                                 min_one_batch=gathered == 0)
             except OffsetOutOfRange:
                 result.error_code = OFFSET_OUT_OF_RANGE
                 continue

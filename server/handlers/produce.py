@@ -19,7 +19,8 @@ Behaviour / version notes:
   CRC) are rewritten in the request frame and those bytes are what the log writes.
 - acks=0: no response.  acks=1 and acks=-1 (a single node is the whole ISR) are answered only
   after the fsync covering the batch (group commit across requests).  Other acks values →
-  INVALID_REQUIRED_ACKS.
+  INVALID_REQUIRED_ACKS.  If the fsync fails the partition goes offline and the produce is
+  answered KAFKA_STORAGE_ERROR (as Kafka does for a failed log directory).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ MESSAGE_TOO_LARGE = 10
 INVALID_REQUIRED_ACKS = 21
 UNSUPPORTED_VERSION = 35
 INVALID_TXN_STATE = 48
+KAFKA_STORAGE_ERROR = 56
 INVALID_RECORD = 87
 UNKNOWN_TOPIC_ID = 100
 
@@ -82,8 +84,11 @@ def produce(ctx, request):
         return response
 
     async def wait_durable():
-        for partition, offset in waits:
-            await broker.wait_durable(partition, offset)
+        for partition, offset, result in waits:
+            if not await broker.wait_durable(partition, offset):
+                result.error_code = KAFKA_STORAGE_ERROR
+                result.error_message = partition.storage_error or "the partition was deleted"
+                result.base_offset = -1
         return response
     return Deferred(wait_durable)
 
@@ -118,6 +123,8 @@ def _append(broker, partition, data, transactional_id, now, result, waits) -> tu
         return INVALID_TXN_STATE, "transactional batches are not supported yet"
     if header.records_count <= 0:
         return INVALID_RECORD, "record batch with no records"
+    if partition.storage_error:
+        return KAFKA_STORAGE_ERROR, f"partition is offline after a storage error: {partition.storage_error}"
     config = broker.topic_config(partition.topic)
     if header.size > int(config["max.message.bytes"]):
         return MESSAGE_TOO_LARGE, (f"batch of {header.size} bytes is over max.message.bytes="
@@ -127,7 +134,7 @@ def _append(broker, partition, data, transactional_id, now, result, waits) -> tu
                          header.last_offset_delta, header.is_transactional)
     if check.is_duplicate:
         result.base_offset = check.duplicate.first_offset
-        waits.append((partition, check.duplicate.last_offset))
+        waits.append((partition, check.duplicate.last_offset, result))
         return 0, None
     if not check.accepted:
         return check.error_code, check.message or None
@@ -143,5 +150,5 @@ def _append(broker, partition, data, transactional_id, now, result, waits) -> tu
     broker.appended(partition)
     result.base_offset = base_offset
     result.log_append_time_ms = append_time if log_append_time else -1
-    waits.append((partition, last_offset))
+    waits.append((partition, last_offset, result))
     return 0, None
