@@ -7,7 +7,7 @@ import threading
 
 import crc32c
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from state import log as log_mod
@@ -108,13 +108,7 @@ def read_all(log: PartitionLog, from_offset: int | None = None, max_offset: int 
 
 @pytest.fixture(params=["file", "memory"])
 def storage(request, tmp_path):
-    return FileStorage(tmp_path / "data") if request.param == "file" else MemoryStorage()
-
-
-@pytest.fixture(autouse=True)
-def _make_root(storage):
-    if isinstance(storage, FileStorage):
-        storage.makedirs("")
+    return FileStorage(tmp_path) if request.param == "file" else MemoryStorage()
 
 
 def open_log(storage, **kw) -> PartitionLog:
@@ -491,21 +485,50 @@ def test_unsafe_no_fsync_mode():
     assert values_of(read_all(log)) == vals
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=st.lists(st.one_of(
-    st.tuples(st.just("append"), st.lists(st.integers(1, 4), min_size=1, max_size=3), st.integers(1, 400)),
+_APPEND = st.tuples(st.just("append"), st.lists(st.integers(1, 4), min_size=1, max_size=3), st.integers(1, 300))
+_OPS = st.one_of(
+    _APPEND, _APPEND, _APPEND, _APPEND,
+    st.tuples(st.just("flush"), st.just(0), st.just(0)),
     st.tuples(st.just("flush"), st.just(0), st.just(0)),
     st.tuples(st.just("begin"), st.just(0), st.just(0)),
     st.tuples(st.just("crash"), st.booleans(), st.integers(0, 2**32)),
-    st.tuples(st.just("fail"), st.booleans(), st.just(0)),
-), max_size=40))
-def test_random_append_flush_crash(ops):
+    st.tuples(st.just("fail"), st.booleans(), st.integers(0, 3)),
+    st.tuples(st.just("trim"), st.integers(0, 4), st.just(0)),
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(_OPS, min_size=10, max_size=60), final_seed=st.integers(0, 2**32))
+def test_random_append_flush_crash(ops, final_seed):
+    """No flushed batch is ever lost, offsets stay dense, and recovery never yields a corrupt log."""
+    seg = 600
     storage = MemoryStorage()
-    log = open_log(storage, segment_bytes=1_200)
-    values: list[bytes] = []  # the value of each offset appended (and not lost)
+    log = open_log(storage, segment_bytes=seg)
+    values: list[bytes] = []  # the value at each offset appended (and not lost)
     flushed = 0
     pending: int | None = None
     counter = 0
+    ambiguous_starts: list[int] = []  # a failed delete_records may or may not have taken effect
+
+    def assert_contents(log: PartitionLog) -> None:
+        start, end = log.log_start_offset, log.log_end_offset
+        first = headers(log.read(start, 1, end))[0][1].base_offset if start < end else start
+        assert values_of(read_all(log)) == values[first:end], "corrupt or non-dense log"
+
+    def check_after_crash(log: PartitionLog, start: int) -> list[bytes]:
+        end = log.log_end_offset
+        assert flushed <= end <= len(values), "a flushed batch was lost"
+        assert log.log_start_offset in (start, *ambiguous_starts), "the log start offset checkpoint was lost"
+        ambiguous_starts.clear()
+        assert_contents(log)
+        event("crash kept unflushed data" if end > flushed else "crash kept exactly the flushed data")
+        event(f"segments after crash: {min(len(log.segment_base_offsets), 3)}+")
+        return values[:end]
+
+    def healthy() -> None:
+        storage.fail_next_write(0)
+        storage.fail_next_sync(0)
+
     for op, a, b in ops:
         if op == "append":
             batches = []
@@ -516,6 +539,7 @@ def test_random_append_flush_crash(ops):
             try:
                 first, last, _ = append(log, *[raw for _, raw in batches])
             except OSError:
+                event("append failed")
                 continue
             assert first == len(values)
             for vs, _ in batches:
@@ -527,12 +551,13 @@ def test_random_append_flush_crash(ops):
             try:
                 log.flush(target)
             except OSError:
+                event("flush failed")
                 log.close()
-                storage.fail_next_write(0)
-                storage.fail_next_sync(0)
-                log = open_log(storage, segment_bytes=1_200)  # restart after a failed fsync
+                healthy()
+                log = open_log(storage, segment_bytes=seg)  # restart after a failed fsync; page cache intact
                 flushed = log.high_watermark
-                assert values_of(read_all(log)) == values
+                assert flushed == len(values)
+                assert_contents(log)
                 continue
             log.flush_done(target)
             flushed = max(flushed, target)
@@ -540,27 +565,31 @@ def test_random_append_flush_crash(ops):
         elif op == "begin":
             pending = log.flush_begin()
         elif op == "fail":
-            if a:
-                storage.fail_next_write()
-            else:
-                storage.fail_next_sync()
+            getattr(storage, "fail_next_write" if a else "fail_next_sync")(after=b)
+        elif op == "trim":
+            start = log.log_start_offset
+            before = start + (log.high_watermark - start) * a // 4
+            try:
+                log.delete_records(before)
+            except OSError:
+                event("delete_records failed")
+                assert log.log_start_offset == start
+                ambiguous_starts.append(before)
         else:
-            storage.fail_next_write(0)
-            storage.fail_next_sync(0)
+            healthy()
+            start = log.log_start_offset
             storage = storage.crash(torn_tail=a, rng=random.Random(b))
-            log = open_log(storage, segment_bytes=1_200)
+            log = open_log(storage, segment_bytes=seg)
             pending = None
-            end = log.log_end_offset
-            assert flushed <= end <= len(values), "a flushed batch was lost"
-            got = values_of(read_all(log))
-            assert got == values[:end], "corrupt or non-dense log after crash"
-            values = values[:end]
+            values = check_after_crash(log, start)
             flushed = log.high_watermark
-    storage.fail_next_write(0)
-    storage.fail_next_sync(0)
-    log.sync()
-    assert values_of(read_all(log)) == values
-    assert [h.base_offset for h in log.iter_batch_headers()] == sorted({h.base_offset for h in log.iter_batch_headers()})
+    healthy()
+    start = log.log_start_offset
+    storage = storage.crash(torn_tail=True, rng=random.Random(final_seed))
+    log = open_log(storage, segment_bytes=seg)
+    values = check_after_crash(log, start)
+    offsets = [h.base_offset for h in log.iter_batch_headers()]
+    assert offsets == sorted(set(offsets)) and (not offsets or offsets[0] <= start)
 
 
 # --- injected failures --------------------------------------------------------------------------

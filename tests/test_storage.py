@@ -1,4 +1,4 @@
-"""Tests for state.storage: the real-file storage and the in-memory, crash-simulating twin behave alike, and the twin's crash model holds."""
+"""Tests for state.storage: real files and the in-memory twin behave alike, and the twin's crash model holds."""
 from __future__ import annotations
 
 import random

@@ -8,7 +8,8 @@ Behaviour / version notes:
 - With a transactional id: the transaction coordinator is not built yet and transactions are
   not advertised (no AddPartitionsToTxn/EndTxn), so stock clients do not ask; the answer is
   TRANSACTIONAL_ID_AUTHORIZATION_FAILED, an explicit refusal.
-- transaction_timeout_ms above transaction.max.timeout.ms → INVALID_TRANSACTION_TIMEOUT.
+- transaction_timeout_ms is checked against transaction.max.timeout.ms only with a
+  transactional id (INVALID_TRANSACTION_TIMEOUT): idempotent Java producers send Integer.MAX_VALUE.
 """
 from server.dispatch import handles
 
@@ -22,10 +23,10 @@ def init_producer_id(ctx, request):
     broker = ctx.broker
     response = ctx.response(producer_id=-1, producer_epoch=-1)
     if request.transactional_id is not None:
-        response.error_code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        return response
-    if request.transaction_timeout_ms > broker.config["transaction.max.timeout.ms"]:
-        response.error_code = INVALID_TRANSACTION_TIMEOUT
+        if request.transaction_timeout_ms > broker.config["transaction.max.timeout.ms"]:
+            response.error_code = INVALID_TRANSACTION_TIMEOUT
+        else:
+            response.error_code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         return response
     if ctx.api_version >= 3 and request.producer_id >= 0 and 0 <= request.producer_epoch < MAX_EPOCH - 1:
         response.producer_id = request.producer_id

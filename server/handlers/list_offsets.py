@@ -3,13 +3,14 @@
 Behaviour / version notes:
 - v1-11.  -2 earliest → log start offset; -1 latest → high watermark (read_uncommitted) or last
   stable offset (read_committed, v2+); -3 max timestamp (v7+) → offset and timestamp of the
-  batch holding the largest timestamp; -4 earliest local (v8+) → log start offset; -5 earliest
-  pending upload (v9+) → -1 (no tiered storage).  A timestamp ≥ 0 → the first batch whose max
-  timestamp is ≥ it (batch granularity, as in the log's time index), or -1 when none.
+  first record holding the largest timestamp; -4 earliest local (v8+) → log start offset; -5 earliest
+  pending upload (v9+) → -1 (no tiered storage).  A timestamp ≥ 0 → the first record whose
+  timestamp is ≥ it, or -1 when none (the time index finds the batch; that batch is decoded).
 - Leader epoch in answers is the partition's current epoch.  CurrentLeaderEpoch (v4+) newer than
   ours → UNKNOWN_LEADER_EPOCH, older → FENCED_LEADER_EPOCH.
 """
 from server.dispatch import handles
+from wire import records
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 FENCED_LEADER_EPOCH = 74
@@ -49,11 +50,33 @@ def list_offsets(ctx, request):
                 pass
             elif ts == MAX_TIMESTAMP:
                 offset, stamp = plog.max_timestamp()
-                if offset >= 0:
-                    result.offset, result.timestamp, result.leader_epoch = offset, stamp, epoch
+                if 0 <= offset < plog.high_watermark:
+                    exact = _first_record_at_or_after(plog, offset, stamp)
+                    if exact is not None:
+                        result.offset, result.timestamp, result.leader_epoch = *exact, epoch
             else:
                 found = plog.offset_for_timestamp(ts)
                 if found is not None and found[0] < plog.high_watermark:
-                    result.offset, result.timestamp = found
-                    result.leader_epoch = epoch
+                    exact = _first_record_at_or_after(plog, found[0], ts)
+                    if exact is not None:
+                        result.offset, result.timestamp, result.leader_epoch = *exact, epoch
     return response
+
+
+def _first_record_at_or_after(plog, batch_offset: int, timestamp: int) -> tuple[int, int] | None:
+    """The log's time index answers per batch; Kafka answers per record, so read the batch the
+    index points at (and the ones after it) and find the first record with a timestamp ≥ ``timestamp``.
+    This decodes records, which is fine off the hot path."""
+    offset = batch_offset
+    hw = plog.high_watermark
+    while offset < hw:
+        data = plog.read(offset, 1, hw)
+        if not data:
+            return None
+        for pos, header in records.iter_batch_headers(data):
+            if header.max_timestamp >= timestamp and not header.is_control:
+                for record in records.decode_records(data, pos):
+                    if record.offset >= batch_offset and record.timestamp >= timestamp:
+                        return record.offset, record.timestamp
+            offset = header.next_offset
+    return None

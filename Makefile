@@ -1,0 +1,97 @@
+# Trireme developer tasks.
+#
+#   make venv     - .venv with the package (editable) and the test extras
+#   make clients  - every stock client the compat tests drive: kcat, the
+#                   Apache Kafka Java clients 3.9.0 / 4.3.0 (+ compiled
+#                   harness), kafkajs.  Cached under .cache/ and
+#                   compat_tests/js/node_modules; a warm run needs no network.
+#   make serve    - run a broker on 127.0.0.1:9092 with data in ./data
+#   make test     - venv + clients, then the whole test suite (2 workers)
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+
+PYTHON3 ?= python3
+VENV    := .venv
+PY      := $(VENV)/bin/python
+CACHE   := .cache
+JAVA_VERSIONS := 3.9.0 4.3.0
+JS_DIR  := compat_tests/js
+
+VENV_STAMP    := $(VENV)/.trireme-installed
+JAVA_STAMPS   := $(foreach v,$(JAVA_VERSIONS),$(CACHE)/java/$(v)/.complete)
+JS_STAMP      := $(JS_DIR)/node_modules/.trireme-installed
+
+# Modules the test suite imports; used to accept an already-complete venv
+# when pip cannot reach the index (offline re-runs).
+VENV_IMPORTS := trio, crc32c, cramjam, kafka, pytest, xdist, pytest_timeout, hypothesis, confluent_kafka, aiokafka, lz4, zstandard, snappy, server
+
+.PHONY: venv clients sysdeps java-clients js-clients serve test clean-clients
+
+# ---------------------------------------------------------------- venv
+
+venv: $(VENV_STAMP)
+
+$(VENV_STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON3) -m venv $(VENV)
+	@if $(PY) -m pip install --disable-pip-version-check -q -e '.[test]'; then \
+	    :; \
+	elif $(PY) -c 'import $(VENV_IMPORTS)' 2>/dev/null; then \
+	    echo "make venv: pip install failed (offline?); the existing venv has everything, keeping it" >&2; \
+	else \
+	    exit 1; \
+	fi
+	@touch $@
+
+# ------------------------------------------------------------- clients
+
+clients: sysdeps java-clients js-clients
+	@echo "clients ready: kcat=$$(command -v kcat) java=$(JAVA_VERSIONS) kafkajs=$$(node -p 'require("./$(JS_DIR)/node_modules/kafkajs/package.json").version')"
+
+# System packages: installed with apt only when missing and we are root.
+# `apt-get update` runs at most once per invocation.  Always re-checked
+# (cheap); the other client targets depend on it order-only.
+sysdeps:
+	@pkgs=""; \
+	command -v kcat >/dev/null 2>&1 || pkgs="$$pkgs kcat"; \
+	command -v javac >/dev/null 2>&1 || pkgs="$$pkgs openjdk-17-jdk-headless"; \
+	command -v node >/dev/null 2>&1 || pkgs="$$pkgs nodejs"; \
+	command -v npm >/dev/null 2>&1 || pkgs="$$pkgs npm"; \
+	if [ -n "$$pkgs" ]; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	        echo "installing:$$pkgs" >&2; \
+	        apt-get update; \
+	        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$pkgs; \
+	    else \
+	        echo "missing:$$pkgs (install them, or run as root on a Debian-like system)" >&2; \
+	        exit 1; \
+	    fi; \
+	fi
+	@kcat -V >/dev/null && javac -version >/dev/null 2>&1 && node --version >/dev/null && npm --version >/dev/null
+
+java-clients: $(JAVA_STAMPS)
+
+$(CACHE)/java/%/.complete: compat_tests/java/Harness.java tools/java_clients.py | $(VENV_STAMP) sysdeps
+	$(PY) tools/java_clients.py $*
+
+js-clients: $(JS_STAMP)
+
+$(JS_STAMP): $(JS_DIR)/package.json $(wildcard $(JS_DIR)/package-lock.json) | sysdeps
+	@cd $(JS_DIR) && if [ -f package-lock.json ]; then \
+	    npm ci --no-audit --no-fund --prefer-offline; \
+	else \
+	    npm install --no-audit --no-fund --prefer-offline; \
+	fi
+	@touch $@
+
+clean-clients:
+	rm -rf $(CACHE)/jars $(CACHE)/java $(JS_DIR)/node_modules
+
+# ------------------------------------------------------------ serve/test
+
+serve: venv
+	$(VENV)/bin/trireme serve --data-dir ./data --listen 127.0.0.1:9092
+
+test: venv clients
+	$(PY) -m pytest -p no:cacheprovider -n 2 -q
