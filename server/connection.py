@@ -13,6 +13,8 @@ from __future__ import annotations
 import inspect
 import itertools
 import logging
+import os
+import re
 import time
 import traceback
 
@@ -34,6 +36,19 @@ UNSUPPORTED_VERSION = 35
 _IOV_MAX = 1024
 
 _ids = itertools.count(1)
+
+# Set TRIREME_CAPTURE_DIR to keep the first request and response body of every (API, version,
+# client) seen: how golden vectors are captured from real clients (tools/capture_vectors.md).
+CAPTURE_DIR = os.environ.get("TRIREME_CAPTURE_DIR")
+
+
+def _capture(api: str, version: int, client: str | None, kind: str, body: bytes) -> None:
+    name = re.sub(r"[^A-Za-z0-9]+", "-", (client or "unknown")).strip("-").lower()
+    path = os.path.join(CAPTURE_DIR, api, f"v{version}_{name}_{kind}.hex")
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(body.hex() + "\n")
 
 
 class CloseConnection(Exception):
@@ -179,6 +194,9 @@ class Connection:
             request, _ = request_codec.decode(memoryview(frame), api_version, header.size)
         except CodecError as e:
             raise CloseConnection(f"malformed {handler.name} v{api_version} request: {e}") from None
+        if CAPTURE_DIR:
+            _capture(handler.name, api_version, self.client_software_name or header.client_id,
+                     "request", bytes(frame[header.size:]))
         ctx = RequestContext(self.broker, api_key, api_version, header.correlation_id, header.client_id,
                              self.principal, self, frame)
         started = time.perf_counter()
@@ -244,6 +262,9 @@ class Connection:
                     header_version = headers.response_header_version(
                         header.api_key, codec.is_flexible(header.api_version))
                     body = codec.encode(response, header.api_version)
+                    if CAPTURE_DIR:
+                        _capture(codec.name[: -len("Response")], header.api_version,
+                                 self.client_software_name or header.client_id, "response", b"".join(body))
                 head = headers.encode_response_header(correlation_id, header_version)
                 size = len(head) + sum(len(b) for b in body)
                 if len(body) == 1:
