@@ -93,17 +93,35 @@ def message_strategy(name: str, version: int) -> st.SearchStrategy:
     return struct_strategy(codec.cls, spec.fields, version)
 
 
+def local_message_names() -> list[str]:
+    """Request/response definitions we ship ourselves under wire/definitions (e.g. LegacyProduceRequest)."""
+    import importlib.resources
+    try:
+        entries = list(importlib.resources.files("wire.definitions").iterdir())
+    except ModuleNotFoundError:
+        return []
+    names = []
+    for entry in entries:
+        if entry.name.endswith(("Request.json", "Response.json")):
+            names.append(entry.name[: -len(".json")])
+    return sorted(names)
+
+
 def all_messages() -> list[tuple[str, int]]:
-    """Every (message name, version) pair: both sides of every API, every valid version."""
+    """Every (message name, version) pair: both sides of every API in ``api_names()`` at every valid
+    version, plus our own local request/response definitions."""
     from wire.schema import api_names
-    out = []
+    names = []
     for _, api in sorted(api_names().items()):
-        for suffix in ("Request", "Response"):
-            spec = load_message(api + suffix)
-            for v in range(spec.valid.low, spec.valid.high + 1):
-                out.append((api + suffix, v))
+        names += [api + "Request", api + "Response"]
+    names += [n for n in local_message_names() if n not in names]
+    out = []
+    for name in names:
+        spec = load_message(name)
+        for v in range(spec.valid.low, spec.valid.high + 1):
+            out.append((name, v))
     return out
 
 
 __all__ = ["message_strategy", "struct_strategy", "field_strategy", "scalar_strategy", "all_messages",
-           "INT_RANGES"]
+           "local_message_names", "INT_RANGES"]
