@@ -1,0 +1,87 @@
+"""Shared SparkSession set-up for the Trireme Spark examples.
+
+Spark's built-in ``kafka`` source/sink lives in a separate artifact,
+``org.apache.spark:spark-sql-kafka-0-10_2.13`` (plus its dependencies:
+kafka-clients, commons-pool2, spark-token-provider-kafka).  It is found in one
+of two ways:
+
+* ``TRIREME_SPARK_KAFKA_JARS=/some/dir``: every ``*.jar`` in that directory is
+  put on ``spark.jars`` (no network needed);
+* otherwise ``spark.jars.packages`` names the connector matching the installed
+  PySpark version, and Spark resolves it (and its dependencies) from Maven
+  Central through Ivy on the first run, caching it under ``~/.ivy2*``.
+
+Only ``build_spark`` imports pyspark, so this module can be imported (and the
+helpers below used) without PySpark installed.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+JARS_ENV = "TRIREME_SPARK_KAFKA_JARS"
+SCALA_BINARY_VERSION = "2.13"   # Spark 4.x is built for Scala 2.13 only
+CONNECTOR = "org.apache.spark:spark-sql-kafka-0-10_" + SCALA_BINARY_VERSION
+
+
+def connector_package(spark_version: str) -> str:
+    """Maven coordinates of the Kafka connector for a Spark version."""
+    return f"{CONNECTOR}:{spark_version}"
+
+
+def local_connector_jars(env: dict[str, str] | None = None) -> list[str] | None:
+    """The jars named by TRIREME_SPARK_KAFKA_JARS (sorted), or None when the
+    variable is unset or empty.  Raises SystemExit if it names a directory
+    that does not exist or holds no jar."""
+    env = os.environ if env is None else env
+    value = env.get(JARS_ENV, "").strip()
+    if not value:
+        return None
+    directory = Path(value).expanduser()
+    if not directory.is_dir():
+        raise SystemExit(f"{JARS_ENV}={value!r} is not a directory")
+    jars = sorted(str(p.resolve()) for p in directory.glob("*.jar"))
+    if not jars:
+        raise SystemExit(f"{JARS_ENV}={value!r} holds no *.jar file")
+    return jars
+
+
+def connector_conf(spark_version: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The Spark properties that make the Kafka connector available."""
+    jars = local_connector_jars(env)
+    if jars is not None:
+        return {"spark.jars": ",".join(jars)}
+    return {"spark.jars.packages": connector_package(spark_version)}
+
+
+def build_spark(app_name: str, extra_conf: dict[str, Any] | None = None):
+    """A local SparkSession (2 cores, 2 shuffle partitions, no UI) with the
+    Kafka connector configured.  Must be called before any other
+    SparkSession/SparkContext exists in the process: jar settings only take
+    effect when the JVM starts."""
+    import pyspark
+    from pyspark.sql import SparkSession
+
+    conf: dict[str, Any] = {
+        "spark.sql.shuffle.partitions": "2",
+        "spark.default.parallelism": "2",
+        "spark.ui.enabled": "false",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        # Python workers run the same interpreter as the driver (e.g. a venv).
+        "spark.pyspark.python": sys.executable,
+        # Console/memory sinks without a checkpointLocation use a temp dir;
+        # remove it when the query ends.
+        "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+    }
+    conf.update(connector_conf(pyspark.__version__))
+    conf.update(extra_conf or {})
+
+    builder = SparkSession.builder.master("local[2]").appName(app_name)
+    for key, value in conf.items():
+        builder = builder.config(key, str(value))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "WARN"))
+    return spark

@@ -1,0 +1,130 @@
+"""Structured Streaming: copy a Kafka topic to another one, upper-casing the values.
+
+Reads ``--source`` with ``spark.readStream.format("kafka")`` from
+``startingOffsets=earliest`` (headers included), upper-cases each value, and
+writes key/value/headers to ``--sink`` with ``writeStream.format("kafka")``.
+The query runs with ``trigger(availableNow=True)``: it processes everything
+in the source when it starts, then stops.  Its progress lives in
+``--checkpoint``, so running the job again copies only what arrived since.
+
+Afterwards both topics are read in batch (read_committed) and compared: the
+sink must hold exactly the source's records, upper-cased (so the sink should
+be written by this job only).  Exits with status 1 on a mismatch.
+
+    python spark_examples/streaming_copy.py --bootstrap 127.0.0.1:9092 \\
+        --source spark-in --sink spark-out
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections import Counter
+
+from common import build_spark
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--bootstrap", default="127.0.0.1:9092",
+                   help="Kafka bootstrap servers (default: %(default)s)")
+    p.add_argument("--source", default="spark-in", help="topic to read (default: %(default)s)")
+    p.add_argument("--sink", default="spark-out", help="topic to write (default: %(default)s)")
+    p.add_argument("--checkpoint", default=None,
+                   help="checkpoint directory (default: <tmp>/trireme-spark-checkpoints/"
+                        "copy-<source>-to-<sink>; reused by later runs)")
+    p.add_argument("--no-verify", action="store_true",
+                   help="skip the comparison of the two topics afterwards")
+    args = p.parse_args(argv)
+    if args.source == args.sink:
+        p.error("--source and --sink must differ")
+    if args.checkpoint is None:
+        args.checkpoint = os.path.join(tempfile.gettempdir(), "trireme-spark-checkpoints",
+                                       f"copy-{args.source}-to-{args.sink}")
+    return args
+
+
+def read_topic(spark, bootstrap: str, topic: str) -> list[tuple]:
+    """Every record of a topic as (key, value, headers), read in batch."""
+    rows = (spark.read
+            .format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .option("endingOffsets", "latest")
+            .option("includeHeaders", "true")
+            .option("kafka.isolation.level", "read_committed")
+            .load()
+            .select("key", "value", "headers")
+            .collect())
+    return [(None if r.key is None else bytes(r.key),
+             None if r.value is None else bytes(r.value),
+             tuple((h.key, None if h.value is None else bytes(h.value)) for h in (r.headers or [])))
+            for r in rows]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    spark = build_spark("trireme-streaming-copy")
+    from pyspark.sql import functions as F
+
+    try:
+        source = (spark.readStream
+                  .format("kafka")
+                  .option("kafka.bootstrap.servers", args.bootstrap)
+                  .option("subscribe", args.source)
+                  .option("startingOffsets", "earliest")
+                  .option("includeHeaders", "true")
+                  .option("kafka.isolation.level", "read_committed")
+                  .load())
+
+        upper = source.select(
+            "key",
+            F.upper(F.col("value").cast("string")).alias("value"),
+            "headers",
+        )
+
+        query = (upper.writeStream
+                 .format("kafka")
+                 .option("kafka.bootstrap.servers", args.bootstrap)
+                 .option("topic", args.sink)
+                 .option("checkpointLocation", args.checkpoint)
+                 .outputMode("append")
+                 .queryName("trireme_streaming_copy")
+                 .trigger(availableNow=True)
+                 .start())
+        query.awaitTermination()   # raises StreamingQueryException if the query failed
+        copied = sum(p["numInputRows"] or 0 for p in query.recentProgress)
+        print(f"copied {copied} records from {args.source} to {args.sink} "
+              f"(checkpoint {args.checkpoint})")
+
+        if args.no_verify:
+            return 0
+
+        src = read_topic(spark, args.bootstrap, args.source)
+        dst = read_topic(spark, args.bootstrap, args.sink)
+        print(f"{args.source}: {len(src)} records; {args.sink}: {len(dst)} records")
+        expected = Counter((k, None if v is None else v.decode("utf-8", "replace").upper().encode(), h)
+                           for k, v, h in src)
+        got = Counter(dst)
+        missing = expected - got
+        unexpected = got - expected
+        if missing or unexpected:
+            print(f"MISMATCH: {sum(missing.values())} source records missing from "
+                  f"{args.sink}, {sum(unexpected.values())} unexpected records in it",
+                  file=sys.stderr)
+            for rec in list(missing)[:5]:
+                print("  missing:", rec, file=sys.stderr)
+            for rec in list(unexpected)[:5]:
+                print("  unexpected:", rec, file=sys.stderr)
+            print("FAILED")
+            return 1
+        print("OK")
+        return 0
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
