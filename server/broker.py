@@ -91,6 +91,8 @@ class Broker:
                 self._open_partition(topic, index)
         log.info("loaded topics=%d partitions=%d in %.3fs", len(self.topics.all()), len(self.partitions),
                  time.perf_counter() - started)
+        from .groups import GroupService
+        self.groups = GroupService(self)
 
     # --- partitions --------------------------------------------------------------------------
 
@@ -104,6 +106,17 @@ class Broker:
         for header in plog.iter_batch_headers():
             producers.load_batch(header)
         partition = Partition(topic, index, plog, producers)
+        self.partitions[(topic.name, index)] = partition
+        return partition
+
+    def open_internal_partition(self, topic: Topic, index: int, *, segment_bytes: int) -> Partition:
+        """A partition of an internal topic (not in the registry, never subject to retention)."""
+        plog = PartitionLog.open(self.storage, f"logs/{topic.name}-{index}", segment_bytes=segment_bytes,
+                                 retention_ms=-1, retention_bytes=-1, now_ms=now_ms(),
+                                 unsafe_no_fsync=not self.fsync)
+        partition = Partition(topic, index, plog, ProducerStateManager())
+        for header in plog.iter_batch_headers():
+            partition.producers.load_batch(header)
         self.partitions[(topic.name, index)] = partition
         return partition
 
@@ -238,6 +251,8 @@ class Broker:
         while True:
             await trio.sleep(interval)
             for p in list(self.partitions.values()):
+                if p.topic.is_internal:
+                    continue
                 deleted = p.log.apply_retention(now_ms())
                 if deleted:
                     log.info("retention deleted segments=%d partition=%s-%d", deleted, p.topic.name, p.index)
@@ -247,6 +262,7 @@ class Broker:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.run_flusher)
             nursery.start_soon(self.run_retention)
+            await nursery.start(self.groups.run)
             task_status.started()
 
     def close(self) -> None:

@@ -33,6 +33,7 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
     "group.min.session.timeout.ms": (6000, "Smallest session timeout a consumer may ask for."),
     "group.max.session.timeout.ms": (1800000, "Largest session timeout a consumer may ask for."),
     "offsets.retention.minutes": (10080, "Committed offsets of empty groups expire after this."),
+    "offsets.retention.check.interval.ms": (600000, "How often expired committed offsets are removed."),
     "trireme.fsync.enable": (True, "fsync before answering acks=1/all produce requests. false trades "
                                    "crash safety of acknowledged data for speed (Kafka's own default)."),
     "trireme.shutdown.grace.ms": (5000, "On SIGTERM, how long in-flight requests may take to finish."),

@@ -55,6 +55,11 @@ class RequestContext:
         """A fresh response object of this API, with fields set."""
         return HANDLERS[self.api_key].response.cls(**fields)
 
+    @staticmethod
+    def now_ms() -> int:
+        from server.broker import now_ms
+        return now_ms()
+
     def legacy_response(self, **fields):
         """A fresh response object in the layout of a version below Kafka's definition."""
         return LEGACY[self.api_key].response.cls(**fields)

@@ -32,7 +32,7 @@ _RECORDS_INLINE_LIMIT = 8192
 def _default_expr(field: FieldSpec, classes: dict[int, type]) -> str:
     """A Python expression for the field's default value (fresh mutable objects each time)."""
     if field.is_array:
-        return "[]"
+        return "None" if field.default is None else "[]"
     if field.is_struct:
         return "None" if field.nullable is not None else f"C{id(classes[id(field)])}()"
     if field.type == "uuid":
@@ -45,13 +45,28 @@ def _make_classes(spec: MessageSpec) -> tuple[type, dict[int, type], dict[str, A
     classes: dict[int, type] = {}
     namespace: dict[str, Any] = {"ZERO_UUID": P.ZERO_UUID}
 
+    by_name: dict[str, type] = {}
+
+    def _reuse(fields: list[FieldSpec]) -> None:
+        for f in fields:
+            if f.is_struct:
+                classes[id(f)] = by_name[f.type]
+                _reuse(f.fields)
+
     def make(name: str, fields: list[FieldSpec]) -> type:
+        # One class per struct type name: a struct used by two fields (e.g. ReplicaState in
+        # DescribeQuorumResponse) is one type, as in Kafka's generated code.
+        if name in by_name:
+            _reuse(fields)
+            return by_name[name]
         for f in fields:
             if f.is_struct:
                 classes[id(f)] = make(f.type, f.fields)
         dc_fields = []
         for f in fields:
-            if f.is_array:
+            if f.is_array and f.default is None:
+                dc_fields.append((f.py_name, Any, dataclasses.field(default=None)))
+            elif f.is_array:
                 dc_fields.append((f.py_name, Any, dataclasses.field(default_factory=list)))
             elif f.is_struct:
                 if f.nullable is not None:
@@ -68,6 +83,7 @@ def _make_classes(spec: MessageSpec) -> tuple[type, dict[int, type], dict[str, A
             if f.is_struct:
                 setattr(cls, f.type, classes[id(f)])
         namespace[f"C{id(cls)}"] = cls
+        by_name[name] = cls
         return cls
 
     top = make(spec.name, spec.fields)

@@ -137,6 +137,11 @@ def _parse_default(field_type: str, raw, nullable: bool):
     return raw
 
 
+def _array_default(raw: dict):
+    """Arrays default to empty, or to null where the definition says ``"default": "null"``."""
+    return None if raw.get("default") == "null" else ()
+
+
 def _build_fields(raw_fields: list[dict], common: dict[str, list[dict]]) -> list[FieldSpec]:
     fields = []
     for raw in raw_fields:
@@ -162,7 +167,8 @@ def _build_fields(raw_fields: list[dict], common: dict[str, list[dict]]) -> list
             tagged=Versions.parse(raw.get("taggedVersions")),
             tag=raw.get("tag"),
             flexible_override=flexible_override,
-            default=None if is_array or sub is not None else _parse_default(elem, raw.get("default"), nullable is not None),
+            default=_array_default(raw) if is_array else
+                    None if sub is not None else _parse_default(elem, raw.get("default"), nullable is not None),
             fields=_build_fields(sub, common) if sub is not None else None,
         ))
     return fields

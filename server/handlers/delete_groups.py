@@ -1,0 +1,21 @@
+"""DeleteGroups: removes empty groups and all their committed offsets.
+
+Behaviour / version notes:
+- v0-2.  Only Empty (or Dead) groups can go: NON_EMPTY_GROUP otherwise, GROUP_ID_NOT_FOUND for
+  unknown ones.  Tombstones for the group and its offsets are made durable before the answer.
+"""
+from server.dispatch import Deferred, handles
+
+
+@handles("DeleteGroups", 0, 2)
+def delete_groups(ctx, request):
+    groups = ctx.broker.groups
+    results, records = groups.coordinator.delete_groups(list(request.groups_names), ctx.now_ms())
+    response = ctx.response()
+    cls = type(response).DeletableGroupResult
+    response.results = [cls(group_id=group_id, error_code=error) for group_id, error in results]
+
+    async def wait():
+        await groups.write_records(records)
+        return response
+    return Deferred(wait)

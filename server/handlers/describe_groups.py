@@ -1,0 +1,30 @@
+"""DescribeGroups: state, protocol and members (with their metadata and assignments) of groups.
+
+Behaviour / version notes:
+- v0-6.  An unknown group is reported in state "Dead" (v6+: with GROUP_ID_NOT_FOUND, KIP-1043).
+  v3+ authorized operations when asked: everything is allowed for now; v4+ group instance ids.
+  Member metadata and the protocol name are shown only while the group is Stable, as Kafka does.
+"""
+from server.dispatch import handles
+
+# READ, DELETE, DESCRIBE
+GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))
+
+
+@handles("DescribeGroups", 0, 6)
+def describe_groups(ctx, request):
+    coordinator = ctx.broker.groups.coordinator
+    response = ctx.response()
+    gcls = type(response).DescribedGroup
+    mcls = gcls.DescribedGroupMember
+    for g in coordinator.describe_groups(list(request.groups), ctx.api_version):
+        out = gcls(error_code=g.error, group_id=g.group_id, group_state=g.state,
+                   protocol_type=g.protocol_type or "", protocol_data=g.protocol_name or "")
+        out.members = [mcls(member_id=m.member_id, group_instance_id=m.group_instance_id,
+                            client_id=m.client_id, client_host=m.client_host,
+                            member_metadata=m.metadata or b"", member_assignment=m.assignment or b"")
+                       for m in g.members]
+        if ctx.api_version >= 3 and request.include_authorized_operations:
+            out.authorized_operations = GROUP_OPERATIONS
+        response.groups.append(out)
+    return response

@@ -1,0 +1,43 @@
+"""FindCoordinator: this single node coordinates every group and every transactional id.
+
+Behaviour / version notes:
+- v0-6.  v0-3 carry one key (KeyType from v1); v4+ batch several keys in CoordinatorKeys, each
+  answered on its own.
+- Key type 0 (GROUP) and 1 (TRANSACTION) are answered with this node; any other key type
+  (e.g. 2, share groups) → INVALID_REQUEST.  An empty group id → INVALID_REQUEST for that key.
+"""
+from server.dispatch import handles
+
+INVALID_REQUEST = 42
+GROUP, TRANSACTION = 0, 1
+
+
+@handles("FindCoordinator", 0, 6)
+def find_coordinator(ctx, request):
+    broker = ctx.broker
+    response = ctx.response()
+    key_type = request.key_type if ctx.api_version >= 1 else GROUP
+
+    def answer(key: str) -> tuple[int, str | None]:
+        if key_type not in (GROUP, TRANSACTION):
+            return INVALID_REQUEST, f"key type {key_type} is not supported"
+        if not key:
+            return INVALID_REQUEST, "the coordinator key is empty"
+        return 0, None
+
+    if ctx.api_version >= 4:
+        cls = type(response).Coordinator
+        for key in request.coordinator_keys:
+            error, message = answer(key)
+            response.coordinators.append(cls(key=key, node_id=broker.node_id if not error else -1,
+                                             host=broker.advertised_host if not error else "",
+                                             port=broker.advertised_port if not error else -1,
+                                             error_code=error, error_message=message))
+        return response
+    error, message = answer(request.key)
+    response.error_code, response.error_message = error, message
+    if error:
+        response.node_id, response.host, response.port = -1, "", -1
+    else:
+        response.node_id, response.host, response.port = broker.node_id, broker.advertised_host, broker.advertised_port
+    return response

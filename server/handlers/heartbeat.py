@@ -1,0 +1,23 @@
+"""Heartbeat: a member says it is alive; the answer tells it whether a rebalance is under way.
+
+Behaviour / version notes:
+- v0-4.  REBALANCE_IN_PROGRESS while the group prepares a rebalance; UNKNOWN_MEMBER_ID,
+  ILLEGAL_GENERATION, FENCED_INSTANCE_ID (v3+ static members) as Kafka answers them.
+"""
+from server.dispatch import Deferred, handles
+
+
+@handles("Heartbeat", 0, 4)
+def heartbeat(ctx, request):
+    groups = ctx.broker.groups
+    error, effects = groups.coordinator.heartbeat(request.group_id, request.generation_id, request.member_id,
+                                                  request.group_instance_id, ctx.now_ms())
+    response = ctx.response(error_code=error)
+    if not effects.records and not effects.responses:
+        groups.run_effects_now(effects)
+        return response
+
+    async def wait():
+        await groups.run_effects(effects)
+        return response
+    return Deferred(wait)

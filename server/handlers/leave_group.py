@@ -1,0 +1,29 @@
+"""LeaveGroup: members leave a group, which then rebalances without them.
+
+Behaviour / version notes:
+- v0-5.  v0-2 carry one member id; v3+ a batch of members (member id and/or group instance id),
+  each answered on its own; v5 adds a reason (logged only).
+"""
+from server.dispatch import Deferred, handles
+
+
+@handles("LeaveGroup", 0, 5)
+def leave_group(ctx, request):
+    groups = ctx.broker.groups
+    if ctx.api_version >= 3:
+        members = [(m.member_id, m.group_instance_id, m.reason) for m in request.members]
+    else:
+        members = [(request.member_id, None, None)]
+    results, error, effects = groups.coordinator.leave_group(request.group_id, members, ctx.now_ms())
+    response = ctx.response(error_code=error)
+    if ctx.api_version >= 3:
+        cls = type(response).MemberResponse
+        response.members = [cls(member_id=r.member_id, group_instance_id=r.group_instance_id, error_code=r.error)
+                            for r in results]
+    elif not error and results:
+        response.error_code = results[0].error
+
+    async def wait():
+        await groups.run_effects(effects)
+        return response
+    return Deferred(wait)

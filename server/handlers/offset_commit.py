@@ -1,0 +1,57 @@
+"""OffsetCommit: a consumer stores its positions; the answer comes once the records are durable.
+
+Behaviour / version notes:
+- v2-10.  v2-4 RetentionTimeMs sets an explicit expiry; v6+ committed leader epoch; v7+ static
+  members; v9+ GROUP_ID_NOT_FOUND for an unknown group with a generation; v10 names topics by id
+  (UNKNOWN_TOPIC_ID).  Generation -1 with an empty member id is a standalone ("simple") commit,
+  allowed while the group is Empty or unknown.
+- Unknown topics or partitions → UNKNOWN_TOPIC_OR_PARTITION for that partition (as Kafka checks
+  its metadata cache); metadata longer than 4096 characters → OFFSET_METADATA_TOO_LARGE.
+- The commit becomes visible to OffsetFetch once its __consumer_offsets record is fsynced and
+  replayed into the coordinator, which happens before this answer is sent.
+"""
+from server.dispatch import Deferred, handles
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+UNKNOWN_TOPIC_ID = 100
+
+
+@handles("OffsetCommit", 2, 10)
+def offset_commit(ctx, request):
+    broker = ctx.broker
+    groups = broker.groups
+    version = ctx.api_version
+    response = ctx.response()
+    tcls = type(response).OffsetCommitResponseTopic
+    pcls = tcls.OffsetCommitResponsePartition
+    offsets, rejected = [], {}
+    out_topics = {}
+    for t in request.topics:
+        topic = broker.topics.by_id(t.topic_id) if version >= 10 else broker.topics.get(t.name)
+        name = topic.name if topic is not None else t.name
+        out = out_topics[id(t)] = tcls(name=t.name, topic_id=t.topic_id)
+        response.topics.append(out)
+        for p in t.partitions:
+            if topic is None or not 0 <= p.partition_index < topic.partitions:
+                rejected[(id(t), p.partition_index)] = UNKNOWN_TOPIC_ID if version >= 10 and topic is None \
+                    else UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            offsets.append((name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
+                            p.committed_metadata))
+    results, effects = groups.coordinator.commit_offsets(
+        request.group_id, request.generation_id_or_member_epoch, request.member_id, request.group_instance_id,
+        offsets, ctx.now_ms(), retention_time_ms=request.retention_time_ms if version <= 4 else -1,
+        api_version=version)
+    errors = {(r.topic, r.partition): r.error for r in results}
+    for t in request.topics:
+        topic = broker.topics.by_id(t.topic_id) if version >= 10 else broker.topics.get(t.name)
+        name = topic.name if topic is not None else t.name
+        out_topics[id(t)].partitions = [
+            pcls(partition_index=p.partition_index,
+                 error_code=rejected.get((id(t), p.partition_index), errors.get((name, p.partition_index), 0)))
+            for p in t.partitions]
+
+    async def wait():
+        await groups.run_effects(effects)
+        return response
+    return Deferred(wait)

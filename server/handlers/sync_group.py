@@ -1,0 +1,24 @@
+"""SyncGroup: the leader hands out assignments; every member waits for its own.
+
+Behaviour / version notes:
+- v0-5.  v3+ static membership; v5+ protocol type/name are checked against the group's
+  (INCONSISTENT_GROUP_PROTOCOL) and echoed back.  Followers' answers wait until the leader's
+  SyncGroup has been made durable as a GroupMetadata record in __consumer_offsets.
+"""
+from server.dispatch import Deferred, handles
+
+
+@handles("SyncGroup", 0, 5)
+def sync_group(ctx, request):
+    groups = ctx.broker.groups
+    version = ctx.api_version
+
+    async def wait():
+        result = await groups.call(
+            groups.coordinator.sync_group, request.group_id, request.generation_id, request.member_id,
+            request.group_instance_id, request.protocol_type if version >= 5 else None,
+            request.protocol_name if version >= 5 else None,
+            [(a.member_id, a.assignment) for a in request.assignments], ctx.now_ms())
+        return ctx.response(error_code=result.error, protocol_type=result.protocol_type,
+                            protocol_name=result.protocol_name, assignment=result.assignment or b"")
+    return Deferred(wait)
