@@ -627,6 +627,20 @@ def test_batch_over_max_message_bytes(module_server, witness, topic):
     assert_healthy(module_server, witness)
 
 
+@pytest.mark.parametrize("compression", [0, 3])
+def test_keyless_record_on_compacted_topic(module_server, witness, compression):
+    name = unique("compacted")
+    create_topic(witness, name, partitions=1, configs={"cleanup.policy": "compact"})
+    keyless = records.build_batch([(b"k1", b"v1"), (None, b"v2")], compression=compression)
+    [r] = produce(witness, name, {0: keyless})
+    assert r.error_code == INVALID_RECORD, r
+    assert list_offset(witness, name, 0) == 0
+    keyed = records.build_batch([(b"k1", b"v1"), (b"k2", b"v2")], compression=compression)
+    [r] = produce(witness, name, {0: keyed})
+    assert (r.error_code, r.base_offset) == (NONE, 0)
+    assert_healthy(module_server, witness)
+
+
 @pytest.mark.parametrize("magic", [0, 1])
 def test_old_magic_batch(module_server, witness, topic, magic):
     # Long enough to be read as a batch header: the magic byte is what is wrong.

@@ -10,12 +10,14 @@ Behaviour / version notes:
 - Per partition, as Kafka: exactly one v2 batch (INVALID_RECORD otherwise); bad CRC or a
   malformed batch → CORRUPT_MESSAGE; a control batch written by a client → INVALID_RECORD;
   transactional batches → INVALID_TXN_STATE until transactions arrive; a batch over the
-  topic's max.message.bytes → MESSAGE_TOO_LARGE; unknown partition → UNKNOWN_TOPIC_OR_PARTITION.
+  topic's max.message.bytes → MESSAGE_TOO_LARGE; unknown partition → UNKNOWN_TOPIC_OR_PARTITION;
+  a record without a key on a compacted topic → INVALID_RECORD (the only check that decodes
+  records, and only on such topics).
   Nothing is stored for a refused partition.
 - Idempotence: check-then-commit against the partition's producer state; an exact duplicate
   of one of the producer's last 5 batches answers NONE with the original base offset and is
   not appended again.
-- Records are never decoded: the base offset (and, for LogAppendTime topics, the timestamp and
+- Records are otherwise never decoded: the base offset (and, for LogAppendTime topics, the timestamp and
   CRC) are rewritten in the request frame and those bytes are what the log writes.
 - acks=0: no response.  acks=1 and acks=-1 (a single node is the whole ISR) are answered only
   after the fsync covering the batch (group commit across requests).  Other acks values →
@@ -129,6 +131,15 @@ def _append(broker, partition, data, transactional_id, now, result, waits) -> tu
     if header.size > int(config["max.message.bytes"]):
         return MESSAGE_TOO_LARGE, (f"batch of {header.size} bytes is over max.message.bytes="
                                    f"{config['max.message.bytes']}")
+    if "compact" in config["cleanup.policy"]:
+        # The one check that needs record contents: Kafka refuses keyless records on compacted topics.
+        try:
+            keyless = any(r.key is None for r in records.decode_records(
+                data, pos, max_uncompressed=int(config["max.message.bytes"]) * 16))
+        except CodecError as e:
+            return CORRUPT_MESSAGE, f"malformed records: {e}"
+        if keyless:
+            return INVALID_RECORD, "compacted topic cannot accept message without key"
     append = partition.producers.begin()
     check = append.check(header.producer_id, header.producer_epoch, header.base_sequence,
                          header.last_offset_delta, header.is_transactional)
