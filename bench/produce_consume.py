@@ -1,0 +1,505 @@
+"""Produce then consume throughput benchmark for Trireme (or any Kafka broker) with confluent-kafka.
+
+    .venv/bin/python bench/produce_consume.py [--bytes 1GiB] [--record-size 1024] [--partitions 1]
+        [--acks all] [--linger-ms 5] [--compression none] [--idempotent] [--fsync/--no-fsync]
+        [--bootstrap HOST:PORT [--server-pid PID]]
+
+Without --bootstrap it starts ``python -m server serve`` on a fresh temporary data dir (deleted
+afterwards), creates the topic, produces --bytes of records, then consumes them all back with
+assign() from offset 0.  Per phase it prints MB/s (10^6 bytes of record values per second),
+records/s, produce latency percentiles (produce() call to delivery callback, librdkafka's
+Message.latency()), and the server's CPU time (/proc/PID/stat utime+stime) and peak RSS
+(/proc/PID/status VmHWM).  The last stdout line is a JSON summary.  Nothing is asserted.
+
+See bench/README.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from array import array
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000 ** 2, "mb": 1000 ** 2,
+          "mib": 1024 ** 2, "g": 1000 ** 3, "gb": 1000 ** 3, "gib": 1024 ** 3}
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 1GiB, 256MiB, 100MB, 4096)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def parse_props(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"expected KEY=VALUE, got {item!r}")
+        out[key.strip()] = value
+    return out
+
+
+def machine_busy_seconds() -> float | None:
+    """CPU seconds all processes spent busy so far (/proc/stat, every core)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)      # idle + iowait
+    return (sum(fields[:8]) - idle) / CLK_TCK                      # user..steal, without guest
+
+
+class PhaseClock:
+    """Wall time, server/client/other CPU seconds over one phase."""
+
+    def __init__(self, stats: ServerStats):
+        self.stats = stats
+
+    def _sample(self):
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return (time.perf_counter(), self.stats.cpu_seconds(), usage.ru_utime + usage.ru_stime,
+                machine_busy_seconds())
+
+    def start(self) -> float:
+        self.t0 = self._sample()
+        return self.t0[0]
+
+    def stop(self) -> dict:
+        t1 = self._sample()
+        wall = t1[0] - self.t0[0]
+        server = None if t1[1] is None or self.t0[1] is None else t1[1] - self.t0[1]
+        client = t1[2] - self.t0[2]
+        busy = None if t1[3] is None or self.t0[3] is None else t1[3] - self.t0[3]
+        others = None if busy is None or server is None else max(0.0, busy - server - client)
+        return {"seconds": wall, "server_cpu_s": server, "client_cpu_s": client,
+                "other_processes_cpu_s": others, "cores": os.cpu_count(),
+                "loadavg_1m": os.getloadavg()[0]}
+
+
+# --- the server process -------------------------------------------------------------------------
+
+class ServerStats:
+    """CPU time and peak RSS of a process, from /proc (Linux only)."""
+
+    def __init__(self, pid: int | None):
+        self.pid = pid
+
+    def cpu_seconds(self) -> float | None:
+        if self.pid is None:
+            return None
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            return None
+        fields = stat[stat.rindex(")") + 2:].split()   # after "pid (comm) "; field 3 is fields[0]
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK   # utime, stime (fields 14, 15)
+
+    def peak_rss_mib(self) -> float | None:
+        if self.pid is None:
+            return None
+        try:
+            with open(f"/proc/{self.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        return None
+
+
+# Runs ``trireme serve`` under cProfile; argv: OUT.prof, wall|cpu, serve arguments.  "cpu" times the
+# main thread's CPU (time.thread_time), so a machine busy with other work does not inflate the
+# figures and time blocked in epoll/fsync does not count; "wall" is cProfile's default clock.
+_PROFILE_SNIPPET = """
+import cProfile, sys, time
+out, timer = sys.argv[1], sys.argv[2]
+prof = cProfile.Profile(time.thread_time if timer == "cpu" else time.perf_counter)
+from server.cli import main
+prof.enable()
+try:
+    main(sys.argv[3:])
+finally:
+    prof.disable()
+    prof.dump_stats(out)
+"""
+
+
+class Server:
+    """A Trireme broker in a child process on its own data dir."""
+
+    def __init__(self, data_dir: str, fsync: bool, profile: str | None, extra: list[str],
+                 profile_timer: str = "cpu"):
+        self.data_dir = data_dir = os.path.abspath(data_dir)
+        self.log_path = os.path.join(os.path.dirname(os.path.abspath(data_dir)),
+                                     os.path.basename(data_dir.rstrip("/")) + ".server.log")
+        serve = ["serve", "--data-dir", data_dir, "--listen", "127.0.0.1:0"]
+        if profile:
+            cmd = [sys.executable, "-c", _PROFILE_SNIPPET, os.path.abspath(profile), profile_timer] + serve
+        else:
+            cmd = [sys.executable, "-m", "server"] + serve
+        if not fsync:
+            cmd += ["--set", "trireme.fsync.enable=false"]
+        for item in extra:
+            cmd += ["--set", item]
+        os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=self.log)
+        line = self.proc.stdout.readline().decode()
+        m = re.match(r"listening on (\S+)", line)
+        if not m:
+            self.proc.kill()
+            self.proc.wait()
+            self.log.close()
+            with open(self.log_path, "rb") as f:
+                tail = f.read()[-4000:].decode(errors="replace")
+            raise SystemExit(f"server did not start (first line {line!r}); its log:\n{tail}")
+        self.bootstrap = m.group(1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+        self.log.close()
+
+
+# --- phases -------------------------------------------------------------------------------------
+
+def make_payloads(record_size: int) -> list[bytes]:
+    """Distinct record values of random words from a 1,000-word vocabulary: text-like, so lz4 takes
+    them to about 50 % (zstd/gzip about 30 %) of their size.  The pool (a power of two, >= 2 MiB
+    in total) is larger than a 1 MB batch, so no batch holds the same record twice."""
+    rnd = random.Random(0)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = ["".join(rnd.choice(letters) for _ in range(rnd.randint(3, 10))) for _ in range(1000)]
+    count = 256
+    while count * record_size < 2 * 1024 * 1024:
+        count *= 2
+    pool = []
+    for _ in range(count):
+        out, size = [], 0
+        while size < record_size:
+            word = rnd.choice(words)
+            out.append(word)
+            size += len(word) + 1
+        pool.append(" ".join(out).encode()[:record_size].ljust(record_size, b" "))
+    return pool
+
+
+def percentile(sorted_values, q: float):
+    if not sorted_values:
+        return None
+    i = min(len(sorted_values) - 1, max(0, int(round(q * len(sorted_values))) - 1))
+    return sorted_values[i]
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)],
+                                  operation_timeout=30, request_timeout=30)
+    for future in futures.values():
+        try:
+            future.result()
+        except KafkaException as e:
+            if e.args[0].name() != "TOPIC_ALREADY_EXISTS":
+                raise
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:             # wait until metadata lists every partition
+        md = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if md is not None and md.error is None and len(md.partitions) == partitions:
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"topic {topic} did not appear with {partitions} partitions")
+
+
+def produce_phase(args, bootstrap: str, topic: str, stats: ServerStats) -> dict:
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "acks": args.acks,
+        "linger.ms": args.linger_ms,
+        "compression.type": args.compression,
+        "enable.idempotence": args.idempotent,
+    }
+    conf.update(parse_props(args.producer_prop))
+    latencies = array("d")
+    errors = []
+    lat_append = latencies.append
+    counts = [0, 0]                                  # delivered, failed
+
+    def on_delivery(err, msg):
+        if err is not None:
+            if len(errors) < 10:
+                errors.append(str(err))
+            counts[1] += 1
+            return
+        counts[0] += 1
+        latency = msg.latency()
+        if latency is not None:
+            lat_append(latency)
+
+    conf["on_delivery"] = on_delivery
+    producer = Producer(conf)
+    producer.list_topics(topic, timeout=30)          # connect before the clock starts
+    payloads = make_payloads(args.record_size)
+    mask = len(payloads) - 1
+    count = max(1, args.bytes // args.record_size)
+    produce = producer.produce
+    poll = producer.poll
+    backpressure = 0
+
+    clock = PhaseClock(stats)
+    clock.start()
+    for i in range(count):
+        value = payloads[i & mask]
+        try:
+            produce(topic, value)
+        except BufferError:                          # local queue full: serve callbacks, retry
+            while True:
+                backpressure += 1
+                poll(0.01)
+                try:
+                    produce(topic, value)
+                    break
+                except BufferError:
+                    continue
+        if not i & 1023:
+            poll(0)
+    remaining = producer.flush(600)
+    times = clock.stop()
+    elapsed = max(times["seconds"], 1e-9)
+
+    latencies = sorted(latencies)
+    delivered = counts[0]
+    result = {
+        "records": delivered,
+        "bytes": delivered * args.record_size,
+        "seconds": elapsed,
+        "mb_per_s": delivered * args.record_size / elapsed / 1e6,
+        "records_per_s": delivered / elapsed,
+        "latency_ms": {name: (None if v is None else v * 1000) for name, v in (
+            ("p50", percentile(latencies, 0.50)), ("p99", percentile(latencies, 0.99)),
+            ("p999", percentile(latencies, 0.999)), ("max", latencies[-1] if latencies else None))},
+        "errors": counts[1],
+        "first_errors": errors,
+        "undelivered": remaining,
+        "backpressure_retries": backpressure,
+        **times,
+        "server_peak_rss_mib": stats.peak_rss_mib(),
+    }
+    return result
+
+
+def consume_phase(args, bootstrap: str, topic: str, stats: ServerStats) -> dict:
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        # librdkafka pauses fetching for fetch.queue.backoff.ms (default 1000) whenever its local
+        # queue (queued.max.messages.kbytes, 64 MiB) is full, which happens as soon as the Python
+        # loop is slower than the broker; 1 s pauses would measure that timer, not the broker.
+        "fetch.queue.backoff.ms": 10,
+    }
+    conf.update(parse_props(args.consumer_prop))
+    consumer = Consumer(conf)
+    md = consumer.list_topics(topic, timeout=30).topics.get(topic)
+    if md is None or md.error is not None:
+        raise SystemExit(f"cannot consume {topic}: {md.error if md is not None else 'no such topic'}")
+    targets = {}
+    for p in sorted(md.partitions):
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+        if high > low:
+            targets[p] = high
+    expected = sum(targets.values())
+    consumer.assign([TopicPartition(topic, p, 0) for p in targets])
+
+    got = nbytes = bad = 0
+    errors = []
+    done = {}
+    first = None
+    clock = PhaseClock(stats)
+    start = clock.start()
+    deadline = start + args.consume_timeout
+    consume = consumer.consume
+    while len(done) < len(targets):
+        # consume(n) waits until n messages or the timeout: never ask for more than are left
+        msgs = consume(max(1, min(10000, expected - got + bad)), 1.0)
+        for m in msgs:
+            if m.error() is not None:
+                bad += 1
+                if len(errors) < 10:
+                    errors.append(str(m.error()))
+                continue
+            nbytes += len(m)
+        got += len(msgs)
+        if msgs and first is None:
+            first = time.perf_counter() - start
+        if msgs:
+            last = msgs[-1]
+            if last.error() is None and last.offset() + 1 >= targets[last.partition()]:
+                done[last.partition()] = True
+            if len(targets) > 1:                     # batches can mix partitions
+                for m in msgs:
+                    if m.error() is None and m.offset() + 1 >= targets[m.partition()]:
+                        done[m.partition()] = True
+        if time.perf_counter() > deadline:
+            errors.append(f"gave up after {args.consume_timeout}s with {got} of {expected} records")
+            break
+    times = clock.stop()
+    elapsed = max(times["seconds"], 1e-9)
+    consumer.close()
+    return {
+        "records": got - bad,
+        "expected_records": expected,
+        "bytes": nbytes,
+        "seconds": elapsed,
+        "mb_per_s": nbytes / elapsed / 1e6,
+        "records_per_s": (got - bad) / elapsed,
+        "first_record_s": first,
+        "errors": errors,
+        **times,
+        "server_peak_rss_mib": stats.peak_rss_mib(),
+    }
+
+
+# --- output -------------------------------------------------------------------------------------
+
+def _fmt(v, spec=".1f"):
+    return "n/a" if v is None else format(v, spec)
+
+
+def report_produce(r: dict) -> None:
+    lat = r["latency_ms"]
+    print(f"produce: {r['mb_per_s']:.1f} MB/s, {r['records_per_s']:,.0f} records/s "
+          f"({r['records']:,} records in {r['seconds']:.2f} s)")
+    print(f"  latency ms: p50 {_fmt(lat['p50'], '.2f')}  p99 {_fmt(lat['p99'], '.2f')}  "
+          f"p999 {_fmt(lat['p999'], '.2f')}  max {_fmt(lat['max'], '.2f')}")
+    print(f"  server: cpu {_fmt(r['server_cpu_s'], '.2f')} s, peak RSS {_fmt(r['server_peak_rss_mib'])} MiB; "
+          f"client cpu {r['client_cpu_s']:.2f} s; BufferError retries {r['backpressure_retries']}")
+    print(f"  other processes: cpu {_fmt(r['other_processes_cpu_s'], '.2f')} s (load {r['loadavg_1m']:.1f})")
+    if r["errors"] or r["undelivered"]:
+        print(f"  delivery errors: {r['errors']}, undelivered: {r['undelivered']}; first: {r['first_errors']}")
+
+
+def report_consume(r: dict) -> None:
+    print(f"consume: {r['mb_per_s']:.1f} MB/s, {r['records_per_s']:,.0f} records/s "
+          f"({r['records']:,} of {r['expected_records']:,} records in {r['seconds']:.2f} s; "
+          f"first after {_fmt(r['first_record_s'], '.3f')} s)")
+    print(f"  server: cpu {_fmt(r['server_cpu_s'], '.2f')} s, peak RSS {_fmt(r['server_peak_rss_mib'])} MiB; "
+          f"client cpu {r['client_cpu_s']:.2f} s")
+    print(f"  other processes: cpu {_fmt(r['other_processes_cpu_s'], '.2f')} s (load {r['loadavg_1m']:.1f})")
+    if r["errors"]:
+        print(f"  errors: {r['errors']}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bytes", type=parse_size, default=parse_size("1GiB"),
+                    help="record value bytes to produce (default 1GiB; suffixes KiB MiB GiB KB MB GB)")
+    ap.add_argument("--record-size", type=parse_size, default=1024, help="value size of each record (1024)")
+    ap.add_argument("--partitions", type=int, default=1)
+    ap.add_argument("--acks", default="all", choices=["0", "1", "all", "-1"])
+    ap.add_argument("--linger-ms", type=float, default=5)
+    ap.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
+    ap.add_argument("--idempotent", action="store_true", help="enable.idempotence=true")
+    ap.add_argument("--fsync", action=argparse.BooleanOptionalAction, default=True,
+                    help="fsync before acknowledging (server's trireme.fsync.enable; default on)")
+    ap.add_argument("--bootstrap", default=None,
+                    help="use a running broker instead of starting one (--fsync is then up to it)")
+    ap.add_argument("--server-pid", type=int, default=None, help="with --bootstrap: pid for CPU/RSS figures")
+    ap.add_argument("--topic", default=None, help="topic name (default: a fresh bench-XXXX)")
+    ap.add_argument("--phases", default="produce,consume",
+                    help="comma list of produce,consume (consume alone reads an existing --topic)")
+    ap.add_argument("--data-dir", default=None,
+                    help="server data dir to use and keep (default: a temp dir, deleted afterwards)")
+    ap.add_argument("--profile-server", metavar="OUT.prof", default=None,
+                    help="run the server under cProfile, writing OUT.prof on exit (slows it down)")
+    ap.add_argument("--profile-timer", choices=["cpu", "wall"], default="cpu",
+                    help="cProfile clock: the server main thread's CPU time (default) or wall time")
+    ap.add_argument("--server-set", action="append", default=[], metavar="NAME=VALUE",
+                    help="extra --set for the started server")
+    ap.add_argument("--producer-prop", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra librdkafka producer property")
+    ap.add_argument("--consumer-prop", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra librdkafka consumer property")
+    ap.add_argument("--consume-timeout", type=float, default=600, help="give up consuming after this (s)")
+    args = ap.parse_args(argv)
+    phases = {p.strip() for p in args.phases.split(",") if p.strip()}
+    if not phases <= {"produce", "consume"}:
+        ap.error("--phases takes produce and/or consume")
+    if phases == {"consume"} and not args.topic:
+        ap.error("--phases consume needs --topic (an existing topic)")
+    if args.acks == "-1":
+        args.acks = "all"
+    topic = args.topic or f"bench-{uuid.uuid4().hex[:8]}"
+
+    server = None
+    temp_root = None
+    try:
+        if args.bootstrap:
+            bootstrap = args.bootstrap
+            stats = ServerStats(args.server_pid)
+        else:
+            if args.data_dir:
+                data_dir = args.data_dir
+            else:
+                temp_root = tempfile.mkdtemp(prefix="trireme-bench-")
+                data_dir = os.path.join(temp_root, "data")
+            server = Server(data_dir, args.fsync, args.profile_server, args.server_set, args.profile_timer)
+            bootstrap = server.bootstrap
+            stats = ServerStats(server.proc.pid)
+        config = {"bytes": args.bytes, "record_size": args.record_size, "partitions": args.partitions,
+                  "acks": args.acks, "linger_ms": args.linger_ms, "compression": args.compression,
+                  "idempotent": args.idempotent, "fsync": args.fsync if server else None,
+                  "bootstrap": bootstrap, "topic": topic}
+        print(f"bench: {json.dumps(config)}", flush=True)
+        summary = {"config": config}
+        if "produce" in phases:
+            create_topic(bootstrap, topic, args.partitions)
+            summary["produce"] = produce_phase(args, bootstrap, topic, stats)
+            report_produce(summary["produce"])
+        if "consume" in phases:
+            summary["consume"] = consume_phase(args, bootstrap, topic, stats)
+            report_consume(summary["consume"])
+        summary["server_peak_rss_mib"] = stats.peak_rss_mib()
+        print(json.dumps(summary, separators=(",", ":")), flush=True)
+        return 0
+    except KafkaException as e:
+        print(f"bench: kafka error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if server is not None:
+            server.stop()
+            if server.proc.returncode not in (0, -signal.SIGINT):
+                print(f"bench: server exited with {server.proc.returncode}; log {server.log_path}",
+                      file=sys.stderr)
+        if temp_root is not None:
+            shutil.rmtree(temp_root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
