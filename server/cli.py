@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import signal
 import sys
@@ -12,6 +13,7 @@ from . import dispatch
 from .broker import Broker
 from .config import PROPERTIES, Config, ConfigError, parse_host_port, read_config_file
 from .listener import Listener
+from .metrics import serve_metrics
 
 log = logging.getLogger("trireme")
 
@@ -64,6 +66,10 @@ async def run_broker(config: Config) -> None:
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)
+            if config["trireme.metrics.listen"]:
+                host, port = parse_host_port(config["trireme.metrics.listen"])
+                bound = await nursery.start(functools.partial(serve_metrics, broker, host, port))
+                log.info("metrics on http://%s:%d/metrics", host, bound)
             async with trio.open_nursery() as serving:
                 port = await serving.start(listener.serve)
                 if config.listen_port == 0 or broker.advertised_port == 0:

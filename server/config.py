@@ -38,6 +38,7 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
                                    "crash safety of acknowledged data for speed (Kafka's own default)."),
     "trireme.shutdown.grace.ms": (5000, "On SIGTERM, how long in-flight requests may take to finish."),
     "trireme.log.level": ("INFO", "Log level of the structured logs on stderr."),
+    "trireme.metrics.listen": ("", "HOST:PORT for a Prometheus endpoint (GET /metrics); empty: off."),
 }
 
 

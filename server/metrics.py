@@ -13,6 +13,7 @@ class Metrics:
         self.fsync_partitions = 0
         self.bytes_in = 0
         self.bytes_out = 0
+        self.connections = 0
 
     def observe_request(self, api: str, seconds: float) -> None:
         self.requests[api] += 1
@@ -36,3 +37,49 @@ class Metrics:
                   f"trireme_bytes_in_total {self.bytes_in}",
                   f"trireme_bytes_out_total {self.bytes_out}"]
         return "\n".join(lines) + "\n"
+
+
+def render_broker(broker) -> str:
+    """The broker's counters plus gauges read from its state at scrape time."""
+    lines = [broker.metrics.render().rstrip("\n"),
+             "# TYPE trireme_partition_log_end_offset gauge",
+             "# TYPE trireme_partition_high_watermark gauge"]
+    for (topic, index), p in sorted(broker.partitions.items()):
+        labels = f'topic="{topic}",partition="{index}"'
+        lines.append(f"trireme_partition_log_end_offset{{{labels}}} {p.log.log_end_offset}")
+        lines.append(f"trireme_partition_high_watermark{{{labels}}} {p.log.high_watermark}")
+        lines.append(f"trireme_partition_log_start_offset{{{labels}}} {p.log.log_start_offset}")
+        lines.append(f"trireme_partition_size_bytes{{{labels}}} {p.log.size_bytes}")
+    lines.append(f"trireme_groups {len(broker.groups.coordinator.groups)}")
+    lines.append(f"trireme_connections {broker.metrics.connections}")
+    return "\n".join(lines) + "\n"
+
+
+async def serve_metrics(broker, host: str, port: int, *, task_status) -> None:
+    """A minimal HTTP endpoint: ``GET /metrics`` answers Prometheus text; anything else 404."""
+    import trio
+
+    async def handle(stream):
+        try:
+            with trio.move_on_after(5):
+                request = b""
+                while b"\r\n\r\n" not in request and len(request) < 8192:
+                    data = await stream.receive_some(4096)
+                    if not data:
+                        return
+                    request += data
+                path = request.split(b" ", 2)[1] if request.count(b" ") >= 2 else b""
+                if path == b"/metrics":
+                    body, status = render_broker(broker).encode(), b"200 OK"
+                else:
+                    body, status = b"not found\n", b"404 Not Found"
+                await stream.send_all(b"HTTP/1.0 " + status + b"\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        finally:
+            await stream.aclose()
+
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    task_status.started(listeners[0].socket.getsockname()[1])
+    await trio.serve_listeners(handle, listeners)
