@@ -19,7 +19,7 @@ from state.log import PartitionLog
 from state.producer_ids import ProducerIdManager
 from state.producer_state import ProducerStateManager
 from state.storage import FileStorage
-from state.topics import BrokerMeta, Topic, TopicError, TopicRegistry
+from state.topics import INTERNAL_TOPICS, BrokerMeta, Topic, TopicError, TopicRegistry
 
 from .config import Config
 from .metrics import Metrics
@@ -93,6 +93,7 @@ class Broker:
                  time.perf_counter() - started)
         from .groups import GroupService
         self.groups = GroupService(self)
+        self._sweep_orphans()
 
     # --- partitions --------------------------------------------------------------------------
 
@@ -120,6 +121,25 @@ class Broker:
         self.partitions[(topic.name, index)] = partition
         return partition
 
+    def _remove_partition_files(self, topic: str, index: int) -> None:
+        """Remove whatever a deleted topic of this name left in the partition's directory."""
+        directory = f"logs/{topic}-{index}"
+        if self.storage.exists(directory):
+            PartitionLog.open(self.storage, directory, now_ms=now_ms(), unsafe_no_fsync=True).delete()
+
+    def _sweep_orphans(self) -> None:
+        """Directories under logs/ that no topic owns are left over from a deletion cut short."""
+        if not self.storage.exists("logs"):
+            return
+        for name in self.storage.list("logs"):
+            topic, _, index = name.rpartition("-")
+            if index.isdigit() and (topic, int(index)) not in self.partitions:
+                log.info("removing files of deleted partition %s", name)
+                try:
+                    self._remove_partition_files(topic, int(index))
+                except OSError as e:
+                    log.warning("could not remove %s: %r", name, e)
+
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
 
@@ -133,6 +153,8 @@ class Broker:
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None,
                      validate_only: bool = False) -> Topic:
+        if name in INTERNAL_TOPICS:
+            raise TopicError(36, f"{name} is an internal topic of this broker")
         if partitions == -1:
             partitions = self.config["num.partitions"]
         if partitions > MAX_PARTITIONS_PER_TOPIC:
@@ -140,6 +162,7 @@ class Broker:
         topic = self.topics.create(name, partitions, configs or {}, validate_only=validate_only)
         if not validate_only:
             for index in range(topic.partitions):
+                self._remove_partition_files(name, index)
                 self._open_partition(topic, index)
             log.info("created topic name=%s partitions=%d id=%s", name, topic.partitions, topic.topic_id)
         return topic
@@ -162,7 +185,13 @@ class Broker:
             partition = self.partitions.pop((name, index), None)
             if partition is not None:
                 self._dirty.discard(partition)
-                partition.log.delete()
+                try:
+                    partition.log.delete()
+                except OSError as e:
+                    # The registry no longer has the topic: start-up sweeps the files, and a
+                    # re-created topic of that name clears them first.
+                    log.warning("could not remove files of %s-%d yet: %r", name, index, e)
+        self.groups.forget_topic(name)
         log.info("deleted topic name=%s", name)
 
     def add_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
@@ -198,6 +227,13 @@ class Broker:
         self._dirty.add(partition)
         self._dirty_event.set()
 
+    def storage_failed(self, partition: Partition, error: BaseException) -> None:
+        """A write or fsync failed: the partition goes offline until restart (Kafka's offline log dir)."""
+        partition.storage_error = repr(error)
+        log.error("storage error, partition %s-%d is offline until restart: %r",
+                  partition.topic.name, partition.index, error)
+        self._wake_waiters()
+
     async def wait_durable(self, partition: Partition, offset: int) -> bool:
         """Wait until everything up to and including ``offset`` is durable; False if it never will be
         (the fsync failed, or the topic was deleted meanwhile)."""
@@ -207,10 +243,14 @@ class Broker:
             await self._hw_event.wait()
         return True
 
-    async def wait_for_data(self, deadline: float) -> None:
-        """Sleep until some high watermark moves or the trio deadline passes."""
+    def data_event(self) -> trio.Event:
+        """An event set when any high watermark next moves (take it before reading, wait after)."""
+        return self._hw_event
+
+    async def wait_for_data(self, deadline: float, event: trio.Event | None = None) -> None:
+        """Sleep until some high watermark moves (after ``event`` was taken) or the deadline passes."""
         with trio.move_on_at(deadline):
-            await self._hw_event.wait()
+            await (event or self._hw_event).wait()
 
     def _wake_waiters(self) -> None:
         self._hw_event.set()
@@ -227,9 +267,7 @@ class Broker:
             self.metrics.observe_fsync(time.perf_counter() - started, len(batch))
             for p, target in batch:
                 if p in failures:
-                    p.storage_error = failures[p]
-                    log.error("fsync failed, partition %s-%d is offline until restart: %s",
-                              p.topic.name, p.index, failures[p])
+                    self.storage_failed(p, failures[p])
                 elif p.storage_error is None:
                     p.log.flush_done(target)
             self._wake_waiters()
@@ -243,7 +281,7 @@ class Broker:
             try:
                 p.log.flush(target)
             except OSError as e:
-                failures[p] = repr(e)
+                failures[p] = e
         return failures
 
     async def run_retention(self) -> None:
@@ -253,7 +291,11 @@ class Broker:
             for p in list(self.partitions.values()):
                 if p.topic.is_internal:
                     continue
-                deleted = p.log.apply_retention(now_ms())
+                try:
+                    deleted = p.log.apply_retention(now_ms())
+                except OSError as e:
+                    log.error("retention failed for %s-%d: %r", p.topic.name, p.index, e)
+                    continue
                 if deleted:
                     log.info("retention deleted segments=%d partition=%s-%d", deleted, p.topic.name, p.index)
 
@@ -268,6 +310,10 @@ class Broker:
     def close(self) -> None:
         """Final flush of everything and close the files."""
         for p in self.partitions.values():
-            p.log.sync(now_ms())
-            p.log.close()
+            try:
+                if p.storage_error is None:
+                    p.log.sync(now_ms())
+                p.log.close()
+            except OSError as e:
+                log.error("final flush of %s-%d failed: %r", p.topic.name, p.index, e)
 

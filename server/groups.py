@@ -28,6 +28,7 @@ from state.topics import Topic
 from wire import records as rec
 
 from .broker import Broker, now_ms
+from .dispatch import Deferred
 
 log = logging.getLogger("trireme.groups")
 
@@ -66,6 +67,7 @@ class GroupService:
         self._heap_seq = itertools.count()
         self._timers_changed = trio.Event()
         self._unreplayed: collections.deque = collections.deque()
+        self._nursery = None
         started = time.perf_counter()
         loaded = self._load()
         self._stage(self.coordinator.loaded(now_ms()))
@@ -105,7 +107,8 @@ class GroupService:
         plog = self.partition.log
         start = plog.log_end_offset
         if live:
-            self._append_batch(live, sync=True)
+            if self._append_batch(live, sync=True) is None:
+                return
         else:
             plog.sync(now_ms())
         plog.delete_records(start)
@@ -114,13 +117,20 @@ class GroupService:
     # --- running effects -------------------------------------------------------------------
 
     def _append_batch(self, records: list, *, producer_id: int = -1, producer_epoch: int = -1,
-                      transactional: bool = False, sync: bool = False) -> int:
+                      transactional: bool = False, sync: bool = False) -> int | None:
+        """Append one batch of coordinator records → its last offset, or None if the write failed."""
+        if self.partition.storage_error:
+            return None
         now = now_ms()
         batch = bytearray(rec.build_batch([(k, v, [], now) for k, v in records], producer_id=producer_id,
                                           producer_epoch=producer_epoch, transactional=transactional,
                                           base_timestamp=now))
         batches = rec.validate_batches(batch)
-        _, last, _ = self.partition.log.append(batch, batches, now)
+        try:
+            _, last, _ = self.partition.log.append(batch, batches, now)
+        except OSError as e:
+            self.broker.storage_failed(self.partition, e)
+            return None
         if sync:
             self.partition.log.sync(now)
         else:
@@ -129,12 +139,21 @@ class GroupService:
 
     def _stage(self, effects: Effects, *, producer_id: int = -1, producer_epoch: int = -1,
                transactional: bool = False):
-        """Carry out the synchronous part of ``effects``: append records, set timers."""
-        target = None
+        """Carry out the synchronous part of ``effects``: append records, set timers.
+
+        The answers then wait for everything staged so far, not just these records: an answer may
+        rest on state that an earlier, not yet durable record established (a follower's SyncGroup
+        on the leader's assignment), as Kafka's coordinator runtime waits for its last write.
+        """
+        failed = False
         if effects.records:
-            target = self._append_batch(effects.records, producer_id=producer_id,
-                                        producer_epoch=producer_epoch, transactional=transactional)
-            self._unreplayed.append((target, effects.records, producer_id, transactional))
+            last = self._append_batch(effects.records, producer_id=producer_id,
+                                      producer_epoch=producer_epoch, transactional=transactional)
+            if last is None:
+                failed = True
+            else:
+                self._unreplayed.append((last, effects.records, producer_id, transactional))
+        target = self._unreplayed[-1][0] if self._unreplayed else None
         for key in effects.cancel:
             self._timers.pop(key, None)
         for key, deadline in effects.timers:
@@ -142,14 +161,15 @@ class GroupService:
             heapq.heappush(self._heap, (deadline, next(self._heap_seq), key))
         if effects.timers:
             self._timers_changed.set()
-        return target, effects.responses
+        return target, effects.responses, failed
 
-    async def _complete(self, staged) -> None:
-        """Wait until the staged records are durable, replay them in log order, release the answers."""
-        target, responses = staged
-        durable = True
+    async def _complete(self, staged) -> bool:
+        """Wait until the staged records are durable, replay them in log order, release the answers;
+        → whether the records are durable."""
+        target, responses, failed = staged
+        durable = not failed
         if target is not None:
-            durable = await self.broker.wait_durable(self.partition, target)
+            durable = await self.broker.wait_durable(self.partition, target) and durable
             self._replay_durable()
         for request_id, result in responses:
             waiter = self._waiters.pop(request_id, None)
@@ -159,6 +179,7 @@ class GroupService:
                 result = result._replace(error=COORDINATOR_NOT_AVAILABLE)
             waiter.result = result
             waiter.event.set()
+        return durable
 
     def _replay_durable(self) -> None:
         hw = self.partition.log.high_watermark
@@ -172,16 +193,48 @@ class GroupService:
         assert not effects.records and not effects.responses
         self._stage(effects)
 
-    async def run_effects(self, effects: Effects) -> None:
-        await self._complete(self._stage(effects))
+    def stage(self, effects: Effects | list):
+        """Append the records of ``effects`` (or a plain record list) now, in request order; pass the
+        result to :meth:`complete` from the handler's Deferred."""
+        return self._stage(effects if isinstance(effects, Effects) else _records_only(effects))
+
+    async def complete(self, staged) -> bool:
+        """Wait for staged records to be durable and replayed; → False if they could not be made durable."""
+        return await self._complete(staged)
 
     async def write_records(self, records: list, **batch) -> bool:
         """Append coordinator records that come without Effects; True once durable and replayed."""
         if not records:
             return True
-        staged = self._stage(_records_only(records), **batch)
-        await self._complete(staged)
-        return self.partition.storage_error is None
+        return await self._complete(self._stage(_records_only(records), **batch))
+
+    def settled(self) -> bool:
+        """Whether every staged record has been replayed (reads may answer right away)."""
+        return not self._unreplayed
+
+    async def wait_replayed(self) -> None:
+        """Wait until everything staged so far is durable and replayed, so a read sees it."""
+        if self._unreplayed:
+            await self._complete((self._unreplayed[-1][0], [], False))
+
+    def after_staged_writes(self, answer):
+        """``answer()`` now if every staged record is replayed, else a Deferred that waits for them first."""
+        if self.settled():
+            return answer()
+
+        async def wait():
+            await self.wait_replayed()
+            return answer()
+        return Deferred(wait)
+
+    def forget_topic(self, topic: str) -> None:
+        """A topic was deleted: its committed offsets go too (tombstones, written in the background)."""
+        if self._nursery is not None:
+            self._nursery.start_soon(self._forget_topic, topic)
+
+    async def _forget_topic(self, topic: str) -> None:
+        await self.wait_replayed()
+        await self.write_records(self.coordinator.delete_topic_offsets({topic}))
 
     async def call(self, operation, *args, **kwargs):
         """Run an operation that answers through Effects (JoinGroup, SyncGroup) and wait for its answer,
@@ -200,6 +253,7 @@ class GroupService:
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             nursery.start_soon(self._run_timers, nursery)
             nursery.start_soon(self._run_offset_expiry)
             task_status.started()
@@ -225,6 +279,7 @@ class GroupService:
         interval = self.broker.config["offsets.retention.check.interval.ms"] / 1000
         while True:
             await trio.sleep(interval)
+            await self.wait_replayed()
             await self.write_records(self.coordinator.expire_offsets(now_ms()))
 
 

@@ -1319,6 +1319,14 @@ class GroupCoordinator:
             group = self.groups.get(record.group)
             if group is not None and (self.loading or (group.state in (EMPTY, DEAD) and not group.members)):
                 del self.groups[record.group]
+                # A deleted group takes its offsets along, also any replayed after the decision.
+                self.offsets.pop(record.group, None)
+
+    def delete_topic_offsets(self, topics: set[str]) -> list:
+        """Tombstones for every committed offset of deleted topics (Kafka's onPartitionsDeleted)."""
+        return [gr.offset_commit_tombstone(group_id, topic, partition)
+                for group_id, offsets in self.offsets.items()
+                for (topic, partition) in offsets if topic in topics]
 
     def replay_end_txn(self, producer_id: int, commit: bool) -> None:
         """Apply a transaction marker: COMMIT makes the producer's pending offsets visible, ABORT drops them.

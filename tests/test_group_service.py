@@ -23,7 +23,7 @@ def _run(broker, body):
 async def _commit(broker, group, offsets):
     results, effects = broker.groups.coordinator.commit_offsets(group, -1, "", None, offsets, now_ms())
     assert all(r.error == 0 for r in results)
-    await broker.groups.run_effects(effects)
+    assert await broker.groups.complete(broker.groups.stage(effects))
 
 
 def _fetched(broker, group):

@@ -6,16 +6,20 @@ Behaviour / version notes:
 """
 from server.dispatch import Deferred, handles
 
+NOT_COORDINATOR = 16
+
 
 @handles("DeleteGroups", 0, 2)
 def delete_groups(ctx, request):
     groups = ctx.broker.groups
-    results, records = groups.coordinator.delete_groups(list(request.groups_names), ctx.now_ms())
-    response = ctx.response()
-    cls = type(response).DeletableGroupResult
-    response.results = [cls(group_id=group_id, error_code=error) for group_id, error in results]
 
     async def wait():
-        await groups.write_records(records)
+        await groups.wait_replayed()      # decide on every commit already answered, as Kafka does
+        results, records = groups.coordinator.delete_groups(list(request.groups_names), ctx.now_ms())
+        durable = await groups.write_records(records)
+        response = ctx.response()
+        cls = type(response).DeletableGroupResult
+        response.results = [cls(group_id=group_id, error_code=error if error or durable else NOT_COORDINATOR)
+                            for group_id, error in results]
         return response
     return Deferred(wait)

@@ -11,8 +11,7 @@ from server.dispatch import handles
 GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))
 
 
-@handles("DescribeGroups", 0, 6)
-def describe_groups(ctx, request):
+def _describe_groups(ctx, request):
     coordinator = ctx.broker.groups.coordinator
     response = ctx.response()
     gcls = type(response).DescribedGroup
@@ -28,3 +27,10 @@ def describe_groups(ctx, request):
             out.authorized_operations = GROUP_OPERATIONS
         response.groups.append(out)
     return response
+
+
+@handles("DescribeGroups", 0, 6)
+def describe_groups(ctx, request):
+    # Commits answered before this request may still be on their way to disk: wait for them, so a
+    # pipelined read sees what was acknowledged (Kafka handles one request per connection at a time).
+    return ctx.broker.groups.after_staged_writes(lambda: _describe_groups(ctx, request))

@@ -38,15 +38,17 @@ def fetch(ctx, request):
     if ctx.api_version >= 7 and request.session_id != 0:
         response.error_code = FETCH_SESSION_ID_NOT_FOUND
         return response
+    moved = broker.data_event()          # taken before reading, so no flush in between is missed
     size = _fill(ctx, request, response)
     if size >= request.min_bytes or request.max_wait_ms <= 0:
         return response
     deadline = trio.current_time() + request.max_wait_ms / 1000
 
     async def long_poll():
-        nonlocal response
+        nonlocal response, moved
         while True:
-            await broker.wait_for_data(deadline)
+            await broker.wait_for_data(deadline, moved)
+            moved = broker.data_event()
             response = ctx.response()
             got = _fill(ctx, request, response)
             if got >= request.min_bytes or trio.current_time() >= deadline:

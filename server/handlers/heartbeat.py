@@ -17,7 +17,9 @@ def heartbeat(ctx, request):
         groups.run_effects_now(effects)
         return response
 
+    staged = groups.stage(effects)
+
     async def wait():
-        await groups.run_effects(effects)
+        await groups.complete(staged)
         return response
     return Deferred(wait)

@@ -6,6 +6,8 @@ Behaviour / version notes:
 """
 from server.dispatch import Deferred, handles
 
+NOT_COORDINATOR = 16
+
 
 @handles("LeaveGroup", 0, 5)
 def leave_group(ctx, request):
@@ -23,7 +25,10 @@ def leave_group(ctx, request):
     elif not error and results:
         response.error_code = results[0].error
 
+    staged = groups.stage(effects)
+
     async def wait():
-        await groups.run_effects(effects)
+        if not await groups.complete(staged) and not response.error_code:
+            response.error_code = NOT_COORDINATOR
         return response
     return Deferred(wait)

@@ -7,8 +7,7 @@ Behaviour / version notes:
 from server.dispatch import handles
 
 
-@handles("ListGroups", 0, 5)
-def list_groups(ctx, request):
+def _list_groups(ctx, request):
     coordinator = ctx.broker.groups.coordinator
     response = ctx.response()
     states = list(request.states_filter) if ctx.api_version >= 4 and request.states_filter else None
@@ -19,3 +18,10 @@ def list_groups(ctx, request):
     response.groups = [cls(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state,
                            group_type=g.group_type) for g in groups]
     return response
+
+
+@handles("ListGroups", 0, 5)
+def list_groups(ctx, request):
+    # Commits answered before this request may still be on their way to disk: wait for them, so a
+    # pipelined read sees what was acknowledged (Kafka handles one request per connection at a time).
+    return ctx.broker.groups.after_staged_writes(lambda: _list_groups(ctx, request))

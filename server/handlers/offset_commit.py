@@ -8,11 +8,13 @@ Behaviour / version notes:
 - Unknown topics or partitions → UNKNOWN_TOPIC_OR_PARTITION for that partition (as Kafka checks
   its metadata cache); metadata longer than 4096 characters → OFFSET_METADATA_TOO_LARGE.
 - The commit becomes visible to OffsetFetch once its __consumer_offsets record is fsynced and
-  replayed into the coordinator, which happens before this answer is sent.
+  replayed into the coordinator, which happens before this answer is sent; if the record cannot
+  be made durable the partitions answer NOT_COORDINATOR (as Kafka maps a storage error).
 """
 from server.dispatch import Deferred, handles
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_COORDINATOR = 16
 UNKNOWN_TOPIC_ID = 100
 
 
@@ -51,7 +53,13 @@ def offset_commit(ctx, request):
                  error_code=rejected.get((id(t), p.partition_index), errors.get((name, p.partition_index), 0)))
             for p in t.partitions]
 
+    staged = groups.stage(effects)       # appended now, so a pipelined OffsetFetch waits for it
+
     async def wait():
-        await groups.run_effects(effects)
+        if not await groups.complete(staged):
+            for topic in response.topics:
+                for p in topic.partitions:
+                    if p.error_code == 0:
+                        p.error_code = NOT_COORDINATOR     # not durable: Kafka's answer to a storage error
         return response
     return Deferred(wait)

@@ -7,6 +7,8 @@ Behaviour / version notes:
 """
 from server.dispatch import Deferred, handles
 
+NOT_COORDINATOR = 16
+
 
 @handles("OffsetDelete", 0, 0)
 def offset_delete(ctx, request):
@@ -22,7 +24,10 @@ def offset_delete(ctx, request):
                                                error_code=errors.get((t.name, p.partition_index), 0))
             for p in t.partitions]) for t in request.topics]
 
+    staged = groups.stage(records)
+
     async def wait():
-        await groups.write_records(records)
+        if not await groups.complete(staged) and not response.error_code:
+            response.error_code = NOT_COORDINATOR
         return response
     return Deferred(wait)

@@ -13,8 +13,7 @@ from server.dispatch import handles
 UNKNOWN_TOPIC_ID = 100
 
 
-@handles("OffsetFetch", 1, 10)
-def offset_fetch(ctx, request):
+def _offset_fetch(ctx, request):
     broker = ctx.broker
     coordinator = broker.groups.coordinator
     version = ctx.api_version
@@ -70,3 +69,10 @@ def offset_fetch(ctx, request):
                                          committed_leader_epoch=f.leader_epoch, metadata=f.metadata,
                                          error_code=f.error))
     return response
+
+
+@handles("OffsetFetch", 1, 10)
+def offset_fetch(ctx, request):
+    # Commits answered before this request may still be on their way to disk: wait for them, so a
+    # pipelined read sees what was acknowledged (Kafka handles one request per connection at a time).
+    return ctx.broker.groups.after_staged_writes(lambda: _offset_fetch(ctx, request))

@@ -27,6 +27,7 @@ Behaviour / version notes:
 from __future__ import annotations
 
 from server.broker import now_ms
+from server.connection import CloseConnection
 from server.dispatch import Deferred, handles, handles_legacy
 from wire import records
 from wire.primitives import CodecError
@@ -81,6 +82,11 @@ def produce(ctx, request):
                         batch_index=0, batch_index_error_message=message)]
             result.log_start_offset = partition.log.log_start_offset
     if acks == 0:
+        failed = [(t.name, p.index, p.error_code) for t in response.responses for p in t.partition_responses
+                  if p.error_code]
+        if failed:
+            # As Kafka: the only way to tell an acks=0 producer is to close, so it refreshes metadata.
+            raise CloseConnection(f"acks=0 produce failed for {failed}")
         return None
     if not waits:
         return response
@@ -125,6 +131,9 @@ def _append(broker, partition, data, transactional_id, now, result, waits) -> tu
         return INVALID_TXN_STATE, "transactional batches are not supported yet"
     if header.records_count <= 0:
         return INVALID_RECORD, "record batch with no records"
+    if header.last_offset_delta != header.records_count - 1:
+        return INVALID_RECORD, (f"inconsistent batch offset range: last offset delta {header.last_offset_delta} "
+                                f"for {header.records_count} records")
     if partition.storage_error:
         return KAFKA_STORAGE_ERROR, f"partition is offline after a storage error: {partition.storage_error}"
     config = broker.topic_config(partition.topic)
@@ -151,8 +160,12 @@ def _append(broker, partition, data, transactional_id, now, result, waits) -> tu
         return check.error_code, check.message or None
     log_append_time = config["message.timestamp.type"] == "LogAppendTime"
     records.set_partition_leader_epoch(data, pos, partition.leader_epoch)
-    base_offset, last_offset, append_time = partition.log.append(data, batches, now,
-                                                                 log_append_time=log_append_time)
+    try:
+        base_offset, last_offset, append_time = partition.log.append(data, batches, now,
+                                                                     log_append_time=log_append_time)
+    except OSError as e:
+        broker.storage_failed(partition, e)
+        return KAFKA_STORAGE_ERROR, f"write failed: {e!r}"
     append.commit(header.producer_id, header.producer_epoch, header.base_sequence, header.last_offset_delta,
                   base_offset, append_time if log_append_time else header.max_timestamp,
                   header.is_transactional)
