@@ -250,7 +250,7 @@ class Broker:
     async def wait_for_data(self, deadline: float, event: trio.Event | None = None) -> None:
         """Sleep until some high watermark moves (after ``event`` was taken) or the deadline passes."""
         with trio.move_on_at(deadline):
-            await (event or self._hw_event).wait()
+            await (event if event is not None else self._hw_event).wait()
 
     def _wake_waiters(self) -> None:
         self._hw_event.set()
