@@ -31,6 +31,11 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+# The shared helper modules assert too: rewrite them like the test modules
+# so that their failures show the compared values.
+pytest.register_assert_rewrite("compat_tests.group_members", "compat_tests.harness_helpers",
+                               "compat_tests.python_clients")
+
 from compat_tests import clients  # noqa: E402
 
 # Short group timings so rebalances in tests are quick.

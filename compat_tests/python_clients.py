@@ -12,7 +12,7 @@ import random
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 N_RECORDS = 10_000
@@ -166,6 +166,56 @@ def check_roundtrip(records: Sequence[Rec], acked: dict[int, tuple[int, int]],
         assert offs == list(range(len(offs))), f"partition {part}: offsets not dense"
 
 
+def assign_and_seek(consumer, tps: list, start: dict[int, int] | None) -> None:
+    """kafka-python / aiokafka (the same consumer API here): assign() the
+    TopicPartitions ``tps`` and seek() each to ``start[partition]`` (default
+    offset 0)."""
+    start = start or {}
+    consumer.assign(tps)
+    for tp in tps:
+        consumer.seek(tp, start.get(tp.partition, 0))
+
+
+class Collected:
+    """What a client's consume() loop has read so far, against ``counts``
+    (how many records it wants from each partition):
+
+        c = Collected(counts)
+        while c.want_more():
+            for msg in <one fetch>:
+                c.add(to_got(msg))
+
+    ``want_more`` fails the test once CONSUME_DEADLINE_S has passed without
+    all of them; ``got`` is every record in the order read."""
+
+    def __init__(self, counts: dict[int, int]):
+        self.counts = counts
+        self.got: list[Got] = []
+        self.per: dict[int, int] = {p: 0 for p in counts}
+        self.deadline = time.monotonic() + CONSUME_DEADLINE_S
+
+    def want_more(self) -> bool:
+        if not any(self.per[p] < self.counts[p] for p in self.counts):
+            return False
+        assert time.monotonic() < self.deadline, f"consumed only {self.per} of {self.counts}"
+        return True
+
+    def add(self, g: Got) -> None:
+        self.got.append(g)
+        self.per[g.partition] += 1
+
+
+def check_read_from(records: Sequence[Rec], acked: dict[int, tuple[int, int]], got: Sequence[Got],
+                    partition: int, start: int, n: int = 5) -> None:
+    """``got``, a read of ``partition`` after a seek to offset ``start`` (into
+    the middle of the log), begins with the ``n`` records acked at ``start``,
+    ``start + 1``, ...: same offsets, keys, values, headers and timestamps."""
+    by_pos = expected_by_position(records, acked)
+    want = [by_pos[(partition, o)] for o in range(start, start + n)]
+    assert [(g.offset, g.key, g.value, g.headers, g.timestamp) for g in got[:n]] == \
+        [(start + i, r.key, r.value, r.headers, r.timestamp) for i, r in enumerate(want)]
+
+
 def _short(v):
     r = repr(v)
     return r if len(r) < 120 else r[:117] + "..."
@@ -199,6 +249,37 @@ def offsets_records(base_ts: int) -> list[Rec]:
             out.append(Rec(N_PARTITIONS * i + p, p, b"k%d-%d" % (p, i), b"v%d-%d" % (p, i),
                            (("i", b"%d" % i),), ts))
     return out
+
+
+def offsets_base_ts() -> int:
+    """A ``base_ts`` for ``offsets_records``: an hour ago."""
+    return int(time.time() * 1000) - 3_600_000
+
+
+def offsets_produce_calls(records: Sequence[Rec]) -> list[Sequence[Rec]]:
+    """``offsets_records`` split into the two produce calls described there."""
+    split = N_PARTITIONS * OFFSETS_FIRST_FLUSH
+    return [records[:split], records[split:]]
+
+
+def offsets_acked(records: Sequence[Rec]) -> dict[int, tuple[int, int]]:
+    """The acknowledgements ``offsets_records`` must get: {index: (partition,
+    offset)}, record i of partition p at offset i."""
+    return {r.index: (r.partition, r.index // N_PARTITIONS) for r in records}
+
+
+def produce_offsets_records(produce: Callable[[Sequence[Rec]], dict[int, tuple[int, int]]]
+                            ) -> tuple[int, list[Rec]]:
+    """Produce ``offsets_records`` with a client's ``produce(records) ->
+    {index: (partition, offset)}`` in the two calls, check where they were
+    acked, and return (base_ts, records)."""
+    base = offsets_base_ts()
+    records = offsets_records(base)
+    acked: dict[int, tuple[int, int]] = {}
+    for batch in offsets_produce_calls(records):
+        acked.update(produce(batch))
+    assert acked == offsets_acked(records)
+    return base, records
 
 
 def spike_ts(base_ts: int, p: int) -> int:

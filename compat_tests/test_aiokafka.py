@@ -19,11 +19,12 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from compat_tests.python_clients import (CODECS, CONSUME_DEADLINE_S, N_PARTITIONS,
-                                         OFFSETS_FIRST_FLUSH, OFFSETS_PER_PARTITION,
-                                         OP_TIMEOUT_S, Got, check_roundtrip, expected_by_position,
-                                         make_records, offsets_records, partition_counts,
-                                         timestamp_cases, unique_topic)
+from compat_tests.python_clients import (CODECS, N_PARTITIONS, OFFSETS_PER_PARTITION,
+                                         OP_TIMEOUT_S, Collected, Got, assign_and_seek,
+                                         check_read_from, check_roundtrip, make_records,
+                                         offsets_acked, offsets_base_ts, offsets_produce_calls,
+                                         offsets_records, partition_counts, timestamp_cases,
+                                         unique_topic)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -134,25 +135,17 @@ async def consume(server, topic: str, counts: dict[int, int],
                   start: dict[int, int] | None = None) -> list[Got]:
     """assign() + seek() each partition (default offset 0) and getmany()
     until ``counts[p]`` records came from every partition."""
-    start = start or {}
     async with consumer_for(server) as consumer:
-        tps = [TopicPartition(topic, p) for p in counts]
-        consumer.assign(tps)
-        for tp in tps:
-            consumer.seek(tp, start.get(tp.partition, 0))
-        got: list[Got] = []
-        per = {p: 0 for p in counts}
-        deadline = time.monotonic() + CONSUME_DEADLINE_S
-        while any(per[p] < counts[p] for p in counts):
-            assert time.monotonic() < deadline, f"consumed only {per} of {counts}"
+        assign_and_seek(consumer, [TopicPartition(topic, p) for p in counts], start)
+        c = Collected(counts)
+        while c.want_more():
             batch = await consumer.getmany(timeout_ms=500, max_records=5000)
             for recs in batch.values():
                 for r in recs:
-                    got.append(to_got(r, topic))
-                    per[r.partition] += 1
+                    c.add(to_got(r, topic))
         for recs in (await consumer.getmany(timeout_ms=300)).values():
-            got.extend(to_got(r, topic) for r in recs)
-        return got
+            c.got.extend(to_got(r, topic) for r in recs)
+        return c.got
 
 
 # -------------------------------------------------------------------- tests
@@ -208,11 +201,8 @@ def test_produce_consume_roundtrip(module_server, codec):
         got = await consume(module_server, topic, partition_counts(records))
         check_roundtrip(records, acked, got)
 
-        by_pos = expected_by_position(records, acked)
         mid = await consume(module_server, topic, {0: 5}, start={0: 3210})
-        want = [by_pos[(0, o)] for o in range(3210, 3215)]
-        assert [(g.offset, g.key, g.value, g.headers, g.timestamp) for g in mid[:5]] == \
-            [(3210 + i, r.key, r.value, r.headers, r.timestamp) for i, r in enumerate(want)]
+        check_read_from(records, acked, mid, 0, 3210)
     run(body())
 
 
@@ -221,12 +211,12 @@ def test_list_offsets(module_server):
         topic = unique_topic("aio-offsets")
         async with admin_client(module_server) as admin:
             await create_topic(admin, topic)
-        base = int(time.time() * 1000) - 3_600_000
+        base = offsets_base_ts()
         records = offsets_records(base)
-        split = N_PARTITIONS * OFFSETS_FIRST_FLUSH
-        acked = await produce(module_server, topic, records[:split])
-        acked.update(await produce(module_server, topic, records[split:]))
-        assert acked == {r.index: (r.partition, r.index // N_PARTITIONS) for r in records}
+        acked: dict[int, tuple[int, int]] = {}
+        for batch in offsets_produce_calls(records):
+            acked.update(await produce(module_server, topic, batch))
+        assert acked == offsets_acked(records)
         tps = [TopicPartition(topic, p) for p in range(N_PARTITIONS)]
         async with consumer_for(module_server) as consumer:
             assert await consumer.beginning_offsets(tps) == {tp: 0 for tp in tps}

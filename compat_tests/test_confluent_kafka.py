@@ -18,11 +18,11 @@ from confluent_kafka.admin import (AclOperation, AdminClient, AlterConfigOpType,
                                    OffsetSpec, ResourceType)
 
 from compat_tests.clients import wait_until
-from compat_tests.python_clients import (CODECS, CONSUME_DEADLINE_S, N_PARTITIONS,
-                                         OFFSETS_FIRST_FLUSH, OFFSETS_PER_PARTITION, OFFSETS_SPIKE,
-                                         OP_TIMEOUT_S, Got, Rec, check_roundtrip,
-                                         expected_by_position, make_records, offsets_records,
-                                         partition_counts, spike_ts, timestamp_cases, unique_topic)
+from compat_tests.python_clients import (CODECS, N_PARTITIONS, OFFSETS_PER_PARTITION,
+                                         OFFSETS_SPIKE, OP_TIMEOUT_S, Collected, Got, Rec,
+                                         check_read_from, check_roundtrip, make_records,
+                                         partition_counts, produce_offsets_records, spike_ts,
+                                         timestamp_cases, unique_topic)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -127,22 +127,18 @@ def consume(server, topic: str, counts: dict[int, int], start: dict[int, int] | 
     consumer = Consumer(conf)
     try:
         consumer.assign([TopicPartition(topic, p, start.get(p, 0)) for p in counts])
-        got: list[Got] = []
-        per: dict[int, int] = {p: 0 for p in counts}
-        deadline = time.monotonic() + CONSUME_DEADLINE_S
-        while any(per[p] < counts[p] for p in counts):
-            assert time.monotonic() < deadline, f"consumed only {per} of {counts}"
+        c = Collected(counts)
+        while c.want_more():
             for msg in consumer.consume(num_messages=2000, timeout=0.5):
                 assert msg.error() is None, msg.error()
                 assert msg.topic() == topic
                 assert msg.leader_epoch() == 0, msg.leader_epoch()
-                got.append(to_got(msg))
-                per[msg.partition()] += 1
+                c.add(to_got(msg))
         # Nothing beyond what we expect shows up.
         for msg in consumer.consume(num_messages=100, timeout=0.3):
             assert msg.error() is None, msg.error()
-            got.append(to_got(msg))
-        return got
+            c.got.append(to_got(msg))
+        return c.got
     finally:
         consumer.close()
 
@@ -195,22 +191,14 @@ def test_produce_consume_roundtrip(module_server, admin, codec):
     check_roundtrip(records, acked, got)
 
     # Seek into the middle of a partition: the same record comes back.
-    by_pos = expected_by_position(records, acked)
     mid = consume(module_server, topic, {1: 5}, start={1: 1234})
-    want = [by_pos[(1, o)] for o in range(1234, 1239)]
-    assert [(g.offset, g.key, g.value, g.headers, g.timestamp) for g in mid[:5]] == \
-        [(1234 + i, r.key, r.value, r.headers, r.timestamp) for i, r in enumerate(want)]
+    check_read_from(records, acked, mid, 1, 1234)
 
 
 def test_list_offsets(module_server, admin):
     topic = unique_topic("ck-offsets")
     create_topic(admin, topic)
-    base = int(time.time() * 1000) - 3_600_000
-    records = offsets_records(base)
-    split = N_PARTITIONS * OFFSETS_FIRST_FLUSH
-    acked = produce(module_server, topic, records[:split])
-    acked.update(produce(module_server, topic, records[split:]))
-    assert acked == {r.index: (r.partition, r.index // N_PARTITIONS) for r in records}
+    base, _ = produce_offsets_records(lambda batch: produce(module_server, topic, batch))
     end = OFFSETS_PER_PARTITION
     parts = range(N_PARTITIONS)
 

@@ -44,28 +44,24 @@ import json
 import re
 import subprocess
 import time
-from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Iterator
 
 import pytest
 
 from compat_tests import clients
+from compat_tests.group_members import (HEARTBEAT_MS, SESSION_MS, TP, Member, all_tps,
+                                        assert_exactly_once, balanced, close_all, describe,
+                                        events_of, poll_rounds, poll_until, produce,
+                                        subscribe_balanced)
+from compat_tests.harness_helpers import harness_pool, pooled_harness
 
 VERSIONS = clients.JAVA_VERSIONS
-SESSION_MS = 6000
-HEARTBEAT_MS = 500
-# Short fetch waits keep the round-robin polls below quick.
-GROUP_CONFIG = {"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS,
-                "fetch.max.wait.ms": 100}
-POLL_MS = 200
 ASSIGNORS = {
     "range": "org.apache.kafka.clients.consumer.RangeAssignor",
     "roundrobin": "org.apache.kafka.clients.consumer.RoundRobinAssignor",
     "cooperative-sticky": "org.apache.kafka.clients.consumer.CooperativeStickyAssignor",
 }
-
-TP = tuple[str, int]
 
 
 # ------------------------------------------------------------------ fixtures
@@ -74,146 +70,15 @@ TP = tuple[str, int]
 def java_pool(module_server) -> Iterator[dict[str, clients.HarnessProcess]]:
     """One long-lived harness process per Java client version for the module
     (every test uses its own topics, groups and consumer handles)."""
-    pool: dict[str, clients.HarnessProcess] = {}
-    yield pool
-    for h in pool.values():
-        h.close()
+    yield from harness_pool()
 
 
 @pytest.fixture
 def java(request, java_pool, module_server, java_version) -> Iterator[clients.HarnessProcess]:
     clients.require_java(java_version)
-    h = java_pool.get(java_version)
-    if h is None or h.proc.poll() is not None:
-        h = java_pool[java_version] = clients.java_harness(java_version, module_server.bootstrap)
-    yield h
-    rep = getattr(request.node, "rep_call", None)
-    if rep is not None and rep.failed:
-        print(f"\n----- {h.name} harness stderr tail ({h.stderr_path}) -----\n{h.stderr_tail(60)}")
-        print(f"\n----- server stderr tail ({module_server.stderr_path}) -----\n"
-              f"{module_server.stderr_tail(60)}")
-
-
-# ------------------------------------------------------------------- helpers
-
-class Member:
-    """One KafkaConsumer (a harness handle) subscribed to ``topics`` in ``group``;
-    accumulates what its polls return."""
-
-    def __init__(self, h: clients.HarnessProcess, handle: str, group: str, topics: list[str],
-                 config: dict[str, Any] | None = None):
-        self.h, self.handle, self.group, self.topics = h, handle, group, topics
-        self.config = dict(GROUP_CONFIG, **(config or {}))
-        self.records: list[dict] = []
-        self.events: list[dict] = []
-        self.assignment: list[TP] = []
-        self.open = False
-
-    def __repr__(self) -> str:
-        return f"<Member {self.handle} assignment={self.assignment}>"
-
-    def subscribe(self) -> "Member":
-        self.h.ok("subscribe", topics=self.topics, group=self.group, config=self.config,
-                  handle=self.handle)
-        self.open = True
-        return self
-
-    def poll(self, timeout_ms: int = POLL_MS) -> dict:
-        r = self.h.ok("poll", handle=self.handle, timeout_ms=timeout_ms)
-        self.records.extend(r["records"])
-        self.events.extend(r["events"])
-        self.assignment = [tuple(tp) for tp in r["assignment"]]
-        return r
-
-    def commit(self, offsets: list[list] | None = None) -> None:
-        if offsets is None:
-            self.h.ok("commit", handle=self.handle)
-        else:
-            self.h.ok("commit", handle=self.handle, offsets=offsets)
-
-    def committed(self, topic: str, partitions: int) -> list[list]:
-        return self.h.ok("committed", handle=self.handle, topic=topic, partitions=partitions)["committed"]
-
-    def close(self) -> None:
-        if self.open:
-            self.open = False
-            self.h.ok("close_consumer", handle=self.handle)
-
-    def take_events(self) -> list[dict]:
-        ev, self.events = self.events, []
-        return ev
-
-    def keys(self) -> list[tuple[str, int, int]]:
-        return [(r["topic"], r["partition"], r["offset"]) for r in self.records]
-
-
-def close_all(members: Iterable[Member]) -> None:
-    for m in members:
-        if m.open and m.h.proc.poll() is None:
-            try:
-                m.close()
-            except (AssertionError, clients.HarnessError):
-                pass
-
-
-def all_tps(topics: dict[str, int]) -> set[TP]:
-    return {(t, p) for t, n in topics.items() for p in range(n)}
-
-
-def balanced(members: list[Member], tps: set[TP]) -> bool:
-    """Every member owns something, no partition twice, all partitions owned."""
-    owned = [tp for m in members for tp in m.assignment]
-    return all(m.assignment for m in members) and len(owned) == len(set(owned)) and set(owned) == tps
-
-
-def poll_until(members: list[Member], cond: Callable[[], bool], timeout: float, what: str) -> float:
-    """Round-robin poll ``members`` until ``cond()``; returns the seconds it took."""
-    start = time.monotonic()
-    while True:
-        for m in members:
-            m.poll()
-        if cond():
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout:
-            state = "\n".join(f"  {m.handle}: assignment={m.assignment} events={m.events[-6:]} "
-                              f"records={len(m.records)}" for m in members)
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{state}")
-
-
-def produce(h: clients.HarnessProcess, topic: str, partitions: int, per_partition: int,
-            tag: str) -> dict[tuple[str, int, int], bytes]:
-    """``per_partition`` records into each partition; returns {(topic, p, offset): value}."""
-    recs = [clients.record(f"{tag}/{p}/{i}", key=f"k{i}", partition=p)
-            for i in range(per_partition) for p in range(partitions)]
-    r = h.produce(topic, recs)
-    assert r["ok"], f"produce failed: {r.get('error')}\n{h.stderr_tail(30)}"
-    out = {}
-    for rec, (p, off) in zip(recs, r["offsets"]):
-        out[(topic, p, off)] = clients.unb64(rec["value_b64"])
-    return out
-
-
-def assert_exactly_once(members: list[Member], expected: dict[tuple[str, int, int], bytes]) -> None:
-    got = Counter(k for m in members for k in m.keys())
-    dups = {k: n for k, n in got.items() if n > 1}
-    assert not dups, f"records consumed more than once: {sorted(dups)[:10]}"
-    missing = sorted(set(expected) - set(got))
-    extra = sorted(set(got) - set(expected))
-    assert not missing and not extra, f"missing {missing[:10]} extra {extra[:10]}"
-    for m in members:
-        for r in m.records:
-            assert clients.unb64(r["value_b64"]) == expected[(r["topic"], r["partition"], r["offset"])]
-
-
-def events_of(member: Member, kind: str) -> list[list[TP]]:
-    return [[tuple(tp) for tp in e["partitions"]] for e in member.events if e["type"] == kind]
-
-
-def describe(h: clients.HarnessProcess, group: str) -> dict:
-    d = h.ok("describe_group", group=group)
-    for m in d["members"]:
-        m["assignment"] = sorted(tuple(tp) for tp in m["assignment"])
-    return d
+    yield from pooled_harness(request, java_pool, java_version,
+                              lambda: clients.java_harness(java_version, module_server.bootstrap),
+                              module_server)
 
 
 # ------------------------------------------------ deleteConsumerGroupOffsets
@@ -285,16 +150,12 @@ def test_group_shares_partitions(java, java_version):
     tps = all_tps({topic: 6})
     members = [Member(java, f"share-{v}-{i}", group, [topic]) for i in range(3)]
     try:
-        for m in members:
-            m.subscribe()
-        poll_until(members, lambda: balanced(members, tps), 30, "a balanced 3-way assignment")
+        subscribe_balanced(members, tps, "a balanced 3-way assignment")
         assert all(len(m.assignment) == 2 for m in members), members
         sent = produce(java, topic, 6, 40, "share")
         poll_until(members, lambda: sum(len(m.records) for m in members) >= len(sent), 30,
                    "all records to be consumed")
-        for _ in range(3):      # anything delivered twice would show up now
-            for m in members:
-                m.poll()
+        poll_rounds(members)      # anything delivered twice would show up now
         assert_exactly_once(members, sent)
         for m in members:
             assert {(r["topic"], r["partition"]) for r in m.records} == set(m.assignment), m
@@ -313,9 +174,7 @@ def test_group_close_hands_over_partitions(java, java_version):
     tps = all_tps({topic: 6})
     members = [Member(java, f"close-{v}-{i}", group, [topic]) for i in range(3)]
     try:
-        for m in members:
-            m.subscribe()
-        poll_until(members, lambda: balanced(members, tps), 30, "a balanced 3-way assignment")
+        subscribe_balanced(members, tps, "a balanced 3-way assignment")
         first = produce(java, topic, 6, 20, "close-1")
         poll_until(members, lambda: sum(len(m.records) for m in members) >= len(first), 30,
                    "the first batch")
@@ -363,9 +222,7 @@ def test_group_killed_member_expires_after_session_timeout(java, java_version, j
     victim = Member(victim_h, "victim", group, [topic])
     members = survivors + [victim]
     try:
-        for m in members:
-            m.subscribe()
-        poll_until(members, lambda: balanced(members, tps), 30, "a balanced 3-way assignment")
+        subscribe_balanced(members, tps, "a balanced 3-way assignment")
         victim_tps = set(victim.assignment)
         for m in survivors:
             m.take_events()
@@ -522,9 +379,7 @@ def test_static_member_rejoins_without_rebalance(java_version, module_server, ja
                        f"static member {name} to get its partitions back")
             took = time.monotonic() - t0
             assert took < SESSION_MS / 1000
-            for _ in range(3):
-                for m in (fresh, members[other]):
-                    m.poll()
+            poll_rounds([fresh, members[other]])
             assert sorted(fresh.assignment) == assignment[name]
             assert events_of(fresh, "assigned") == [assignment[name]] and not events_of(fresh, "revoked")
             assert members[other].events == [], \
@@ -603,9 +458,7 @@ def test_assignor(java, java_version, assignor):
     members = [Member(java, f"asg-{assignor}-{v}-{i}", group, sorted(topics), cfg) for i in range(2)]
     try:
         if assignor != "cooperative-sticky":
-            for m in members:
-                m.subscribe()
-            poll_until(members, lambda: balanced(members, tps), 30, "a complete assignment")
+            subscribe_balanced(members, tps, "a complete assignment")
             d = describe(java, group)
             assert d["state"] == "Stable" and d["protocol"] == assignor, d
             got = {x["member_id"]: x["assignment"] for x in d["members"]}
@@ -627,9 +480,7 @@ def test_assignor(java, java_version, assignor):
         first.take_events()
         second.subscribe()
         poll_until(members, lambda: balanced(members, tps), 30, "the cooperative rebalance")
-        for _ in range(3):
-            for m in members:
-                m.poll()
+        poll_rounds(members)
         assert len(first.assignment) == 3 and len(second.assignment) == 3, members
         revoked = [tp for ps in events_of(first, "revoked") for tp in ps]
         assert sorted(revoked) == sorted(second.assignment), \
@@ -654,9 +505,7 @@ def test_admin_consumer_groups(java, java_version, module_server, tmp_path):
     sent = produce(java, topic, 3, 10, "admin")
     members = [Member(java, f"admin-{v}-{i}", group, [topic]) for i in range(2)]
     try:
-        for m in members:
-            m.subscribe()
-        poll_until(members, lambda: balanced(members, all_tps({topic: 3})), 30, "a balanced assignment")
+        subscribe_balanced(members, all_tps({topic: 3}), "a balanced assignment")
         poll_until(members, lambda: sum(len(m.records) for m in members) >= len(sent), 30, "the records")
         owner = {tp: m for m in members for tp in m.assignment}
         for p, off in ((0, 4), (1, 10), (2, 7)):

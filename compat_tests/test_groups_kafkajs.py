@@ -28,154 +28,33 @@ robin.  The member killed with SIGKILL lives in a harness process of its own.
 from __future__ import annotations
 
 import time
-from collections import Counter
-from typing import Any, Callable, Iterable, Iterator
+from typing import Iterator
 
 import pytest
 
 from compat_tests import clients
+from compat_tests.group_members import (HEARTBEAT_MS, SESSION_MS, TP, Member, all_tps,
+                                        assert_exactly_once, balanced, close_all, describe,
+                                        poll_rounds, poll_until, produce, subscribe_balanced)
+from compat_tests.harness_helpers import harness_pool, pooled_harness
 
-SESSION_MS = 6000
-HEARTBEAT_MS = 500
-GROUP_CONFIG = {"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS,
-                "fetch.max.wait.ms": 100}
-POLL_MS = 200
 KJS = pytest.mark.parametrize("client", ["kafkajs"])
-
-TP = tuple[str, int]
 
 
 # ------------------------------------------------------------------ fixtures
 
 @pytest.fixture(scope="module")
-def js_pool(module_server) -> Iterator[list[clients.HarnessProcess]]:
-    pool: list[clients.HarnessProcess] = []
-    yield pool
-    for h in pool:
-        h.close()
+def js_pool(module_server) -> Iterator[dict[str, clients.HarnessProcess]]:
+    yield from harness_pool()
 
 
 @pytest.fixture
 def js(request, js_pool, module_server) -> Iterator[clients.HarnessProcess]:
     """One kafkajs harness process shared by the module's tests."""
     clients.require_kafkajs()
-    if not js_pool or js_pool[0].proc.poll() is not None:
-        js_pool[:] = [clients.kafkajs_harness(module_server.bootstrap)]
-    h = js_pool[0]
-    yield h
-    rep = getattr(request.node, "rep_call", None)
-    if rep is not None and rep.failed:
-        print(f"\n----- kafkajs harness stderr tail ({h.stderr_path}) -----\n{h.stderr_tail(60)}")
-        print(f"\n----- server stderr tail ({module_server.stderr_path}) -----\n"
-              f"{module_server.stderr_tail(60)}")
-
-
-# ------------------------------------------------------------------- helpers
-
-class Member:
-    """One kafkajs consumer (a harness handle) in ``group``."""
-
-    def __init__(self, h: clients.HarnessProcess, handle: str, group: str, topics: list[str],
-                 config: dict[str, Any] | None = None):
-        self.h, self.handle, self.group, self.topics = h, handle, group, topics
-        self.config = dict(GROUP_CONFIG, **(config or {}))
-        self.records: list[dict] = []
-        self.events: list[dict] = []
-        self.assignment: list[TP] = []
-        self.open = False
-
-    def __repr__(self) -> str:
-        return f"<Member {self.handle} assignment={self.assignment}>"
-
-    def subscribe(self) -> "Member":
-        self.h.ok("subscribe", topics=self.topics, group=self.group, config=self.config,
-                  handle=self.handle)
-        self.open = True
-        return self
-
-    def poll(self, timeout_ms: int = POLL_MS) -> dict:
-        r = self.h.ok("poll", handle=self.handle, timeout_ms=timeout_ms)
-        self.records.extend(r["records"])
-        self.events.extend(r["events"])
-        self.assignment = [tuple(tp) for tp in r["assignment"]]
-        return r
-
-    def commit(self, offsets: list[list] | None = None) -> None:
-        if offsets is None:
-            self.h.ok("commit", handle=self.handle)
-        else:
-            self.h.ok("commit", handle=self.handle, offsets=offsets)
-
-    def close(self) -> None:
-        if self.open:
-            self.open = False
-            self.h.ok("close_consumer", handle=self.handle)
-
-    def take_events(self) -> list[dict]:
-        ev, self.events = self.events, []
-        return ev
-
-    def keys(self) -> list[tuple[str, int, int]]:
-        return [(r["topic"], r["partition"], r["offset"]) for r in self.records]
-
-
-def close_all(members: Iterable[Member]) -> None:
-    for m in members:
-        if m.open and m.h.proc.poll() is None:
-            try:
-                m.close()
-            except (AssertionError, clients.HarnessError):
-                pass
-
-
-def all_tps(topics: dict[str, int]) -> set[TP]:
-    return {(t, p) for t, n in topics.items() for p in range(n)}
-
-
-def balanced(members: list[Member], tps: set[TP]) -> bool:
-    owned = [tp for m in members for tp in m.assignment]
-    return all(m.assignment for m in members) and len(owned) == len(set(owned)) and set(owned) == tps
-
-
-def poll_until(members: list[Member], cond: Callable[[], bool], timeout: float, what: str) -> float:
-    start = time.monotonic()
-    while True:
-        for m in members:
-            m.poll()
-        if cond():
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout:
-            state = "\n".join(f"  {m.handle}: assignment={m.assignment} events={m.events[-6:]} "
-                              f"records={len(m.records)}" for m in members)
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{state}")
-
-
-def produce(h: clients.HarnessProcess, topic: str, partitions: int, per_partition: int,
-            tag: str) -> dict[tuple[str, int, int], bytes]:
-    recs = [clients.record(f"{tag}/{p}/{i}", key=f"k{i}", partition=p)
-            for i in range(per_partition) for p in range(partitions)]
-    r = h.produce(topic, recs)
-    assert r["ok"], f"produce failed: {r.get('error')}\n{h.stderr_tail(30)}"
-    return {(topic, p, off): clients.unb64(rec["value_b64"]) for rec, (p, off) in zip(recs, r["offsets"])}
-
-
-def assert_exactly_once(members: list[Member], expected: dict[tuple[str, int, int], bytes]) -> None:
-    got = Counter(k for m in members for k in m.keys())
-    dups = {k: n for k, n in got.items() if n > 1}
-    assert not dups, f"records consumed more than once: {sorted(dups)[:10]}"
-    missing = sorted(set(expected) - set(got))
-    extra = sorted(set(got) - set(expected))
-    assert not missing and not extra, f"missing {missing[:10]} extra {extra[:10]}"
-    for m in members:
-        for r in m.records:
-            assert clients.unb64(r["value_b64"]) == expected[(r["topic"], r["partition"], r["offset"])]
-
-
-def describe(h: clients.HarnessProcess, group: str) -> dict:
-    d = h.ok("describe_group", group=group)
-    for m in d["members"]:
-        m["assignment"] = sorted(tuple(tp) for tp in m["assignment"])
-    return d
+    yield from pooled_harness(request, js_pool, "kafkajs",
+                              lambda: clients.kafkajs_harness(module_server.bootstrap),
+                              module_server)
 
 
 # ---------------------------------------------------------------------- tests
@@ -187,16 +66,12 @@ def test_group_shares_partitions(js, client):
     tps = all_tps({topic: 6})
     members = [Member(js, f"share-{i}", group, [topic]) for i in range(3)]
     try:
-        for m in members:
-            m.subscribe()
-        poll_until(members, lambda: balanced(members, tps), 30, "a balanced 3-way assignment")
+        subscribe_balanced(members, tps, "a balanced 3-way assignment")
         assert all(len(m.assignment) == 2 for m in members), members
         sent = produce(js, topic, 6, 40, "share")
         poll_until(members, lambda: sum(len(m.records) for m in members) >= len(sent), 30,
                    "all records to be consumed")
-        for _ in range(3):
-            for m in members:
-                m.poll()
+        poll_rounds(members)
         assert_exactly_once(members, sent)
         for m in members:
             assert {(r["topic"], r["partition"]) for r in m.records} == set(m.assignment), m
@@ -214,9 +89,7 @@ def test_group_close_hands_over_partitions(js, client):
     tps = all_tps({topic: 6})
     members = [Member(js, f"close-{i}", group, [topic]) for i in range(3)]
     try:
-        for m in members:
-            m.subscribe()
-        poll_until(members, lambda: balanced(members, tps), 30, "a balanced 3-way assignment")
+        subscribe_balanced(members, tps, "a balanced 3-way assignment")
         first = produce(js, topic, 6, 20, "close-1")
         poll_until(members, lambda: sum(len(m.records) for m in members) >= len(first), 30,
                    "the first batch")
@@ -261,9 +134,7 @@ def test_group_killed_member_expires_after_session_timeout(js, client, kafkajs_h
     victim = Member(victim_h, "victim", group, [topic])
     members = survivors + [victim]
     try:
-        for m in members:
-            m.subscribe()
-        poll_until(members, lambda: balanced(members, tps), 30, "a balanced 3-way assignment")
+        subscribe_balanced(members, tps, "a balanced 3-way assignment")
         victim_tps = set(victim.assignment)
         t0 = time.monotonic()
         victim_h.kill()
@@ -369,9 +240,7 @@ def test_default_assignor_round_robin(js, client):
     tps = all_tps(topics)
     members = [Member(js, f"rr-{i}", group, sorted(topics)) for i in range(3)]
     try:
-        for m in members:
-            m.subscribe()
-        poll_until(members, lambda: balanced(members, tps), 30, "a complete assignment")
+        subscribe_balanced(members, tps, "a complete assignment")
         d = describe(js, group)
         assert d["state"] == "Stable" and d["protocol"] == "RoundRobinAssigner", d
         got = {x["member_id"]: x["assignment"] for x in d["members"]}
@@ -395,9 +264,7 @@ def test_admin_consumer_groups(js, client):
     sent = produce(js, topic, 3, 10, "admin")
     members = [Member(js, f"admin-{i}", group, [topic]) for i in range(2)]
     try:
-        for m in members:
-            m.subscribe()
-        poll_until(members, lambda: balanced(members, all_tps({topic: 3})), 30, "a balanced assignment")
+        subscribe_balanced(members, all_tps({topic: 3}), "a balanced assignment")
         poll_until(members, lambda: sum(len(m.records) for m in members) >= len(sent), 30, "the records")
         owner = {tp: m for m in members for tp in m.assignment}
         for p, off in ((0, 4), (1, 10), (2, 7)):

@@ -270,6 +270,24 @@ def _close(adapter):
     return adapter.close()
 
 
+def recording_listener(base: type, m: Member):
+    """A rebalance listener (a subclass of the client's abstract
+    ConsumerRebalanceListener ``base``) that records every callback as an
+    event of ``m``.  (aiokafka's listener has no on_partitions_lost; aiokafka
+    never calls it.)"""
+    class Listener(base):
+        def on_partitions_revoked(self, revoked):
+            m.event("revoked", revoked)
+
+        def on_partitions_assigned(self, assigned):
+            m.event("assigned", assigned)
+
+        def on_partitions_lost(self, lost):
+            m.event("lost", lost)
+
+    return Listener()
+
+
 class ConfluentAdapter:
     def __init__(self, m: Member):
         self.m = m
@@ -334,17 +352,6 @@ class KafkaPythonAdapter:
         from kafka import KafkaConsumer
         from kafka.consumer.subscription_state import ConsumerRebalanceListener
         m = self.m
-
-        class Listener(ConsumerRebalanceListener):
-            def on_partitions_revoked(self, revoked):
-                m.event("revoked", revoked)
-
-            def on_partitions_assigned(self, assigned):
-                m.event("assigned", assigned)
-
-            def on_partitions_lost(self, lost):
-                m.event("lost", lost)
-
         kw: dict[str, Any] = {}
         if m.assignor:
             kw["partition_assignment_strategy"] = [kafka_python_assignor(m.assignor)]
@@ -371,7 +378,7 @@ class KafkaPythonAdapter:
         # registered for the cooperative assignor; otherwise there are no
         # events and the generation id tells about rebalances.
         if m.assignor == "cooperative-sticky":
-            self.c.subscribe([m.topic], listener=Listener())
+            self.c.subscribe([m.topic], listener=recording_listener(ConsumerRebalanceListener, m))
         else:
             self.c.subscribe([m.topic])
 
@@ -418,14 +425,6 @@ class AiokafkaAdapter:
         from aiokafka import AIOKafkaConsumer
         from aiokafka.abc import ConsumerRebalanceListener
         m = self.m
-
-        class Listener(ConsumerRebalanceListener):
-            def on_partitions_revoked(self, revoked):
-                m.event("revoked", revoked)
-
-            def on_partitions_assigned(self, assigned):
-                m.event("assigned", assigned)
-
         kw: dict[str, Any] = {}
         if m.assignor:
             kw["partition_assignment_strategy"] = (aiokafka_assignor(m.assignor),)
@@ -435,7 +434,7 @@ class AiokafkaAdapter:
             heartbeat_interval_ms=HEARTBEAT_MS, enable_auto_commit=False,
             auto_offset_reset="earliest", fetch_max_wait_ms=100,
             request_timeout_ms=int(OP_TIMEOUT_S * 1000), **kw)
-        self.c.subscribe([m.topic], listener=Listener())
+        self.c.subscribe([m.topic], listener=recording_listener(ConsumerRebalanceListener, m))
         await self.c.start()
 
     async def poll(self, timeout: float):

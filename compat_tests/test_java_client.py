@@ -21,17 +21,18 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 from kafka.partitioner.default import murmur2
 
 from compat_tests import clients
+from compat_tests.harness_helpers import (PARTITIONS, actual_row, assert_same_rows, expected_row,
+                                          first_offset_at_or_after, harness_pool, make_records,
+                                          past_base_ts, pooled_harness, wire)
 
 VERSIONS = clients.JAVA_VERSIONS
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
-N_RECORDS = 10_000
-PARTITIONS = 3
 BROKER_ID = 1   # node.id default
 # The harness closes its consumer after each command; close() waits for the
 # consumer's prefetch at the end of the log, which the broker (rightly) holds
@@ -44,23 +45,15 @@ FAST_FETCH = {"fetch.max.wait.ms": 50}
 @pytest.fixture(scope="module")
 def java_pool(module_server) -> Iterator[dict[str, clients.HarnessProcess]]:
     """One harness process per Java client version for the whole module."""
-    pool: dict[str, clients.HarnessProcess] = {}
-    yield pool
-    for h in pool.values():
-        h.close()
+    yield from harness_pool()
 
 
 @pytest.fixture
 def java(request, java_pool, module_server, version) -> Iterator[clients.HarnessProcess]:
     clients.require_java(version)
-    h = java_pool.get(version)
-    if h is None or h.proc.poll() is not None:   # (re)start after a crash/kill
-        h = java_pool[version] = clients.java_harness(version, module_server.bootstrap)
-    yield h
-    rep = getattr(request.node, "rep_call", None)
-    if rep is not None and rep.failed:
-        print(f"\n----- {h.name} harness stderr tail ({h.stderr_path}) -----\n{h.stderr_tail(60)}")
-        print(f"\n----- server stderr tail -----\n{module_server.stderr_tail(40)}")
+    yield from pooled_harness(request, java_pool, version,
+                              lambda: clients.java_harness(version, module_server.bootstrap),
+                              module_server, server_lines=40)
 
 
 @pytest.fixture
@@ -74,72 +67,6 @@ def captured_server(request, tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------- helpers
-
-def make_records(tag: str, base_ts: int, n: int = N_RECORDS) -> list[dict[str, Any]]:
-    """Records spread round-robin over the partitions.  Keys (some null, some
-    empty), values (some null = tombstones, some empty, binary tails),
-    headers (repeated keys, a null value, some records without headers) and
-    explicit CreateTime timestamps: unique, not monotonic (blocks of ten go
-    backwards) and all in the past three hours (Kafka 4's
-    message.timestamp.after.max.ms default is one hour)."""
-    out = []
-    for i in range(n):
-        m = i % 1000
-        key = None if m == 997 else b"" if m == 996 else f"{tag}/key/{i:05d}".encode()
-        if m == 999:
-            value = None
-        elif m == 998:
-            value = b""
-        else:
-            value = f"{tag} value {i} ".encode() * (1 + i % 4) + bytes(range(i % 250, i % 250 + 6))
-        if i % 100 == 0:
-            headers: list[tuple[str, bytes | None]] = []
-        else:
-            headers = [("idx", str(i).encode()), ("bin", bytes([i % 256, 0, 255 - i % 256])),
-                       ("dup", b"first"), ("dup", b"second")]
-            if i % 10 == 0:
-                headers.append(("nullvalue", None))
-        ts = base_ts + 1000 * ((i // 10) * 10 + 9 - i % 10)
-        out.append({"i": i, "partition": i % PARTITIONS, "key": key, "value": value,
-                    "headers": headers, "timestamp": ts})
-    return out
-
-
-def wire(recs: list[dict[str, Any]]) -> list[dict]:
-    return [clients.record(r["value"], key=r["key"], partition=r["partition"], headers=r["headers"],
-                           timestamp=r["timestamp"]) for r in recs]
-
-
-def past_base_ts() -> int:
-    return int(time.time() * 1000) - 3 * 3600 * 1000
-
-
-def assert_same_rows(expected: list, actual: list, what: str) -> None:
-    """Compare long lists without a 10,000-line diff: length, then the first
-    differing row."""
-    for idx, (e, a) in enumerate(zip(expected, actual)):
-        assert a == e, f"{what}: first difference at row {idx}"
-    assert len(actual) == len(expected), f"{what}: {len(actual)} rows, expected {len(expected)}"
-
-
-def expected_row(r: dict[str, Any], p: int, o: int) -> tuple:
-    return (p, o, r["key"], r["value"], [(k, v) for k, v in r["headers"]], r["timestamp"], "CreateTime")
-
-
-def actual_row(rec: dict) -> tuple:
-    d = clients.decoded(rec)
-    return (rec["partition"], rec["offset"], d["key"], d["value"], d["headers_raw"], rec["timestamp"],
-            rec["timestamp_type"])
-
-
-def first_offset_at_or_after(ts_by_offset: list[int], target: int) -> tuple[int, int]:
-    """Kafka's ListOffsets by timestamp: the first offset (in log order) whose
-    timestamp is >= target, with that timestamp; (-1, -1) if none."""
-    for o, t in enumerate(ts_by_offset):
-        if t >= target:
-            return o, t
-    return -1, -1
-
 
 def assert_topic_gone(h: clients.HarnessProcess, topic: str) -> None:
     clients.wait_until(lambda: topic not in h.ok("list_topics")["topics"], timeout=10,

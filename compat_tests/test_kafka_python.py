@@ -15,18 +15,16 @@ never gets a record - against any broker (dpkp/kafka-python#3074, fixed by
 """
 from __future__ import annotations
 
-import time
-
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import OffsetSpec, OffsetTimestamp
 from kafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
 from compat_tests.clients import wait_until
-from compat_tests.python_clients import (CODECS, CONSUME_DEADLINE_S, N_PARTITIONS,
-                                         OFFSETS_FIRST_FLUSH, OFFSETS_PER_PARTITION, OFFSETS_SPIKE,
-                                         OP_TIMEOUT_S, Got, check_roundtrip, expected_by_position,
-                                         make_records, offsets_records, partition_counts,
+from compat_tests.python_clients import (CODECS, N_PARTITIONS, OFFSETS_PER_PARTITION,
+                                         OFFSETS_SPIKE, OP_TIMEOUT_S, Collected, Got,
+                                         assign_and_seek, check_read_from, check_roundtrip,
+                                         make_records, partition_counts, produce_offsets_records,
                                          spike_ts, timestamp_cases, unique_topic)
 
 pytestmark = pytest.mark.timeout(180)
@@ -122,25 +120,17 @@ def consume(server, topic: str, counts: dict[int, int], start: dict[int, int] | 
             **config) -> list[Got]:
     """assign() + seek() each partition (default offset 0) and poll until
     ``counts[p]`` records came from every partition."""
-    start = start or {}
     consumer = new_consumer(server, **config)
     try:
-        tps = [TopicPartition(topic, p) for p in counts]
-        consumer.assign(tps)
-        for tp in tps:
-            consumer.seek(tp, start.get(tp.partition, 0))
-        got: list[Got] = []
-        per = {p: 0 for p in counts}
-        deadline = time.monotonic() + CONSUME_DEADLINE_S
-        while any(per[p] < counts[p] for p in counts):
-            assert time.monotonic() < deadline, f"consumed only {per} of {counts}"
+        assign_and_seek(consumer, [TopicPartition(topic, p) for p in counts], start)
+        c = Collected(counts)
+        while c.want_more():
             for tp, recs in consumer.poll(timeout_ms=500).items():
                 for r in recs:
-                    got.append(to_got(r, topic))
-                    per[r.partition] += 1
+                    c.add(to_got(r, topic))
         for recs in consumer.poll(timeout_ms=300).values():
-            got.extend(to_got(r, topic) for r in recs)
-        return got
+            c.got.extend(to_got(r, topic) for r in recs)
+        return c.got
     finally:
         consumer.close()
 
@@ -200,22 +190,14 @@ def test_produce_consume_roundtrip(module_server, admin, codec):
     got = consume(module_server, topic, partition_counts(records))
     check_roundtrip(records, acked, got)
 
-    by_pos = expected_by_position(records, acked)
     mid = consume(module_server, topic, {2: 5}, start={2: 2345})
-    want = [by_pos[(2, o)] for o in range(2345, 2350)]
-    assert [(g.offset, g.key, g.value, g.headers, g.timestamp) for g in mid[:5]] == \
-        [(2345 + i, r.key, r.value, r.headers, r.timestamp) for i, r in enumerate(want)]
+    check_read_from(records, acked, mid, 2, 2345)
 
 
 def test_list_offsets(module_server, admin):
     topic = unique_topic("kp-offsets")
     create_topic(admin, topic)
-    base = int(time.time() * 1000) - 3_600_000
-    records = offsets_records(base)
-    split = N_PARTITIONS * OFFSETS_FIRST_FLUSH
-    acked = produce(module_server, topic, records[:split])
-    acked.update(produce(module_server, topic, records[split:]))
-    assert acked == {r.index: (r.partition, r.index // N_PARTITIONS) for r in records}
+    base, _ = produce_offsets_records(lambda batch: produce(module_server, topic, batch))
     end = OFFSETS_PER_PARTITION
     tps = [TopicPartition(topic, p) for p in range(N_PARTITIONS)]
 

@@ -19,94 +19,34 @@ consumer of its own).
 """
 from __future__ import annotations
 
-import time
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 
 from compat_tests import clients
+from compat_tests.harness_helpers import (PARTITIONS, actual_row, assert_same_rows, expected_row,
+                                          first_offset_at_or_after, harness_pool, make_records,
+                                          past_base_ts, pooled_harness, wire)
 
 CODECS = ("none", "gzip")
-N_RECORDS = 10_000
-PARTITIONS = 3
 BROKER_ID = 1
 
 
 @pytest.fixture(scope="module")
 def js_pool(module_server) -> Iterator[dict[str, clients.HarnessProcess]]:
     """One kafkajs harness process for the whole module."""
-    pool: dict[str, clients.HarnessProcess] = {}
-    yield pool
-    for h in pool.values():
-        h.close()
+    yield from harness_pool()
 
 
 @pytest.fixture
 def js(request, js_pool, module_server) -> Iterator[clients.HarnessProcess]:
     clients.require_kafkajs()
-    h = js_pool.get("kafkajs")
-    if h is None or h.proc.poll() is not None:
-        h = js_pool["kafkajs"] = clients.kafkajs_harness(module_server.bootstrap)
-    yield h
-    rep = getattr(request.node, "rep_call", None)
-    if rep is not None and rep.failed:
-        print(f"\n----- kafkajs harness stderr tail ({h.stderr_path}) -----\n{h.stderr_tail(60)}")
-        print(f"\n----- server stderr tail -----\n{module_server.stderr_tail(40)}")
+    yield from pooled_harness(request, js_pool, "kafkajs",
+                              lambda: clients.kafkajs_harness(module_server.bootstrap),
+                              module_server, server_lines=40)
 
 
 # ------------------------------------------------------------------- helpers
-
-def make_records(tag: str, base_ts: int, n: int = N_RECORDS) -> list[dict[str, Any]]:
-    """Round-robin over the partitions; keys (some null, some empty), values
-    (some null, some empty, binary tails), headers (a repeated key, kept
-    adjacent because kafkajs groups header keys; no null header values, which
-    kafkajs cannot send) and unique, non-monotonic CreateTime timestamps in the
-    past three hours."""
-    out = []
-    for i in range(n):
-        m = i % 1000
-        key = None if m == 997 else b"" if m == 996 else f"{tag}/key/{i:05d}".encode()
-        if m == 999:
-            value = None
-        elif m == 998:
-            value = b""
-        else:
-            value = f"{tag} value {i} ".encode() * (1 + i % 4) + bytes(range(i % 250, i % 250 + 6))
-        headers: list[tuple[str, bytes]] = [] if i % 100 == 0 else [
-            ("idx", str(i).encode()), ("bin", bytes([i % 256, 0, 255 - i % 256])),
-            ("dup", b"first"), ("dup", b"second")]
-        ts = base_ts + 1000 * ((i // 10) * 10 + 9 - i % 10)
-        out.append({"i": i, "partition": i % PARTITIONS, "key": key, "value": value,
-                    "headers": headers, "timestamp": ts})
-    return out
-
-
-def past_base_ts() -> int:
-    return int(time.time() * 1000) - 3 * 3600 * 1000
-
-
-def assert_same_rows(expected: list, actual: list, what: str) -> None:
-    for idx, (e, a) in enumerate(zip(expected, actual)):
-        assert a == e, f"{what}: first difference at row {idx}"
-    assert len(actual) == len(expected), f"{what}: {len(actual)} rows, expected {len(expected)}"
-
-
-def expected_row(r: dict[str, Any], p: int, o: int) -> tuple:
-    return (p, o, r["key"], r["value"], list(r["headers"]), r["timestamp"], "CreateTime")
-
-
-def actual_row(rec: dict) -> tuple:
-    d = clients.decoded(rec)
-    return (rec["partition"], rec["offset"], d["key"], d["value"], d["headers_raw"], rec["timestamp"],
-            rec["timestamp_type"])
-
-
-def first_offset_at_or_after(ts_by_offset: list[int], target: int) -> tuple[int, int]:
-    for o, t in enumerate(ts_by_offset):
-        if t >= target:
-            return o, t
-    return -1, -1
-
 
 def assert_topic_gone(h: clients.HarnessProcess, topic: str) -> None:
     clients.wait_until(lambda: topic not in h.ok("list_topics")["topics"], timeout=10,
@@ -160,10 +100,9 @@ def test_produce_consume_roundtrip(js, codec, idempotent):
     js.ok("create_topic", topic=topic, partitions=PARTITIONS)
     assert_describe(js, topic, PARTITIONS)
 
-    recs = make_records(f"{codec}-{idempotent}", past_base_ts())
-    wire = [clients.record(r["value"], key=r["key"], partition=r["partition"], headers=r["headers"],
-                           timestamp=r["timestamp"]) for r in recs]
-    res = js.produce(topic, wire, config={"compression.type": codec, "acks": "all",
+    # (kafkajs cannot send null header values)
+    recs = make_records(f"{codec}-{idempotent}", past_base_ts(), null_header_values=False)
+    res = js.produce(topic, wire(recs), config={"compression.type": codec, "acks": "all",
                                           "enable.idempotence": idempotent})
     assert res["ok"], f"produce failed: {res.get('error')}\n{js.stderr_tail(30)}"
 
