@@ -188,11 +188,6 @@ class GroupService:
             for key, value in records:
                 self.coordinator.replay(key, value, producer_id=producer_id, transactional=transactional)
 
-    def run_effects_now(self, effects: Effects) -> None:
-        """Effects that hold only timers need no waiting."""
-        assert not effects.records and not effects.responses
-        self._stage(effects)
-
     def stage(self, effects: Effects | list):
         """Append the records of ``effects`` (or a plain record list) now, in request order; pass the
         result to :meth:`complete` from the handler's Deferred."""

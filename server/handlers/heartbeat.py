@@ -13,11 +13,9 @@ def heartbeat(ctx, request):
     error, effects = groups.coordinator.heartbeat(request.group_id, request.generation_id, request.member_id,
                                                   request.group_instance_id, ctx.now_ms())
     response = ctx.response(error_code=error)
-    if not effects.records and not effects.responses:
-        groups.run_effects_now(effects)
+    staged = groups.stage(effects)           # usually just a new session deadline
+    if groups.settled() and not effects.responses:
         return response
-
-    staged = groups.stage(effects)
 
     async def wait():
         await groups.complete(staged)
