@@ -9,7 +9,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from wire import records as R
 from wire.primitives import CodecError
 from wire.records import (
     BATCH_HEADER_SIZE,

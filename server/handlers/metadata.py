@@ -13,7 +13,7 @@ Behaviour / version notes:
 import uuid
 
 from server.dispatch import handles
-from state.topics import TopicError, validate_topic_name
+from state.topics import validate_topic_name
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_TOPIC_EXCEPTION = 17
