@@ -19,6 +19,7 @@ from state.log import PartitionLog
 from state.producer_ids import ProducerIdManager
 from state.producer_state import ProducerStateManager
 from state.storage import FileStorage
+from wire import error_codes as E
 from state.topics import INTERNAL_TOPICS, BrokerMeta, Topic, TopicError, TopicRegistry
 
 from .config import Config
@@ -45,19 +46,41 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+@dataclasses.dataclass(slots=True, frozen=True)
+class PartitionConfig:
+    """The topic configs the produce path consults, typed once per topic change instead of per request."""
+
+    max_message_bytes: int
+    log_append_time: bool
+    compacted: bool
+
+    @classmethod
+    def of(cls, config: dict[str, str]) -> "PartitionConfig":
+        return cls(int(config["max.message.bytes"]), config["message.timestamp.type"] == "LogAppendTime",
+                   "compact" in config["cleanup.policy"])
+
+
 @dataclasses.dataclass(slots=True, eq=False)
 class Partition:
-    """One partition of a topic: its log and its idempotent-producer state."""
+    """One partition of a topic: its log, its idempotent-producer state and its typed config."""
 
     topic: Topic
     index: int
     log: PartitionLog
     producers: ProducerStateManager
+    config: PartitionConfig
     storage_error: str | None = None       # set when an fsync failed: the partition is offline
 
     @property
     def leader_epoch(self) -> int:
         return self.topic.leader_epoch
+
+    def leader_epoch_error(self, current_leader_epoch: int) -> int:
+        """Kafka's check of a request's CurrentLeaderEpoch (-1: not given) against ours."""
+        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
+            return 0
+        return (E.UNKNOWN_LEADER_EPOCH.code if current_leader_epoch > self.leader_epoch
+                else E.FENCED_LEADER_EPOCH.code)
 
     def last_stable_offset(self) -> int:
         """The high watermark, held back to the first offset of any open transaction."""
@@ -97,8 +120,9 @@ class Broker:
 
     # --- partitions --------------------------------------------------------------------------
 
-    def _open_partition(self, topic: Topic, index: int) -> Partition:
-        cfg = self.topic_config(topic)
+    def _open_partition(self, topic: Topic, index: int, config: dict[str, str] | None = None) -> Partition:
+        """Open (recovering) a partition's log, rebuild its producer state from the batch headers."""
+        cfg = config or self.topic_config(topic)
         plog = PartitionLog.open(
             self.storage, f"logs/{topic.name}-{index}",
             segment_bytes=int(cfg["segment.bytes"]), retention_ms=int(cfg["retention.ms"]),
@@ -106,20 +130,15 @@ class Broker:
         producers = ProducerStateManager()
         for header in plog.iter_batch_headers():
             producers.load_batch(header)
-        partition = Partition(topic, index, plog, producers)
+        partition = Partition(topic, index, plog, producers, PartitionConfig.of(cfg))
         self.partitions[(topic.name, index)] = partition
         return partition
 
     def open_internal_partition(self, topic: Topic, index: int, *, segment_bytes: int) -> Partition:
         """A partition of an internal topic (not in the registry, never subject to retention)."""
-        plog = PartitionLog.open(self.storage, f"logs/{topic.name}-{index}", segment_bytes=segment_bytes,
-                                 retention_ms=-1, retention_bytes=-1, now_ms=now_ms(),
-                                 unsafe_no_fsync=not self.fsync)
-        partition = Partition(topic, index, plog, ProducerStateManager())
-        for header in plog.iter_batch_headers():
-            partition.producers.load_batch(header)
-        self.partitions[(topic.name, index)] = partition
-        return partition
+        config = {**self.topic_config(topic), "segment.bytes": str(segment_bytes), "retention.ms": "-1",
+                  "retention.bytes": "-1", "cleanup.policy": "compact"}
+        return self._open_partition(topic, index, config)
 
     def _remove_partition_files(self, topic: str, index: int) -> None:
         """Remove whatever a deleted topic of this name left in the partition's directory."""
@@ -204,7 +223,7 @@ class Broker:
                 if partition is None:
                     self._open_partition(topic, index)
                 else:
-                    partition.topic = topic
+                    partition.topic = topic     # partitions and leader epoch come from the topic
 
     def alter_topic_configs(self, name: str, ops, validate_only: bool = False) -> None:
         topic = self.topics.alter_configs(name, ops, validate_only=validate_only)
@@ -213,6 +232,7 @@ class Broker:
             for index in range(topic.partitions):
                 p = self.partitions[(name, index)]
                 p.topic = topic
+                p.config = PartitionConfig.of(cfg)
                 p.log.configure(segment_bytes=int(cfg["segment.bytes"]), retention_ms=int(cfg["retention.ms"]),
                                 retention_bytes=int(cfg["retention.bytes"]))
 

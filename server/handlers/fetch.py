@@ -25,8 +25,6 @@ from state.log import OffsetOutOfRange
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
 FETCH_SESSION_ID_NOT_FOUND = 70
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 75
 UNKNOWN_TOPIC_ID = 100
 READ_COMMITTED = 1
 
@@ -84,9 +82,8 @@ def _fill(ctx, request, response) -> int:
             result.high_watermark = hw
             result.last_stable_offset = lso
             result.log_start_offset = plog.log_start_offset
-            if fp.current_leader_epoch >= 0 and fp.current_leader_epoch != partition.leader_epoch:
-                result.error_code = (UNKNOWN_LEADER_EPOCH if fp.current_leader_epoch > partition.leader_epoch
-                                     else FENCED_LEADER_EPOCH)
+            result.error_code = partition.leader_epoch_error(fp.current_leader_epoch)
+            if result.error_code:
                 continue
             if read_committed:
                 result.aborted_transactions = []

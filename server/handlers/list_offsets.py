@@ -13,8 +13,6 @@ from server.dispatch import handles
 from wire import records
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 75
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
 
 
@@ -36,8 +34,8 @@ def list_offsets(ctx, request):
                 result.error_code = UNKNOWN_TOPIC_OR_PARTITION
                 continue
             epoch = partition.leader_epoch
-            if p.current_leader_epoch >= 0 and p.current_leader_epoch != epoch:
-                result.error_code = UNKNOWN_LEADER_EPOCH if p.current_leader_epoch > epoch else FENCED_LEADER_EPOCH
+            result.error_code = partition.leader_epoch_error(p.current_leader_epoch)
+            if result.error_code:
                 continue
             plog = partition.log
             ts = p.timestamp

@@ -41,9 +41,8 @@ def offset_for_leader_epoch(ctx, request):
                 result.error_code = E.UNKNOWN_TOPIC_OR_PARTITION.code
                 continue
             epoch = partition.leader_epoch
-            current = p.current_leader_epoch
-            if current != UNDEFINED and current != epoch:
-                result.error_code = (E.UNKNOWN_LEADER_EPOCH if current > epoch else E.FENCED_LEADER_EPOCH).code
+            result.error_code = partition.leader_epoch_error(p.current_leader_epoch)
+            if result.error_code:
                 continue
             wanted = p.leader_epoch
             if wanted == UNDEFINED or wanted > epoch:

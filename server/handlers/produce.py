@@ -136,15 +136,15 @@ def _append(broker, partition, data, transactional_id, now, result, waits) -> tu
                                 f"for {header.records_count} records")
     if partition.storage_error:
         return KAFKA_STORAGE_ERROR, f"partition is offline after a storage error: {partition.storage_error}"
-    config = broker.topic_config(partition.topic)
-    if header.size > int(config["max.message.bytes"]):
+    config = partition.config
+    if header.size > config.max_message_bytes:
         return MESSAGE_TOO_LARGE, (f"batch of {header.size} bytes is over max.message.bytes="
-                                   f"{config['max.message.bytes']}")
-    if "compact" in config["cleanup.policy"]:
+                                   f"{config.max_message_bytes}")
+    if config.compacted:
         # The one check that needs record contents: Kafka refuses keyless records on compacted topics.
         try:
             keyless = any(r.key is None for r in records.decode_records(
-                data, pos, max_uncompressed=int(config["max.message.bytes"]) * 16))
+                data, pos, max_uncompressed=config.max_message_bytes * 16))
         except CodecError as e:
             return CORRUPT_MESSAGE, f"malformed records: {e}"
         if keyless:
@@ -158,7 +158,7 @@ def _append(broker, partition, data, transactional_id, now, result, waits) -> tu
         return 0, None
     if not check.accepted:
         return check.error_code, check.message or None
-    log_append_time = config["message.timestamp.type"] == "LogAppendTime"
+    log_append_time = config.log_append_time
     records.set_partition_leader_epoch(data, pos, partition.leader_epoch)
     try:
         base_offset, last_offset, append_time = partition.log.append(data, batches, now,
