@@ -19,8 +19,8 @@ from state.log import PartitionLog
 from state.producer_ids import ProducerIdManager
 from state.producer_state import ProducerStateManager
 from state.storage import FileStorage
-from wire import error_codes as E
 from state.topics import INTERNAL_TOPICS, BrokerMeta, Topic, TopicError, TopicRegistry
+from wire import error_codes as E
 
 from .config import Config
 from .metrics import Metrics
@@ -40,6 +40,12 @@ TOPIC_DEFAULT_PROPERTIES = {
 
 # One request must not be able to make the broker open millions of files.
 MAX_PARTITIONS_PER_TOPIC = 10000
+
+
+def _check_partition_count(count: int) -> None:
+    if count > MAX_PARTITIONS_PER_TOPIC:
+        raise TopicError(E.INVALID_PARTITIONS.code,
+                         f"at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic on one node")
 
 
 def now_ms() -> int:
@@ -173,11 +179,10 @@ class Broker:
     def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None,
                      validate_only: bool = False) -> Topic:
         if name in INTERNAL_TOPICS:
-            raise TopicError(36, f"{name} is an internal topic of this broker")
+            raise TopicError(E.TOPIC_ALREADY_EXISTS.code, f"{name} is an internal topic of this broker")
         if partitions == -1:
             partitions = self.config["num.partitions"]
-        if partitions > MAX_PARTITIONS_PER_TOPIC:
-            raise TopicError(37, f"at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic on one node")
+        _check_partition_count(partitions)
         topic = self.topics.create(name, partitions, configs or {}, validate_only=validate_only)
         if not validate_only:
             for index in range(topic.partitions):
@@ -198,7 +203,7 @@ class Broker:
     def delete_topic(self, name: str) -> None:
         topic = self.topics.get(name)
         if topic is None:
-            raise TopicError(3, f"topic {name} does not exist")
+            raise TopicError(E.UNKNOWN_TOPIC_OR_PARTITION.code, f"topic {name} does not exist")
         self.topics.delete(name)
         for index in range(topic.partitions):
             partition = self.partitions.pop((name, index), None)
@@ -214,8 +219,7 @@ class Broker:
         log.info("deleted topic name=%s", name)
 
     def add_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
-        if total > MAX_PARTITIONS_PER_TOPIC:
-            raise TopicError(37, f"at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic on one node")
+        _check_partition_count(total)
         topic = self.topics.add_partitions(name, total, validate_only=validate_only)
         if not validate_only:
             for index in range(total):

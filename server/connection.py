@@ -20,6 +20,7 @@ import traceback
 
 import trio
 
+from wire import error_codes as E
 from wire import headers
 from wire.codec import message
 from wire.primitives import INT32, CodecError
@@ -32,7 +33,6 @@ log = logging.getLogger("trireme.connection")
 MAX_IN_FLIGHT = 64
 READ_CHUNK = 256 * 1024
 _API_VERSIONS = message("ApiVersionsResponse")
-UNSUPPORTED_VERSION = 35
 _IOV_MAX = 1024
 
 _ids = itertools.count(1)
@@ -230,21 +230,21 @@ class Connection:
         pending.event.set()
 
     def _api_versions_fallback(self, frame) -> tuple:
-        """A version of ApiVersions we don't know: answer in v0 layout with UNSUPPORTED_VERSION and our
+        """A version of ApiVersions we don't know: answer in v0 layout with E.UNSUPPORTED_VERSION.code and our
         versions, so the client retries with one we have (the header is v1-shaped in every version)."""
         correlation_id = INT32.unpack_from(frame, 4)[0]
-        body = _API_VERSIONS.cls(error_code=UNSUPPORTED_VERSION,
+        body = _API_VERSIONS.cls(error_code=E.UNSUPPORTED_VERSION.code,
                                  api_keys=api_version_entries(_API_VERSIONS.cls.ApiVersion))
         return ("raw", correlation_id, 0, _API_VERSIONS.encode(body, 0))
 
     def _unsupported(self, handler, header) -> tuple:
         """A version inside Kafka's definition that we do not serve (e.g. Produce 0-2): answer with
-        UNSUPPORTED_VERSION in the top-level error code where the response has one, else close."""
+        E.UNSUPPORTED_VERSION.code in the top-level error code where the response has one, else close."""
         response = handler.response.cls()
         if not hasattr(response, "error_code"):
             raise CloseConnection(f"{handler.name} v{header.api_version} is not served "
                                   f"(we serve {handler.min_version}-{handler.max_version})")
-        response.error_code = UNSUPPORTED_VERSION
+        response.error_code = E.UNSUPPORTED_VERSION.code
         log.warning("unsupported version %s v%d %s", handler.name, header.api_version, self._log_fields())
         return (header, response, handler.response)
 

@@ -25,6 +25,7 @@ import trio
 
 from state.groups import Effects, GroupConfig, GroupCoordinator
 from state.topics import Topic
+from wire import error_codes as E
 from wire import records as rec
 
 from .broker import Broker, now_ms
@@ -33,7 +34,6 @@ from .dispatch import Deferred
 log = logging.getLogger("trireme.groups")
 
 OFFSETS_TOPIC = "__consumer_offsets"
-COORDINATOR_NOT_AVAILABLE = 15
 READ_CHUNK = 1 << 20
 # Compact on load once the log holds this many more records than live keys.
 COMPACT_SLACK = 1000
@@ -176,7 +176,7 @@ class GroupService:
             if waiter is None:
                 continue
             if not durable and hasattr(result, "_replace") and hasattr(result, "error"):
-                result = result._replace(error=COORDINATOR_NOT_AVAILABLE)
+                result = result._replace(error=E.COORDINATOR_NOT_AVAILABLE.code)
             waiter.result = result
             waiter.event.set()
         return durable

@@ -13,8 +13,8 @@ import re
 
 from server.connection import api_version_entries
 from server.dispatch import handles
+from wire import error_codes as E
 
-INVALID_REQUEST = 42
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
@@ -27,7 +27,7 @@ def api_versions(ctx, request):
         conn.client_software_version = request.client_software_version
         if not (_SOFTWARE.fullmatch(request.client_software_name or "")
                 and _SOFTWARE.fullmatch(request.client_software_version or "")):
-            response.error_code = INVALID_REQUEST
+            response.error_code = E.INVALID_REQUEST.code
             return response
     response.api_keys = api_version_entries(type(response).ApiVersion)
     return response

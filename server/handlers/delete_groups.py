@@ -5,8 +5,7 @@ Behaviour / version notes:
   unknown ones.  Tombstones for the group and its offsets are made durable before the answer.
 """
 from server.dispatch import Deferred, handles
-
-NOT_COORDINATOR = 16
+from wire import error_codes as E
 
 
 @handles("DeleteGroups", 0, 2)
@@ -19,7 +18,7 @@ def delete_groups(ctx, request):
         durable = await groups.write_records(records)
         response = ctx.response()
         cls = type(response).DeletableGroupResult
-        response.results = [cls(group_id=group_id, error_code=error if error or durable else NOT_COORDINATOR)
+        response.results = [cls(group_id=group_id, error_code=error if error or durable else E.NOT_COORDINATOR.code)
                             for group_id, error in results]
         return response
     return Deferred(wait)

@@ -21,11 +21,8 @@ import trio
 
 from server.dispatch import Deferred, handles
 from state.log import OffsetOutOfRange
+from wire import error_codes as E
 
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-FETCH_SESSION_ID_NOT_FOUND = 70
-UNKNOWN_TOPIC_ID = 100
 READ_COMMITTED = 1
 
 
@@ -34,7 +31,7 @@ def fetch(ctx, request):
     broker = ctx.broker
     response = ctx.response()
     if ctx.api_version >= 7 and request.session_id != 0:
-        response.error_code = FETCH_SESSION_ID_NOT_FOUND
+        response.error_code = E.FETCH_SESSION_ID_NOT_FOUND.code
         return response
     moved = broker.data_event()          # taken before reading, so no flush in between is missed
     size = _fill(ctx, request, response)
@@ -74,7 +71,7 @@ def _fill(ctx, request, response) -> int:
             out.partitions.append(result)
             partition = broker.partition(topic.name, fp.partition) if topic is not None else None
             if partition is None:
-                result.error_code = (UNKNOWN_TOPIC_ID if by_id and topic is None else UNKNOWN_TOPIC_OR_PARTITION)
+                result.error_code = (E.UNKNOWN_TOPIC_ID.code if by_id and topic is None else E.UNKNOWN_TOPIC_OR_PARTITION.code)
                 continue
             plog = partition.log
             hw = plog.high_watermark
@@ -95,7 +92,7 @@ def _fill(ctx, request, response) -> int:
                 data = plog.read(fp.fetch_offset, limit, lso if read_committed else hw,
                                  min_one_batch=gathered == 0)
             except OffsetOutOfRange:
-                result.error_code = OFFSET_OUT_OF_RANGE
+                result.error_code = E.OFFSET_OUT_OF_RANGE.code
                 continue
             result.records = data
             gathered += len(data)

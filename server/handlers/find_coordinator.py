@@ -7,8 +7,8 @@ Behaviour / version notes:
   (e.g. 2, share groups) → INVALID_REQUEST.  An empty group id → INVALID_REQUEST for that key.
 """
 from server.dispatch import handles
+from wire import error_codes as E
 
-INVALID_REQUEST = 42
 GROUP, TRANSACTION = 0, 1
 
 
@@ -20,9 +20,9 @@ def find_coordinator(ctx, request):
 
     def answer(key: str) -> tuple[int, str | None]:
         if key_type not in (GROUP, TRANSACTION):
-            return INVALID_REQUEST, f"key type {key_type} is not supported"
+            return E.INVALID_REQUEST.code, f"key type {key_type} is not supported"
         if not key:
-            return INVALID_REQUEST, "the coordinator key is empty"
+            return E.INVALID_REQUEST.code, "the coordinator key is empty"
         return 0, None
 
     if ctx.api_version >= 4:

@@ -12,9 +12,8 @@ Behaviour / version notes:
   transactional id (INVALID_TRANSACTION_TIMEOUT): idempotent Java producers send Integer.MAX_VALUE.
 """
 from server.dispatch import handles
+from wire import error_codes as E
 
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-INVALID_TRANSACTION_TIMEOUT = 50
 MAX_EPOCH = 32767
 
 
@@ -24,9 +23,9 @@ def init_producer_id(ctx, request):
     response = ctx.response(producer_id=-1, producer_epoch=-1)
     if request.transactional_id is not None:
         if request.transaction_timeout_ms > broker.config["transaction.max.timeout.ms"]:
-            response.error_code = INVALID_TRANSACTION_TIMEOUT
+            response.error_code = E.INVALID_TRANSACTION_TIMEOUT.code
         else:
-            response.error_code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            response.error_code = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code
         return response
     if ctx.api_version >= 3 and request.producer_id >= 0 and 0 <= request.producer_epoch < MAX_EPOCH - 1:
         response.producer_id = request.producer_id

@@ -5,8 +5,7 @@ Behaviour / version notes:
   each answered on its own; v5 adds a reason (logged only).
 """
 from server.dispatch import Deferred, handles
-
-NOT_COORDINATOR = 16
+from wire import error_codes as E
 
 
 @handles("LeaveGroup", 0, 5)
@@ -29,6 +28,6 @@ def leave_group(ctx, request):
 
     async def wait():
         if not await groups.complete(staged) and not response.error_code:
-            response.error_code = NOT_COORDINATOR
+            response.error_code = E.NOT_COORDINATOR.code
         return response
     return Deferred(wait)

@@ -10,9 +10,9 @@ Behaviour / version notes:
   ours → UNKNOWN_LEADER_EPOCH, older → FENCED_LEADER_EPOCH.
 """
 from server.dispatch import handles
+from wire import error_codes as E
 from wire import records
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
 
 
@@ -31,7 +31,7 @@ def list_offsets(ctx, request):
             out.partitions.append(result)
             partition = broker.partition(t.name, p.partition_index)
             if partition is None:
-                result.error_code = UNKNOWN_TOPIC_OR_PARTITION
+                result.error_code = E.UNKNOWN_TOPIC_OR_PARTITION.code
                 continue
             epoch = partition.leader_epoch
             result.error_code = partition.leader_epoch_error(p.current_leader_epoch)

@@ -14,10 +14,8 @@ import uuid
 
 from server.dispatch import handles
 from state.topics import validate_topic_name
+from wire import error_codes as E
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_TOPIC_EXCEPTION = 17
-UNKNOWN_TOPIC_ID = 100
 ZERO_UUID = uuid.UUID(int=0)
 # READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS
 TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
@@ -47,7 +45,7 @@ def metadata(ctx, request):
         if entry.name is None and entry.topic_id != ZERO_UUID:
             topic = broker.topics.by_id(entry.topic_id)
             if topic is None:
-                topics.append((None, UNKNOWN_TOPIC_ID, entry.topic_id))
+                topics.append((None, E.UNKNOWN_TOPIC_ID.code, entry.topic_id))
                 continue
             topics.append((topic.name, topic))
             continue
@@ -55,12 +53,12 @@ def metadata(ctx, request):
         topic = broker.topics.get(name)
         if topic is None:
             if validate_topic_name(name) is not None:
-                topics.append((name, INVALID_TOPIC_EXCEPTION, ZERO_UUID))
+                topics.append((name, E.INVALID_TOPIC_EXCEPTION.code, ZERO_UUID))
                 continue
             if auto_create:
                 topic = broker.auto_create(name)
             if topic is None:
-                topics.append((name, UNKNOWN_TOPIC_OR_PARTITION, ZERO_UUID))
+                topics.append((name, E.UNKNOWN_TOPIC_OR_PARTITION.code, ZERO_UUID))
                 continue
         topics.append((name, topic))
     out = []

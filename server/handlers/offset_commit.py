@@ -12,10 +12,7 @@ Behaviour / version notes:
   be made durable the partitions answer NOT_COORDINATOR (as Kafka maps a storage error).
 """
 from server.dispatch import Deferred, handles
-
-UNKNOWN_TOPIC_OR_PARTITION = 3
-NOT_COORDINATOR = 16
-UNKNOWN_TOPIC_ID = 100
+from wire import error_codes as E
 
 
 @handles("OffsetCommit", 2, 10)
@@ -35,8 +32,8 @@ def offset_commit(ctx, request):
         response.topics.append(out)
         for p in t.partitions:
             if topic is None or not 0 <= p.partition_index < topic.partitions:
-                rejected[(id(t), p.partition_index)] = UNKNOWN_TOPIC_ID if version >= 10 and topic is None \
-                    else UNKNOWN_TOPIC_OR_PARTITION
+                rejected[(id(t), p.partition_index)] = E.UNKNOWN_TOPIC_ID.code if version >= 10 and topic is None \
+                    else E.UNKNOWN_TOPIC_OR_PARTITION.code
                 continue
             offsets.append((name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
                             p.committed_metadata))
@@ -60,6 +57,6 @@ def offset_commit(ctx, request):
             for topic in response.topics:
                 for p in topic.partitions:
                     if p.error_code == 0:
-                        p.error_code = NOT_COORDINATOR     # not durable: Kafka's answer to a storage error
+                        p.error_code = E.NOT_COORDINATOR.code     # not durable: Kafka's answer to a storage error
         return response
     return Deferred(wait)

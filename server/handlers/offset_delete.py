@@ -6,8 +6,7 @@ Behaviour / version notes:
   consumer protocol) at the top level, as Kafka answers.
 """
 from server.dispatch import Deferred, handles
-
-NOT_COORDINATOR = 16
+from wire import error_codes as E
 
 
 @handles("OffsetDelete", 0, 0)
@@ -28,6 +27,6 @@ def offset_delete(ctx, request):
 
     async def wait():
         if not await groups.complete(staged) and not response.error_code:
-            response.error_code = NOT_COORDINATOR
+            response.error_code = E.NOT_COORDINATOR.code
         return response
     return Deferred(wait)

@@ -9,8 +9,7 @@ Behaviour / version notes:
 - COORDINATOR_LOAD_IN_PROGRESS while __consumer_offsets is being replayed at start-up.
 """
 from server.dispatch import handles
-
-UNKNOWN_TOPIC_ID = 100
+from wire import error_codes as E
 
 
 def _offset_fetch(ctx, request):
@@ -52,7 +51,7 @@ def _offset_fetch(ctx, request):
                     name = topic.name if topic is not None else None
                     if name is None:
                         out.topics.append(tcls(topic_id=t.topic_id, partitions=[
-                            pcls(partition_index=p, committed_offset=-1, error_code=UNKNOWN_TOPIC_ID)
+                            pcls(partition_index=p, committed_offset=-1, error_code=E.UNKNOWN_TOPIC_ID.code)
                             for p in t.partition_indexes]))
                         continue
                 partitions += [(name, p) for p in t.partition_indexes]

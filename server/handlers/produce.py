@@ -29,18 +29,9 @@ from __future__ import annotations
 from server.broker import now_ms
 from server.connection import CloseConnection
 from server.dispatch import Deferred, handles, handles_legacy
+from wire import error_codes as E
 from wire import records
 from wire.primitives import CodecError
-
-CORRUPT_MESSAGE = 2
-UNKNOWN_TOPIC_OR_PARTITION = 3
-MESSAGE_TOO_LARGE = 10
-INVALID_REQUIRED_ACKS = 21
-UNSUPPORTED_VERSION = 35
-INVALID_TXN_STATE = 48
-KAFKA_STORAGE_ERROR = 56
-INVALID_RECORD = 87
-UNKNOWN_TOPIC_ID = 100
 
 
 @handles("Produce", 3, 13, advertised_min=0)
@@ -56,21 +47,21 @@ def produce(ctx, request):
     for topic_data in request.topic_data:
         if version >= 13:
             topic = broker.topics.by_id(topic_data.topic_id)
-            missing = UNKNOWN_TOPIC_ID
+            missing = E.UNKNOWN_TOPIC_ID.code
         else:
             topic = broker.topics.get(topic_data.name)
-            missing = UNKNOWN_TOPIC_OR_PARTITION
+            missing = E.UNKNOWN_TOPIC_OR_PARTITION.code
         out = topic_cls(name=topic_data.name, topic_id=topic_data.topic_id)
         response.responses.append(out)
         for data in topic_data.partition_data:
             result = partition_cls(index=data.index, base_offset=-1)
             out.partition_responses.append(result)
             if acks not in (0, 1, -1):
-                result.error_code = INVALID_REQUIRED_ACKS
+                result.error_code = E.INVALID_REQUIRED_ACKS.code
                 continue
             partition = broker.partition(topic.name, data.index) if topic is not None else None
             if partition is None:
-                result.error_code = missing if topic is None else UNKNOWN_TOPIC_OR_PARTITION
+                result.error_code = missing if topic is None else E.UNKNOWN_TOPIC_OR_PARTITION.code
                 continue
             error, message = _append(broker, partition, data.records, request.transactional_id, now, result,
                                      waits)
@@ -94,7 +85,7 @@ def produce(ctx, request):
     async def wait_durable():
         for partition, offset, result in waits:
             if not await broker.wait_durable(partition, offset):
-                result.error_code = KAFKA_STORAGE_ERROR
+                result.error_code = E.KAFKA_STORAGE_ERROR.code
                 result.error_message = partition.storage_error or "the partition was deleted"
                 result.base_offset = -1
         return response
@@ -107,7 +98,7 @@ def produce_legacy(ctx, request):
     topic_cls = type(response).TopicProduceResponse
     for topic_data in request.topic_data:
         response.responses.append(topic_cls(name=topic_data.name, partition_responses=[
-            topic_cls.PartitionProduceResponse(index=p.index, error_code=UNSUPPORTED_VERSION, base_offset=-1)
+            topic_cls.PartitionProduceResponse(index=p.index, error_code=E.UNSUPPORTED_VERSION.code, base_offset=-1)
             for p in topic_data.partition_data]))
     return None if request.acks == 0 else response
 
@@ -115,30 +106,30 @@ def produce_legacy(ctx, request):
 def _append(broker, partition, data, transactional_id, now, result, waits) -> tuple[int, str | None]:
     """Validate and append one partition's batch; fills ``result``; returns (error code, message)."""
     if data is None or len(data) == 0:
-        return INVALID_RECORD, "produce requests must carry one record batch per partition"
+        return E.INVALID_RECORD.code, "produce requests must carry one record batch per partition"
     try:
         batches = records.validate_batches(data)
     except CodecError as e:
-        return CORRUPT_MESSAGE, f"malformed record batch: {e}"
+        return E.CORRUPT_MESSAGE.code, f"malformed record batch: {e}"
     if len(batches) != 1:
-        return INVALID_RECORD, f"produce requests v3+ carry exactly one record batch, got {len(batches)}"
+        return E.INVALID_RECORD.code, f"produce requests v3+ carry exactly one record batch, got {len(batches)}"
     pos, header = batches[0]
     if not records.crc_ok(data, pos, header):
-        return CORRUPT_MESSAGE, "record batch CRC does not match its contents"
+        return E.CORRUPT_MESSAGE.code, "record batch CRC does not match its contents"
     if header.is_control:
-        return INVALID_RECORD, "clients may not write control batches"
+        return E.INVALID_RECORD.code, "clients may not write control batches"
     if header.is_transactional:
-        return INVALID_TXN_STATE, "transactional batches are not supported yet"
+        return E.INVALID_TXN_STATE.code, "transactional batches are not supported yet"
     if header.records_count <= 0:
-        return INVALID_RECORD, "record batch with no records"
+        return E.INVALID_RECORD.code, "record batch with no records"
     if header.last_offset_delta != header.records_count - 1:
-        return INVALID_RECORD, (f"inconsistent batch offset range: last offset delta {header.last_offset_delta} "
+        return E.INVALID_RECORD.code, (f"inconsistent batch offset range: last offset delta {header.last_offset_delta} "
                                 f"for {header.records_count} records")
     if partition.storage_error:
-        return KAFKA_STORAGE_ERROR, f"partition is offline after a storage error: {partition.storage_error}"
+        return E.KAFKA_STORAGE_ERROR.code, f"partition is offline after a storage error: {partition.storage_error}"
     config = partition.config
     if header.size > config.max_message_bytes:
-        return MESSAGE_TOO_LARGE, (f"batch of {header.size} bytes is over max.message.bytes="
+        return E.MESSAGE_TOO_LARGE.code, (f"batch of {header.size} bytes is over max.message.bytes="
                                    f"{config.max_message_bytes}")
     if config.compacted:
         # The one check that needs record contents: Kafka refuses keyless records on compacted topics.
@@ -146,9 +137,9 @@ def _append(broker, partition, data, transactional_id, now, result, waits) -> tu
             keyless = any(r.key is None for r in records.decode_records(
                 data, pos, max_uncompressed=config.max_message_bytes * 16))
         except CodecError as e:
-            return CORRUPT_MESSAGE, f"malformed records: {e}"
+            return E.CORRUPT_MESSAGE.code, f"malformed records: {e}"
         if keyless:
-            return INVALID_RECORD, "compacted topic cannot accept message without key"
+            return E.INVALID_RECORD.code, "compacted topic cannot accept message without key"
     append = partition.producers.begin()
     check = append.check(header.producer_id, header.producer_epoch, header.base_sequence,
                          header.last_offset_delta, header.is_transactional)
@@ -165,7 +156,7 @@ def _append(broker, partition, data, transactional_id, now, result, waits) -> tu
                                                                      log_append_time=log_append_time)
     except OSError as e:
         broker.storage_failed(partition, e)
-        return KAFKA_STORAGE_ERROR, f"write failed: {e!r}"
+        return E.KAFKA_STORAGE_ERROR.code, f"write failed: {e!r}"
     append.commit(header.producer_id, header.producer_epoch, header.base_sequence, header.last_offset_delta,
                   base_offset, append_time if log_append_time else header.max_timestamp,
                   header.is_transactional)
