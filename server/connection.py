@@ -180,18 +180,16 @@ class Connection:
         if legacy is not None and legacy.min_version <= api_version <= legacy.max_version:
             handler = legacy
         request_codec = handler.request
-        if not request_codec.min_version <= api_version <= request_codec.max_version:
+        if not handler.min_version <= api_version <= handler.max_version:
             if api_key == headers.API_VERSIONS_KEY:
                 return self._api_versions_fallback(frame)
-            raise CloseConnection(f"{handler.name} v{api_version} is not a version of this API "
-                                  f"(we serve {handler.min_version}-{handler.max_version})")
+            raise CloseConnection(f"{handler.name} v{api_version} is not a version of this API that we "
+                                  f"serve ({handler.min_version}-{handler.max_version})")
         try:
             header = headers.decode_request_header(frame, request_codec.is_flexible(api_version))
         except CodecError as e:
             raise CloseConnection(f"bad {handler.name} request header: {e}") from None
         self.client_id = header.client_id
-        if not handler.min_version <= api_version <= handler.max_version:
-            return self._unsupported(handler, header)
         try:
             request, _ = request_codec.decode(memoryview(frame), api_version, header.size)
         except CodecError as e:
@@ -236,17 +234,6 @@ class Connection:
         body = _API_VERSIONS.cls(error_code=E.UNSUPPORTED_VERSION.code,
                                  api_keys=api_version_entries(_API_VERSIONS.cls.ApiVersion))
         return ("raw", correlation_id, 0, _API_VERSIONS.encode(body, 0))
-
-    def _unsupported(self, handler, header) -> tuple:
-        """A version inside Kafka's definition that we do not serve (e.g. Produce 0-2): answer with
-        E.UNSUPPORTED_VERSION.code in the top-level error code where the response has one, else close."""
-        response = handler.response.cls()
-        if not hasattr(response, "error_code"):
-            raise CloseConnection(f"{handler.name} v{header.api_version} is not served "
-                                  f"(we serve {handler.min_version}-{handler.max_version})")
-        response.error_code = E.UNSUPPORTED_VERSION.code
-        log.warning("unsupported version %s v%d %s", handler.name, header.api_version, self._log_fields())
-        return (header, response, handler.response)
 
     async def _write_responses(self, receive) -> None:
         async with receive:
