@@ -166,6 +166,7 @@ class ProducerStateManager:
     def __init__(self, producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self._producers: dict[int, ProducerEntry] = {}
+        self._open_txns: dict[int, int] = {}     # producer id → first offset of its open transaction
         self.map_end_offset = 0
 
     # --- reading -----------------------------------------------------------------------------
@@ -182,9 +183,14 @@ class ProducerStateManager:
 
     def first_unstable_offset(self) -> int | None:
         """The first offset of the oldest open transaction, or None when none is open."""
-        starts = [e.current_txn_first_offset for e in self._producers.values()
-                  if e.current_txn_first_offset is not None]
-        return min(starts) if starts else None
+        return min(self._open_txns.values()) if self._open_txns else None
+
+    def _track(self, entry: ProducerEntry) -> None:
+        """Keep the open-transaction index in step with ``entry`` (every fetch asks for the LSO)."""
+        if entry.current_txn_first_offset is None:
+            self._open_txns.pop(entry.producer_id, None)
+        else:
+            self._open_txns[entry.producer_id] = entry.current_txn_first_offset
 
     # --- appending ---------------------------------------------------------------------------
 
@@ -220,6 +226,7 @@ class ProducerStateManager:
     def rebuild(self, headers: Iterable[BatchHeader]) -> None:
         """Forget everything and replay the log's batch headers in offset order."""
         self._producers.clear()
+        self._open_txns.clear()
         self.map_end_offset = 0
         for header in headers:
             self.load_batch(header)
@@ -240,6 +247,7 @@ class ProducerStateManager:
                 _apply_data_batch(entry, header.producer_epoch, header.base_sequence,
                                   header.last_offset_delta, header.base_offset,
                                   header.max_timestamp, header.is_transactional)
+            self._track(entry)
         self.map_end_offset = last_offset + 1
 
     def expire(self, now_ms: int) -> list[int]:
@@ -274,6 +282,9 @@ class ProducerStateManager:
         """
         producers, offset = _parse_snapshot(data)
         self._producers = producers
+        self._open_txns = {}
+        for entry in producers.values():
+            self._track(entry)
         self.map_end_offset = offset
         return offset
 
@@ -353,6 +364,8 @@ class ProducerAppend:
     def apply(self) -> None:
         """Make the pending changes the manager's state."""
         self._manager._producers.update(self._updated)
+        for entry in self._updated.values():
+            self._manager._track(entry)
         self._manager.map_end_offset = self._map_end_offset
         self._updated = {pid: e.copy() for pid, e in self._updated.items()}
 

@@ -335,6 +335,7 @@ def test_rebuild_and_snapshot_match_live_state(ops, cut):
             epoch, seq, txn = -1, -1, False
         outcome, _ = log.produce(pid, epoch, seq, count, ts=i, txn=txn)
         assert outcome in set(Outcome)
+        assert log.state.first_unstable_offset() == _scanned_first_unstable(log.state)
         if marker and pid != -1 and log.state.entry(pid) is not None \
                 and log.state.entry(pid).producer_epoch <= epoch:
             log.marker(pid, epoch, ts=i)
@@ -347,3 +348,11 @@ def test_rebuild_and_snapshot_match_live_state(ops, cut):
         for header in log.headers:
             restored.load_batch(header)
         assert restored.snapshot() == log.state.snapshot()
+        assert restored.first_unstable_offset() == log.state.first_unstable_offset()
+    assert rebuilt.first_unstable_offset() == _scanned_first_unstable(log.state)
+
+
+def _scanned_first_unstable(state):
+    """The LSO bound the slow way, against the manager's incremental index."""
+    starts = [e.current_txn_first_offset for e in state.entries() if e.current_txn_first_offset is not None]
+    return min(starts) if starts else None
