@@ -15,7 +15,7 @@ import crc32c
 from state.storage import TEMP_SUFFIX, AppendFile, ReadFile, Storage
 from wire.primitives import CodecError
 from wire.records import (ATTRIBUTES_OFFSET, BATCH_HEADER_SIZE, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader,
-                          parse_batch_header, set_log_append_time)
+                          parse_batch_header, set_log_append_time, decode_records, iter_batch_headers)
 
 INDEX_INTERVAL_BYTES = 4096  # an offset index entry roughly every this many bytes of log
 CHECKPOINT_NAME = "log-start-offset.checkpoint"
@@ -678,6 +678,23 @@ class PartitionLog:
                 header = parse_batch_header(buf, i)
                 if header.max_timestamp >= ts and header.last_offset >= self._log_start:
                     return max(header.base_offset, self._log_start), header.max_timestamp
+        return None
+
+    def first_record_at_or_after(self, offset: int, ts: int, max_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after ``offset`` (below ``max_offset``) whose
+        timestamp is >= ``ts``: Kafka's per-record ListOffsets answer, refining the batch that
+        :meth:`offset_for_timestamp` or :meth:`max_timestamp` found.  Decodes the records of the
+        batches it reads — a ListOffsets path, never produce or fetch."""
+        while offset < max_offset:
+            data = self.read(offset, 1, max_offset)
+            if not data:
+                return None
+            for pos, header in iter_batch_headers(data):
+                if header.max_timestamp >= ts and not header.is_control:
+                    for record in decode_records(data, pos):
+                        if record.offset >= offset and record.timestamp >= ts:
+                            return record.offset, record.timestamp
+                offset = header.next_offset
         return None
 
     def max_timestamp(self) -> tuple[int, int]:

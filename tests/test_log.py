@@ -807,6 +807,24 @@ def test_offset_for_timestamp(storage):
     assert log.max_timestamp() == (598, 2_995)
 
 
+def test_first_record_at_or_after_answers_per_record(storage):
+    from wire.records import build_batch
+    log = open_log(storage)
+    # Timestamps inside a batch are not ordered: the batch's max (300) is its second record.
+    append(log, bytearray(build_batch([(None, b"a", [], 100), (None, b"b", [], 300), (None, b"c", [], 200)])))
+    append(log, bytearray(build_batch([(None, b"d", [], 250), (None, b"e", [], 400)])))
+    log.sync()
+    hw = log.high_watermark
+    assert log.first_record_at_or_after(0, 150, hw) == (1, 300)
+    assert log.first_record_at_or_after(0, 100, hw) == (0, 100)
+    assert log.first_record_at_or_after(2, 150, hw) == (2, 200)    # starts inside the first batch
+    assert log.first_record_at_or_after(0, 350, hw) == (4, 400)    # found in a later batch
+    assert log.first_record_at_or_after(0, 401, hw) is None
+    assert log.first_record_at_or_after(0, 350, 3) is None          # bounded by max_offset
+    offset, stamp = log.max_timestamp()
+    assert log.first_record_at_or_after(offset, stamp, hw) == (4, 400)
+
+
 def test_timestamps_out_of_order(storage):
     log = open_log(storage)
     for ts in (100, 50, 300, 200, 400):

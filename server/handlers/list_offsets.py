@@ -11,7 +11,6 @@ Behaviour / version notes:
 """
 from server.dispatch import handles
 from wire import error_codes as E
-from wire import records
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
 
@@ -49,32 +48,14 @@ def list_offsets(ctx, request):
             elif ts == MAX_TIMESTAMP:
                 offset, stamp = plog.max_timestamp()
                 if 0 <= offset < plog.high_watermark:
-                    exact = _first_record_at_or_after(plog, offset, stamp)
+                    exact = plog.first_record_at_or_after(offset, stamp, plog.high_watermark)
                     if exact is not None:
                         result.offset, result.timestamp, result.leader_epoch = *exact, epoch
             else:
                 found = plog.offset_for_timestamp(ts)
                 if found is not None and found[0] < plog.high_watermark:
-                    exact = _first_record_at_or_after(plog, found[0], ts)
+                    exact = plog.first_record_at_or_after(found[0], ts, plog.high_watermark)
                     if exact is not None:
                         result.offset, result.timestamp, result.leader_epoch = *exact, epoch
     return response
 
-
-def _first_record_at_or_after(plog, batch_offset: int, timestamp: int) -> tuple[int, int] | None:
-    """The log's time index answers per batch; Kafka answers per record, so read the batch the
-    index points at (and the ones after it) and find the first record with a timestamp ≥ ``timestamp``.
-    This decodes records, which is fine off the hot path."""
-    offset = batch_offset
-    hw = plog.high_watermark
-    while offset < hw:
-        data = plog.read(offset, 1, hw)
-        if not data:
-            return None
-        for pos, header in records.iter_batch_headers(data):
-            if header.max_timestamp >= timestamp and not header.is_control:
-                for record in records.decode_records(data, pos):
-                    if record.offset >= batch_offset and record.timestamp >= timestamp:
-                        return record.offset, record.timestamp
-            offset = header.next_offset
-    return None
