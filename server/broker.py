@@ -150,7 +150,7 @@ class Broker:
         """Remove whatever a deleted topic of this name left in the partition's directory."""
         directory = f"logs/{topic}-{index}"
         if self.storage.exists(directory):
-            PartitionLog.open(self.storage, directory, now_ms=now_ms(), unsafe_no_fsync=True).delete()
+            PartitionLog.remove_files(self.storage, directory)
 
     def _sweep_orphans(self) -> None:
         """Directories under logs/ that no topic owns are left over from a deletion cut short."""

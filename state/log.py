@@ -796,9 +796,14 @@ class PartitionLog:
         for seg in self._segments:
             seg.deleted = True
         self.close()
-        for name in self._storage.list(self._directory):
-            self._storage.remove(self._path(name), missing_ok=True)
-        self._storage.remove_dir(self._directory)
+        self.remove_files(self._storage, self._directory)
+
+    @staticmethod
+    def remove_files(storage: Storage, directory: str) -> None:
+        """Remove a partition directory and everything in it, without opening (or recovering) it."""
+        for name in storage.list(directory):
+            storage.remove(posixpath.join(directory, name), missing_ok=True)
+        storage.remove_dir(directory)
 
     def _check_open(self) -> None:
         if self._closed:
