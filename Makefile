@@ -25,7 +25,7 @@ JS_STAMP      := $(JS_DIR)/node_modules/.trireme-installed
 
 # Modules the test suite imports; used to accept an already-complete venv
 # when pip cannot reach the index (offline re-runs).
-VENV_IMPORTS := trio, crc32c, cramjam, kafka, pytest, xdist, pytest_timeout, hypothesis, confluent_kafka, aiokafka, lz4, zstandard, snappy, server
+VENV_IMPORTS := trio, crc32c, cramjam, kafka, pytest, xdist, pytest_timeout, hypothesis, confluent_kafka, aiokafka, lz4, zstandard, snappy, trireme.server
 
 .PHONY: venv clients sysdeps java-clients js-clients serve test clean-clients
 

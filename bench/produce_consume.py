@@ -4,7 +4,7 @@
         [--acks all] [--linger-ms 5] [--compression none] [--idempotent] [--fsync/--no-fsync]
         [--bootstrap HOST:PORT [--server-pid PID]]
 
-Without --bootstrap it starts ``python -m server serve`` on a fresh temporary data dir (deleted
+Without --bootstrap it starts ``python -m trireme serve`` on a fresh temporary data dir (deleted
 afterwards), creates the topic, produces --bytes of records, then consumes them all back with
 assign() from offset 0.  Per phase it prints MB/s (10^6 bytes of record values per second),
 records/s, produce latency percentiles (produce() call to delivery callback, librdkafka's
@@ -133,7 +133,7 @@ _PROFILE_SNIPPET = """
 import cProfile, sys, time
 out, timer = sys.argv[1], sys.argv[2]
 prof = cProfile.Profile(time.thread_time if timer == "cpu" else time.perf_counter)
-from server.cli import main
+from trireme.server.cli import main
 prof.enable()
 try:
     main(sys.argv[3:])
@@ -155,7 +155,7 @@ class Server:
         if profile:
             cmd = [sys.executable, "-c", _PROFILE_SNIPPET, os.path.abspath(profile), profile_timer] + serve
         else:
-            cmd = [sys.executable, "-m", "server"] + serve
+            cmd = [sys.executable, "-m", "trireme"] + serve
         if not fsync:
             cmd += ["--set", "trireme.fsync.enable=false"]
         for item in extra:

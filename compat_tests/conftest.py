@@ -84,7 +84,7 @@ def server_command() -> list[str]:
     script = Path(sys.executable).parent / "trireme"
     if script.exists():
         return [str(script), "serve"]
-    return [sys.executable, "-m", "server", "serve"]
+    return [sys.executable, "-m", "trireme", "serve"]
 
 
 class ServerProcess:

@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from wire import headers, records
-from wire.codec import message
-from wire.schema import api_names
+from trireme.wire import headers, records
+from trireme.wire.codec import message
+from trireme.wire.schema import api_names
 
 MAX_REQUEST = 1 << 20                  # socket.request.max.bytes for this module's broker
 

@@ -8,8 +8,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from compat_tests.test_bad_input import (INVALID_RECORD, NONE, RawConn, assert_healthy, batch, create_topic,
                                          list_offset, metadata, produce, produce_request, req, stored_values, unique)
-from wire import records
-from wire.codec import message
+from trireme.wire import records
+from trireme.wire.codec import message
 
 TOPIC_ALREADY_EXISTS = 36
 UNKNOWN_TOPIC_OR_PARTITION = 3

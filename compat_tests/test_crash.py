@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from wire import records
+from trireme.wire import records
 
 SEED = int(os.environ.get("TRIREME_CRASH_SEED", "7331"))
 PARTITIONS = 3

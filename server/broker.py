@@ -15,12 +15,12 @@ import time
 
 import trio
 
-from state.log import PartitionLog
-from state.producer_ids import ProducerIdManager
-from state.producer_state import ProducerStateManager
-from state.storage import FileStorage
-from state.topics import INTERNAL_TOPICS, BrokerMeta, Topic, TopicError, TopicRegistry
-from wire import error_codes as E
+from trireme.state.log import PartitionLog
+from trireme.state.producer_ids import ProducerIdManager
+from trireme.state.producer_state import ProducerStateManager
+from trireme.state.storage import FileStorage
+from trireme.state.topics import INTERNAL_TOPICS, BrokerMeta, Topic, TopicError, TopicRegistry
+from trireme.wire import error_codes as E
 
 from .config import Config
 from .metrics import Metrics

@@ -20,10 +20,10 @@ import traceback
 
 import trio
 
-from wire import error_codes as E
-from wire import headers
-from wire.codec import message
-from wire.primitives import INT32, CodecError
+from trireme.wire import error_codes as E
+from trireme.wire import headers
+from trireme.wire.codec import message
+from trireme.wire.primitives import INT32, CodecError
 
 from . import dispatch
 from .dispatch import Deferred, RequestContext

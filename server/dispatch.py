@@ -13,8 +13,8 @@ import importlib
 import pkgutil
 from typing import Any, Awaitable, Callable
 
-from wire.codec import MessageCodec, message
-from wire.schema import api_names
+from trireme.wire.codec import MessageCodec, message
+from trireme.wire.schema import api_names
 
 API_KEYS: dict[str, int] = {name: key for key, name in api_names().items()}
 
@@ -57,7 +57,7 @@ class RequestContext:
 
     @staticmethod
     def now_ms() -> int:
-        from server.broker import now_ms
+        from trireme.server.broker import now_ms
         return now_ms()
 
     def legacy_response(self, **fields):
@@ -97,9 +97,9 @@ def handles_legacy(name: str, definition: str, min_version: int, max_version: in
 
 def load_handlers() -> None:
     """Import every module in server/handlers so each registers itself."""
-    import server.handlers as package
+    import trireme.server.handlers as package
     for info in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"server.handlers.{info.name}")
+        importlib.import_module(f"trireme.server.handlers.{info.name}")
 
 
 def advertised_versions() -> dict[int, tuple[int, int]]:

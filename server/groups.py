@@ -23,10 +23,10 @@ import uuid
 
 import trio
 
-from state.groups import Effects, GroupConfig, GroupCoordinator
-from state.topics import Topic
-from wire import error_codes as E
-from wire import records as rec
+from trireme.state.groups import Effects, GroupConfig, GroupCoordinator
+from trireme.state.topics import Topic
+from trireme.wire import error_codes as E
+from trireme.wire import records as rec
 
 from .broker import Broker, now_ms
 from .dispatch import Deferred

@@ -18,8 +18,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from wire.codec import message
-from wire.primitives import CodecError
+from trireme.wire.codec import message
+from trireme.wire.primitives import CodecError
 
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2

@@ -34,8 +34,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable, NamedTuple
 
-import wire.error_codes as E
-from state import group_records as gr
+import trireme.wire.error_codes as E
+from trireme.state import group_records as gr
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 GROUP_TYPE_CLASSIC = "classic"

@@ -12,9 +12,9 @@ from typing import Iterator, Sequence
 
 import crc32c
 
-from state.storage import TEMP_SUFFIX, AppendFile, ReadFile, Storage
-from wire.primitives import CodecError
-from wire.records import (ATTRIBUTES_OFFSET, BATCH_HEADER_SIZE, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader,
+from trireme.state.storage import TEMP_SUFFIX, AppendFile, ReadFile, Storage
+from trireme.wire.primitives import CodecError
+from trireme.wire.records import (ATTRIBUTES_OFFSET, BATCH_HEADER_SIZE, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader,
                           parse_batch_header, set_log_append_time, decode_records, iter_batch_headers)
 
 INDEX_INTERVAL_BYTES = 4096  # an offset index entry roughly every this many bytes of log

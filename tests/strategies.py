@@ -12,9 +12,9 @@ from functools import lru_cache
 
 from hypothesis import strategies as st
 
-from wire.codec import message
-from wire.primitives import ZERO_UUID
-from wire.schema import FieldSpec, load_message
+from trireme.wire.codec import message
+from trireme.wire.primitives import ZERO_UUID
+from trireme.wire.schema import FieldSpec, load_message
 
 INT_RANGES = {
     "int8": (-(1 << 7), (1 << 7) - 1),
@@ -97,7 +97,7 @@ def local_message_names() -> list[str]:
     """Request/response definitions we ship ourselves under wire/definitions (e.g. LegacyProduceRequest)."""
     import importlib.resources
     try:
-        entries = list(importlib.resources.files("wire.definitions").iterdir())
+        entries = list(importlib.resources.files("trireme.wire.definitions").iterdir())
     except ModuleNotFoundError:
         return []
     names = []
@@ -110,7 +110,7 @@ def local_message_names() -> list[str]:
 def all_messages() -> list[tuple[str, int]]:
     """Every (message name, version) pair: both sides of every API in ``api_names()`` at every valid
     version, plus our own local request/response definitions."""
-    from wire.schema import api_names
+    from trireme.wire.schema import api_names
     names = []
     for _, api in sorted(api_names().items()):
         names += [api + "Request", api + "Response"]

@@ -10,14 +10,14 @@ import uuid
 
 import pytest
 
-from server import dispatch
-from server.broker import Broker, now_ms
-from server.config import PROPERTIES, Config
-from server.dispatch import API_KEYS, HANDLERS, RequestContext
-from server.handlers.metadata import CLUSTER_OPERATIONS, TOPIC_OPERATIONS
-from state.topics import TOPIC_CONFIGS
-from wire import error_codes as E
-from wire import records
+from trireme.server import dispatch
+from trireme.server.broker import Broker, now_ms
+from trireme.server.config import PROPERTIES, Config
+from trireme.server.dispatch import API_KEYS, HANDLERS, RequestContext
+from trireme.server.handlers.metadata import CLUSTER_OPERATIONS, TOPIC_OPERATIONS
+from trireme.state.topics import TOPIC_CONFIGS
+from trireme.wire import error_codes as E
+from trireme.wire import records
 
 dispatch.load_handlers()
 

@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.dirname(__file__))
 from strategies import all_messages, message_strategy  # noqa: E402
 
-from wire import primitives as P  # noqa: E402
-from wire.codec import message  # noqa: E402
-from wire.primitives import ZERO_UUID, CodecError  # noqa: E402
-from wire.schema import load_message  # noqa: E402
+from trireme.wire import primitives as P  # noqa: E402
+from trireme.wire.codec import message  # noqa: E402
+from trireme.wire.primitives import ZERO_UUID, CodecError  # noqa: E402
+from trireme.wire.schema import load_message  # noqa: E402
 
 PAIRS = all_messages()
 
@@ -295,7 +295,7 @@ def test_array_fields_with_null_default_start_as_none():
 
 
 def test_round_trip_covers_every_api_version():
-    from wire.schema import api_names
+    from trireme.wire.schema import api_names
     covered = set(PAIRS)
     for _, api in api_names().items():
         for suffix in ("Request", "Response"):
@@ -398,7 +398,7 @@ def test_large_records_pass_through_as_their_own_buffer():
 
 # --- headers -------------------------------------------------------------------------------
 
-from wire import headers as H  # noqa: E402
+from trireme.wire import headers as H  # noqa: E402
 
 HEADER_PAIRS = [("RequestHeader", 1), ("RequestHeader", 2), ("ResponseHeader", 0), ("ResponseHeader", 1)]
 

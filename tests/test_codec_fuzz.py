@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.dirname(__file__))
 from strategies import all_messages, message_strategy  # noqa: E402
 
-from wire.codec import message  # noqa: E402
-from wire.primitives import CodecError  # noqa: E402
+from trireme.wire.codec import message  # noqa: E402
+from trireme.wire.primitives import CodecError  # noqa: E402
 
 REQUESTS = [p for p in all_messages() if p[0].endswith("Request")]
 RESPONSES = [p for p in all_messages() if p[0].endswith("Response")]
@@ -184,7 +184,7 @@ def test_unknown_version_is_a_codec_error():
         message("FetchRequest").decode(b"", 999)
 
 
-from wire import headers as H  # noqa: E402
+from trireme.wire import headers as H  # noqa: E402
 
 
 def test_request_header_fuzz():

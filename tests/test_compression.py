@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka import codec as kafka_codec
 
-from wire import compression as C
-from wire.primitives import CodecError
+from trireme.wire import compression as C
+from trireme.wire.primitives import CodecError
 
 CODECS = [C.NONE, C.GZIP, C.SNAPPY, C.LZ4, C.ZSTD]
 COMPRESSED = [C.GZIP, C.SNAPPY, C.LZ4, C.ZSTD]

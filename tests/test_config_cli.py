@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-from server.cli import build_parser, load_config
-from server.config import PROPERTIES, ConfigError, parse_properties
+from trireme.server.cli import build_parser, load_config
+from trireme.server.config import PROPERTIES, ConfigError, parse_properties
 
 
 def _config(tmp_path, *argv):
@@ -59,7 +59,7 @@ def test_parse_properties():
 
 
 def test_help_lists_every_property_with_its_default():
-    out = subprocess.run([sys.executable, "-m", "server", "serve", "--help"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "trireme", "serve", "--help"], capture_output=True, text=True,
                          check=True).stdout
     for name, (default, _) in PROPERTIES.items():
         shown = str(default).lower() if isinstance(default, bool) else str(default)
@@ -69,7 +69,7 @@ def test_help_lists_every_property_with_its_default():
 
 
 def test_bad_config_exits_with_message(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "server", "serve", "--data-dir", str(tmp_path),
+    proc = subprocess.run([sys.executable, "-m", "trireme", "serve", "--data-dir", str(tmp_path),
                            "--set", "num.partitions=x"], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "num.partitions must be an integer" in proc.stderr

@@ -2,7 +2,7 @@
 import pathlib
 import re
 
-from server.dispatch import HANDLERS, advertised_versions, implemented_versions
+from trireme.server.dispatch import HANDLERS, advertised_versions, implemented_versions
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
 

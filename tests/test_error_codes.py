@@ -7,8 +7,8 @@ import re
 import kafka.errors
 import pytest
 
-from wire import error_codes as E
-from wire.error_codes import BY_CODE, KafkaError
+from trireme.wire import error_codes as E
+from trireme.wire.error_codes import BY_CODE, KafkaError
 
 # Where kafka-python 3.0 disagrees with Kafka's own Errors enum (Kafka is right in every case):
 # it keeps older or shortened names, and marks CORRUPT_MESSAGE non-retriable although Kafka's

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from state import group_records as gr
-from wire.codec import message
+from trireme.state import group_records as gr
+from trireme.wire.codec import message
 
 
 def kstr(s: str) -> bytes:

@@ -1,8 +1,8 @@
 """The server's group service: records become durable before answers, timers fire, the offsets log is compacted on load."""
 import trio
 
-from server.broker import Broker, now_ms
-from server.config import Config
+from trireme.server.broker import Broker, now_ms
+from trireme.server.config import Config
 
 
 def _broker(tmp_path, **props) -> Broker:

@@ -8,14 +8,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import wire.error_codes as E
-from state import group_records as gr
-from state.groups import (
+import trireme.wire.error_codes as E
+from trireme.state import group_records as gr
+from trireme.state.groups import (
     COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE, DescribedGroup, FetchedOffset, GroupConfig,
     GroupCoordinator, JoinGroupMember, JoinGroupResult, ListedGroup, PartitionResult, SyncGroupResult,
     heartbeat_key, join_key, sync_key,
 )
-from wire.codec import message
+from trireme.wire.codec import message
 
 NONE = E.NONE.code
 SESSION = 10_000

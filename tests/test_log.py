@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from state import log as log_mod
-from state.log import CHECKPOINT_NAME, OffsetOutOfRange, PartitionLog
-from state.storage import FileStorage, MemoryStorage
-from wire.records import parse_batch_header
+from trireme.state import log as log_mod
+from trireme.state.log import CHECKPOINT_NAME, OffsetOutOfRange, PartitionLog
+from trireme.state.storage import FileStorage, MemoryStorage
+from trireme.wire.records import parse_batch_header
 
 DIR = "logs/t-0"
 
@@ -808,7 +808,7 @@ def test_offset_for_timestamp(storage):
 
 
 def test_first_record_at_or_after_answers_per_record(storage):
-    from wire.records import build_batch
+    from trireme.wire.records import build_batch
     log = open_log(storage)
     # Timestamps inside a batch are not ordered: the batch's max (300) is its second record.
     append(log, bytearray(build_batch([(None, b"a", [], 100), (None, b"b", [], 300), (None, b"c", [], 200)])))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from state.producer_ids import BLOCK_SIZE, ProducerIdError, ProducerIdManager
+from trireme.state.producer_ids import BLOCK_SIZE, ProducerIdError, ProducerIdManager
 
 
 class FakeStorage:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from state.producer_state import (
+from trireme.state.producer_state import (
     MAX_SEQUENCE,
     Outcome,
     ProducerStateError,

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from wire.primitives import CodecError
-from wire.records import (
+from trireme.wire.primitives import CodecError
+from trireme.wire.records import (
     BATCH_HEADER_SIZE,
     CONTROL_ABORT,
     CONTROL_COMMIT,

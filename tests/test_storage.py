@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from state.storage import AppendFile, FileStorage, MemoryStorage
+from trireme.state.storage import AppendFile, FileStorage, MemoryStorage
 
 
 @pytest.fixture(params=["file", "memory"])

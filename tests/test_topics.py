@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from state.topics import (
+from trireme.state.topics import (
     INVALID_CONFIG,
     INVALID_PARTITIONS,
     INVALID_REPLICATION_FACTOR,

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from wire.codec import message
-from wire.primitives import ZERO_UUID
-from wire.schema import api_names, load_message
+from trireme.wire.codec import message
+from trireme.wire.primitives import ZERO_UUID
+from trireme.wire.schema import api_names, load_message
 
 VECTORS = Path(__file__).resolve().parent / "vectors"
 HEX_NAME = re.compile(r"^v(\d+)_(.+)_(request|response)\.hex$")
@@ -151,8 +151,8 @@ def test_basic_vectors_cover_every_json_version():
 
 def test_every_advertised_version_has_vectors():
     """Every (api_key, version) in ApiVersions has at least one request and one response vector."""
-    import server.dispatch
-    advertised = server.dispatch.advertised_versions()
+    import trireme.server.dispatch
+    advertised = trireme.server.dispatch.advertised_versions()
     assert advertised, "the server advertises nothing"
     names = api_names()
     have = {(a, v, k) for a, v, _, k, _ in FILES}

@@ -78,7 +78,7 @@ def _make_classes(spec: MessageSpec) -> tuple[type, dict[int, type], dict[str, A
             else:
                 dc_fields.append((f.py_name, Any, dataclasses.field(default=f.default)))
         cls = dataclasses.make_dataclass(name, dc_fields, slots=True)
-        cls.__module__ = "wire.messages"
+        cls.__module__ = "trireme.wire.messages"
         for f in fields:
             if f.is_struct:
                 setattr(cls, f.type, classes[id(f)])

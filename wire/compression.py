@@ -6,7 +6,7 @@ import zlib
 
 import cramjam
 
-from wire.primitives import CodecError
+from trireme.wire.primitives import CodecError
 
 NONE = 0
 GZIP = 1

@@ -8,8 +8,8 @@ from typing import Iterable, Iterator
 
 import crc32c
 
-from wire import compression as _compression
-from wire.primitives import CodecError
+from trireme.wire import compression as _compression
+from trireme.wire.primitives import CodecError
 
 BATCH_HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted by batchLength

@@ -12,7 +12,7 @@ import re
 from functools import lru_cache
 
 KAFKA_SCHEMA_PACKAGE = "kafka.protocol.schemas.resources"
-LOCAL_SCHEMA_PACKAGE = "wire.definitions"
+LOCAL_SCHEMA_PACKAGE = "trireme.wire.definitions"
 
 INFINITY = 1 << 30
 

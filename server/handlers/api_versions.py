@@ -11,9 +11,9 @@ Behaviour / version notes:
 """
 import re
 
-from server.connection import api_version_entries
-from server.dispatch import handles
-from wire import error_codes as E
+from trireme.server.connection import api_version_entries
+from trireme.server.dispatch import handles
+from trireme.wire import error_codes as E
 
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 

@@ -13,9 +13,9 @@ Behaviour / version notes:
 """
 from __future__ import annotations
 
-from server.dispatch import handles
-from state.topics import TopicError
-from wire import error_codes as E
+from trireme.server.dispatch import handles
+from trireme.state.topics import TopicError
+from trireme.wire import error_codes as E
 
 from .create_topics import assignment_problem
 

@@ -11,9 +11,9 @@ Behaviour / version notes:
 """
 from __future__ import annotations
 
-from server.dispatch import handles
-from state.log import OffsetOutOfRange
-from wire import error_codes as E
+from trireme.server.dispatch import handles
+from trireme.state.log import OffsetOutOfRange
+from trireme.wire import error_codes as E
 
 
 @handles("DeleteRecords", 0, 2)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import uuid
 
-from server.dispatch import handles
-from wire import error_codes as E
+from trireme.server.dispatch import handles
+from trireme.wire import error_codes as E
 
 ZERO_UUID = uuid.UUID(int=0)
 UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."

@@ -28,10 +28,10 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from server.config import PROPERTIES
-from server.dispatch import handles
-from state.topics import TOPIC_CONFIGS, validate_topic_name
-from wire import error_codes as E
+from trireme.server.config import PROPERTIES
+from trireme.server.dispatch import handles
+from trireme.state.topics import TOPIC_CONFIGS, validate_topic_name
+from trireme.wire import error_codes as E
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4

@@ -5,7 +5,7 @@ Behaviour / version notes:
   v3+ authorized operations when asked: everything is allowed for now; v4+ group instance ids.
   Member metadata and the protocol name are shown only while the group is Stable, as Kafka does.
 """
-from server.dispatch import handles
+from trireme.server.dispatch import handles
 
 # READ, DELETE, DESCRIBE
 GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))

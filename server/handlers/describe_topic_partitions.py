@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import uuid
 
-from server.dispatch import handles
-from state.topics import INTERNAL_TOPICS, validate_topic_name
-from wire import error_codes as E
+from trireme.server.dispatch import handles
+from trireme.state.topics import INTERNAL_TOPICS, validate_topic_name
+from trireme.wire import error_codes as E
 
 from .metadata import TOPIC_OPERATIONS
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import trio
 
-from server.dispatch import Deferred, handles
-from state.log import OffsetOutOfRange
-from wire import error_codes as E
+from trireme.server.dispatch import Deferred, handles
+from trireme.state.log import OffsetOutOfRange
+from trireme.wire import error_codes as E
 
 READ_COMMITTED = 1
 

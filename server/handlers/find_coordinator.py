@@ -6,8 +6,8 @@ Behaviour / version notes:
 - Key type 0 (GROUP) and 1 (TRANSACTION) are answered with this node; any other key type
   (e.g. 2, share groups) → INVALID_REQUEST.  An empty group id → INVALID_REQUEST for that key.
 """
-from server.dispatch import handles
-from wire import error_codes as E
+from trireme.server.dispatch import handles
+from trireme.wire import error_codes as E
 
 GROUP, TRANSACTION = 0, 1
 

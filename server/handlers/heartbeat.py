@@ -4,7 +4,7 @@ Behaviour / version notes:
 - v0-4.  REBALANCE_IN_PROGRESS while the group prepares a rebalance; UNKNOWN_MEMBER_ID,
   ILLEGAL_GENERATION, FENCED_INSTANCE_ID (v3+ static members) as Kafka answers them.
 """
-from server.dispatch import Deferred, handles
+from trireme.server.dispatch import Deferred, handles
 
 
 @handles("Heartbeat", 0, 4)

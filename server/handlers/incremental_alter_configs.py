@@ -17,9 +17,9 @@ Behaviour / version notes:
 """
 from __future__ import annotations
 
-from server.dispatch import handles
-from state.topics import TopicError, validate_topic_name
-from wire import error_codes as E
+from trireme.server.dispatch import handles
+from trireme.state.topics import TopicError, validate_topic_name
+from trireme.wire import error_codes as E
 
 from .describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC, RESOURCE_TYPE_NAMES
 

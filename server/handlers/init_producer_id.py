@@ -11,8 +11,8 @@ Behaviour / version notes:
 - transaction_timeout_ms is checked against transaction.max.timeout.ms only with a
   transactional id (INVALID_TRANSACTION_TIMEOUT): idempotent Java producers send Integer.MAX_VALUE.
 """
-from server.dispatch import handles
-from wire import error_codes as E
+from trireme.server.dispatch import handles
+from trireme.wire import error_codes as E
 
 MAX_EPOCH = 32767
 

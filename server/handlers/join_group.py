@@ -7,7 +7,7 @@ Behaviour / version notes:
   replaced without a rebalance.  Every decision is the coordinator's (state/groups.py); this
   module only translates, and the answer is deferred while the group rebalances.
 """
-from server.dispatch import Deferred, handles
+from trireme.server.dispatch import Deferred, handles
 
 
 @handles("JoinGroup", 0, 9)

@@ -4,7 +4,7 @@ Behaviour / version notes:
 - v0-5.  States are Kafka's names ("Empty", "PreparingRebalance", "CompletingRebalance",
   "Stable", "Dead"); the filter is case-insensitive as in Kafka.  Every group is "classic".
 """
-from server.dispatch import handles
+from trireme.server.dispatch import handles
 
 
 def _list_groups(ctx, request):

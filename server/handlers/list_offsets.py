@@ -9,8 +9,8 @@ Behaviour / version notes:
 - Leader epoch in answers is the partition's current epoch.  CurrentLeaderEpoch (v4+) newer than
   ours → UNKNOWN_LEADER_EPOCH, older → FENCED_LEADER_EPOCH.
 """
-from server.dispatch import handles
-from wire import error_codes as E
+from trireme.server.dispatch import handles
+from trireme.wire import error_codes as E
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
 

@@ -12,9 +12,9 @@ Behaviour / version notes:
 """
 import uuid
 
-from server.dispatch import handles
-from state.topics import validate_topic_name
-from wire import error_codes as E
+from trireme.server.dispatch import handles
+from trireme.state.topics import validate_topic_name
+from trireme.wire import error_codes as E
 
 ZERO_UUID = uuid.UUID(int=0)
 # READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS

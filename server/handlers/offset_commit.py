@@ -11,8 +11,8 @@ Behaviour / version notes:
   replayed into the coordinator, which happens before this answer is sent; if the record cannot
   be made durable the partitions answer NOT_COORDINATOR (as Kafka maps a storage error).
 """
-from server.dispatch import Deferred, handles
-from wire import error_codes as E
+from trireme.server.dispatch import Deferred, handles
+from trireme.wire import error_codes as E
 
 
 @handles("OffsetCommit", 2, 10)

@@ -5,8 +5,8 @@ Behaviour / version notes:
   group subscribes to the topic; GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP (groups not using the
   consumer protocol) at the top level, as Kafka answers.
 """
-from server.dispatch import Deferred, handles
-from wire import error_codes as E
+from trireme.server.dispatch import Deferred, handles
+from trireme.wire import error_codes as E
 
 
 @handles("OffsetDelete", 0, 0)

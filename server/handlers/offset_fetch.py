@@ -8,8 +8,8 @@ Behaviour / version notes:
 - A partition without a committed offset answers offset -1, metadata "" and no error.
 - COORDINATOR_LOAD_IN_PROGRESS while __consumer_offsets is being replayed at start-up.
 """
-from server.dispatch import handles
-from wire import error_codes as E
+from trireme.server.dispatch import handles
+from trireme.wire import error_codes as E
 
 
 def _offset_fetch(ctx, request):

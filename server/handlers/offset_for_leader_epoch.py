@@ -18,8 +18,8 @@ Behaviour / version notes:
 """
 from __future__ import annotations
 
-from server.dispatch import handles
-from wire import error_codes as E
+from trireme.server.dispatch import handles
+from trireme.wire import error_codes as E
 
 UNDEFINED = -1
 

@@ -26,12 +26,12 @@ Behaviour / version notes:
 """
 from __future__ import annotations
 
-from server.broker import now_ms
-from server.connection import CloseConnection
-from server.dispatch import Deferred, handles, handles_legacy
-from wire import error_codes as E
-from wire import records
-from wire.primitives import CodecError
+from trireme.server.broker import now_ms
+from trireme.server.connection import CloseConnection
+from trireme.server.dispatch import Deferred, handles, handles_legacy
+from trireme.wire import error_codes as E
+from trireme.wire import records
+from trireme.wire.primitives import CodecError
 
 
 @handles("Produce", 3, 13, advertised_min=0)

@@ -1,0 +1,88 @@
+"""The built wheel installs one top-level name, `trireme`, into a fresh virtualenv, imports whole, and serves a client."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(REPO)],
+                   check=True, cwd=out)
+    (path,) = out.glob("trireme-*.whl")
+    return path
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    """A fresh virtualenv (no access to this one's packages) with the wheel and its runtime dependencies."""
+    env = tmp_path_factory.mktemp("venv")
+    venv.EnvBuilder(with_pip=True, clear=True).create(env)
+    subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                    str(wheel)], check=True, cwd=env)
+    return env
+
+
+def test_wheel_has_one_top_level_name(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/", 1)[0] for n in names}
+    dist_info = {t for t in tops if t.endswith(".dist-info")}
+    assert tops - dist_info == {"trireme"}, sorted(tops)
+    assert "trireme/wire/definitions/OffsetCommitKey.json" in names
+
+
+def test_every_module_imports_from_the_installed_wheel(installed, tmp_path):
+    script = textwrap.dedent("""
+        import importlib, pkgutil, sys, trireme
+        assert "/site-packages/trireme/" in trireme.__file__.replace("\\\\", "/") + "/", trireme.__file__
+        names = ["trireme"] + [m.name for m in pkgutil.walk_packages(trireme.__path__, "trireme.")
+                               if not m.name.endswith("__main__")]   # that one runs the CLI
+        for name in names:
+            importlib.import_module(name)
+        import trireme.server.dispatch as d, trireme.server.handlers as h
+        print(len(names), len(d.advertised_versions()), len(list(pkgutil.iter_modules(h.__path__))))
+    """)
+    # Run from an empty directory so that nothing but the installed wheel can satisfy the imports.
+    out = subprocess.run([str(installed / "bin" / "python"), "-c", script], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    modules, apis, handler_modules = map(int, out.stdout.split())
+    assert modules > 40 and apis == handler_modules > 20
+
+
+def test_installed_command_serves_a_client(installed, tmp_path):
+    """`trireme serve` from the wheel, and kafka-python (a runtime dependency) producing to and reading from it."""
+    proc = subprocess.Popen([str(installed / "bin" / "trireme"), "serve", "--data-dir", str(tmp_path / "data"),
+                             "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, cwd=tmp_path)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("listening on "), line
+        bootstrap = line.split()[-1]
+        client = textwrap.dedent(f"""
+            from kafka import KafkaConsumer, KafkaProducer
+            p = KafkaProducer(bootstrap_servers="{bootstrap}", acks="all")
+            for i in range(10):
+                p.send("wheel-topic", value=b"v%d" % i)
+            p.flush(); p.close()
+            c = KafkaConsumer("wheel-topic", bootstrap_servers="{bootstrap}", auto_offset_reset="earliest",
+                              consumer_timeout_ms=10000)
+            print(",".join(m.value.decode() for m in c))
+            c.close()
+        """)
+        out = subprocess.run([str(installed / "bin" / "python"), "-c", client], capture_output=True, text=True,
+                             cwd=tmp_path, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip().split(",")[:10] == [f"v{i}" for i in range(10)]
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0

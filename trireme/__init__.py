@@ -1,0 +1,12 @@
+"""Trireme, a Kafka-compatible broker on trio: the one import name under which wire/, state/ and server/ install.
+
+The repository keeps the folders its design fixes (``wire/``, ``state/``, ``server/``); packaging maps
+them to ``trireme.wire``, ``trireme.state`` and ``trireme.server`` (see ``[tool.setuptools.package-dir]``
+in pyproject.toml), so an installed Trireme adds exactly one top-level name to an environment.
+"""
+from importlib.metadata import PackageNotFoundError, version as _version
+
+try:
+    __version__ = _version("trireme")
+except PackageNotFoundError:     # running from a source tree that was never installed
+    __version__ = "0+unknown"
