@@ -1,7 +1,9 @@
-"""One partition's log: segments of v2 record batches with offset and time indexes, crash recovery and retention."""
+"""One partition's log: segments of v2 record batches with offset, time and aborted-transaction indexes,
+crash recovery and retention."""
 from __future__ import annotations
 
 import bisect
+import errno
 import posixpath
 import re
 import struct
@@ -23,7 +25,7 @@ CHECKPOINT_NAME = "log-start-offset.checkpoint"
 _INT32_MAX = 2**31 - 1
 _READAHEAD = 8192  # bytes read at a time when hopping from batch header to batch header
 _RECOVERY_CHUNK = 1 << 20
-_SEGMENT_NAME = re.compile(r"(\d{20})\.(log|index|timeindex)")
+_SEGMENT_NAME = re.compile(r"(\d{20})\.(log|index|timeindex|txnindex)")
 
 
 class OffsetOutOfRange(Exception):
@@ -32,6 +34,42 @@ class OffsetOutOfRange(Exception):
 
 class CorruptLog(Exception):
     """A segment that passed recovery no longer parses (the disk changed under us)."""
+
+
+@dataclass(frozen=True)
+class AbortedTxn:
+    """One aborted transaction of a producer in this partition, as a read_committed fetch lists it.
+
+    `first_offset` is the producer's first offset in the transaction, `last_offset` the offset of
+    its ABORT control marker, `last_stable_offset` the partition's LSO just after that marker
+    (kept for information, as Kafka does).
+    """
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+
+# A txnindex entry: producer id, first offset, last offset, LSO, then the last offset of the entry
+# before it in the log (-1 for none), which chains the per-segment files together, and a CRC-32C
+# of those 40 bytes, which catches a torn or garbled entry.
+_TXN_ENTRY = struct.Struct(">qqqqqI")
+_TXN_BODY_SIZE = _TXN_ENTRY.size - 4
+
+
+def _pack_txn(txn: AbortedTxn, prev_last: int) -> bytes:
+    body = struct.pack(">qqqqq", txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset,
+                       prev_last)
+    return body + struct.pack(">I", crc32c.crc32c(body))
+
+
+def _unpack_txn(data: bytes, pos: int) -> tuple[AbortedTxn, int] | None:
+    """(entry, previous entry's last offset) at `pos`, or None if its checksum does not match."""
+    *fields, prev_last, crc = _TXN_ENTRY.unpack_from(data, pos)
+    if crc32c.crc32c(data[pos : pos + _TXN_BODY_SIZE]) != crc:
+        return None
+    return AbortedTxn(*fields), prev_last
 
 
 # --- peeking at v2 batch headers (the only part of a batch this module ever looks at) ---------
@@ -76,11 +114,17 @@ class _Segment:
     Offset index: (relative base offset, file position) of a batch every INDEX_INTERVAL_BYTES.
     Time index: at the same points, (max timestamp so far, relative base offset of the batch
     that has it), only when the max timestamp grew; sealing adds a final entry.
+    Aborted-transaction index: the entries whose abort markers are in this segment live in the
+    log's in-memory list; the segment counts them and appends them to its own txnindex file
+    (`txn_count` entries in memory, `txn_written` of them in the file, `txn_synced` fsynced,
+    `txn_unwritten` the packed entries still to write).
     """
 
     __slots__ = ("base_offset", "path", "handle", "size", "next_offset", "index_rel", "index_pos",
                  "time_ts", "time_rel", "max_ts", "max_ts_offset", "bytes_since_index",
-                 "sealed", "index_persisted", "deleted")
+                 "sealed", "index_persisted", "deleted",
+                 "txn_handle", "txn_on_disk", "txn_count", "txn_written", "txn_synced", "txn_unwritten",
+                 "txn_pending")
 
     def __init__(self, base_offset: int, path: str, size: int = 0, handle: ReadFile | None = None) -> None:
         self.base_offset = base_offset
@@ -98,10 +142,19 @@ class _Segment:
         self.sealed = False
         self.index_persisted = False
         self.deleted = False
+        self.txn_handle: AppendFile | None = None
+        self.txn_on_disk = False  # whether the txnindex file exists (so opening it creates no name)
+        self.txn_count = self.txn_written = self.txn_synced = 0
+        self.txn_unwritten = bytearray()
+        self.txn_pending = False  # in PartitionLog._txn_pending
 
     @property
     def index_path(self) -> str:
         return self.path[: -len(".log")] + ".index"
+
+    @property
+    def txn_index_path(self) -> str:
+        return self.path[: -len(".log")] + ".txnindex"
 
     @property
     def time_index_path(self) -> str:
@@ -180,6 +233,7 @@ class _FlushPlan:
 
     target: int
     files: tuple[tuple[_Segment, AppendFile], ...]
+    txn_files: tuple[tuple[_Segment, AppendFile | None, int, int], ...]  # (segment, handle, written, count)
     sync_dir: bool
     dir_generation: int
     seal: tuple[_Segment, ...]
@@ -196,6 +250,13 @@ class PartitionLog:
     flush_done (owning thread). A sealed segment's indexes are persisted only after its data
     was fsynced, so on open a segment with indexes is known durable; every segment from the
     first one without them is validated batch by batch and truncated at the first bad batch.
+
+    Aborted transactions: the broker reports each ABORT marker it appends (`add_aborted_txn`),
+    and at start-up replays every marker of the log, which re-adds whatever a crash lost, since
+    an entry not beyond the last one indexed is a duplicate. The entries are kept in memory in
+    last-offset order, so `aborted_txns` reads no file, and appended (no fsync) to the
+    txnindex file of the segment holding the marker. A flush fsyncs those files along with the
+    data, so the high watermark never passes an entry that is not durable.
     """
 
     def __init__(self, storage: Storage, directory: str, *, segment_bytes: int, retention_ms: int,
@@ -209,6 +270,12 @@ class PartitionLog:
         self._log_start = 0
         self._hw = 0
         self._unpersisted: list[_Segment] = []  # sealed segments whose indexes are not yet on disk
+        # Aborted transactions of every segment, in last-offset order (a segment's entries are a run).
+        self._aborted: list[AbortedTxn] = []
+        self._aborted_last = array("q")  # their last offsets, for bisect
+        self._aborted_floor = array("q")  # [j]: the least first offset of entries j and after
+        self._last_aborted = -1  # last offset of the last entry ever indexed (survives retention)
+        self._txn_pending: list[_Segment] = []  # segments whose txnindex has entries not yet written or fsynced
         self._plans: dict[int, _FlushPlan] = {}
         self._dir_generation = 0  # bumped when a segment file is created
         self._dir_synced_generation = 0
@@ -244,6 +311,7 @@ class PartitionLog:
                     storage.sync_dir(parent)
         names = storage.list(directory)
         logs = {int(m.group(1)) for m in map(_SEGMENT_NAME.fullmatch, names) if m and m.group(2) == "log"}
+        txn_indexes = {int(m.group(1)) for m in map(_SEGMENT_NAME.fullmatch, names) if m and m.group(2) == "txnindex"}
         bases = sorted(logs)
         for name in names:
             m = _SEGMENT_NAME.fullmatch(name)
@@ -308,6 +376,7 @@ class PartitionLog:
         for seg in segments[:-1]:
             if not seg.sealed:
                 seg.seal()
+        self._load_aborted_txns(segments, recovered, txn_indexes)
 
         if not self._unsafe:
             for seg in recovered:
@@ -324,6 +393,61 @@ class PartitionLog:
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
         self._hw = self.log_end_offset
+
+    def _load_aborted_txns(self, segments: list[_Segment], recovered: list[_Segment], present: set[int]) -> None:
+        """Adopt the txnindex entries that fit the recovered log; cut the files after the last one kept.
+
+        An entry is kept if its checksum matches, its marker lies in its segment below the log end
+        offset, and it follows the previous entry kept: its recorded predecessor is that entry
+        (or, for the first, one below the first segment). So the entries kept are a prefix of
+        those ever added, in order, even if a crash kept a later segment's file but not all of an
+        earlier one's; start-up replay re-adds the rest. Truncations, and the files of recovered
+        segments, are fsynced, as recovered data is.
+        """
+        prev_last: int | None = None
+        size = _TXN_ENTRY.size
+        broken = False
+        recovered_ids = {id(seg) for seg in recovered}
+        for seg in segments:
+            if seg.base_offset not in present:
+                continue
+            try:
+                data = self._storage.read_all(seg.txn_index_path)
+            except FileNotFoundError:
+                continue
+            seg.txn_on_disk = True
+            kept = 0
+            pos = 0
+            while not broken and pos + size <= len(data):
+                unpacked = _unpack_txn(data, pos)
+                if unpacked is None:
+                    break
+                txn, link = unpacked
+                if not (link == prev_last if prev_last is not None else link < segments[0].base_offset):
+                    break
+                if (not seg.base_offset <= txn.last_offset < seg.next_offset or txn.producer_id < 0
+                        or not 0 <= txn.first_offset <= txn.last_offset):
+                    break
+                self._aborted.append(txn)
+                self._aborted_last.append(txn.last_offset)
+                prev_last = txn.last_offset
+                kept += 1
+                pos += size
+            seg.txn_count = seg.txn_written = seg.txn_synced = kept
+            if pos < len(data):
+                broken = True  # entries after a bad one, in this file and later ones, are dropped
+                seg.txn_handle = self._storage.open_append(seg.txn_index_path)
+                seg.txn_handle.truncate(pos)
+                if not self._unsafe:
+                    seg.txn_handle.sync()
+            elif id(seg) in recovered_ids and data and not self._unsafe:
+                seg.txn_handle = self._storage.open_append(seg.txn_index_path)
+                seg.txn_handle.sync()
+        floor = array("q", (t.first_offset for t in self._aborted))
+        for j in range(len(floor) - 2, -1, -1):
+            floor[j] = min(floor[j], floor[j + 1])
+        self._aborted_floor = floor
+        self._last_aborted = -1 if prev_last is None else prev_last
 
     def _adopt_indexes(self, seg: _Segment) -> bool:
         """Load a sealed segment's persisted indexes and find its next offset, if they fit the file."""
@@ -501,12 +625,100 @@ class PartitionLog:
             self._unpersisted.append(old)
         return new
 
+    # --- aborted transactions ---
+
+    def add_aborted_txn(self, txn: AbortedTxn) -> bool:
+        """Index an aborted transaction whose ABORT marker, at `txn.last_offset`, was just appended.
+
+        Call it before the next `flush_begin`, so that the flush covering the marker covers the
+        entry too. The entry goes to the txnindex of the segment holding the marker (a write, no
+        fsync). Returns False, changing nothing, for a duplicate: an entry whose last offset is
+        not beyond that of the last entry indexed, as when start-up replay meets a marker whose
+        entry survived. If writing the file fails the entry is still indexed in memory; the write
+        is retried by later calls and flushes, and until it succeeds every flush raises OSError.
+        """
+        self._check_open()
+        if txn.producer_id < 0 or not 0 <= txn.first_offset <= txn.last_offset:
+            raise ValueError(f"malformed aborted transaction {txn}")
+        if not self._segments[0].base_offset <= txn.last_offset < self.log_end_offset:
+            raise ValueError(f"abort marker offset {txn.last_offset} is not in the log {self._directory}")
+        if txn.last_offset <= self._last_aborted:
+            return False
+        seg = self._segments[bisect.bisect_right(self._bases, txn.last_offset) - 1]
+        seg.txn_unwritten += _pack_txn(txn, self._last_aborted)
+        seg.txn_count += 1
+        self._aborted.append(txn)
+        self._aborted_last.append(txn.last_offset)
+        floor = self._aborted_floor
+        j = len(floor) - 1
+        while j >= 0 and floor[j] > txn.first_offset:  # stops at once unless txn began before others ended
+            floor[j] = txn.first_offset
+            j -= 1
+        floor.append(txn.first_offset)
+        self._last_aborted = txn.last_offset
+        if not seg.txn_pending:
+            seg.txn_pending = True
+            self._txn_pending.append(seg)
+        try:
+            self._write_txns(seg)
+        except OSError:
+            pass  # retried later; flushes fail meanwhile (see _FlushPlan.txn_files)
+        return True
+
+    def aborted_txns(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """The indexed aborted transactions overlapping [start_offset, end_offset), in last-offset order.
+
+        That is those with `last_offset >= start_offset` and `first_offset < end_offset`: what a
+        read_committed fetch returning data from start_offset up to end_offset must list. Reads
+        no file: a bisect, then a walk that stops once no later entry began below end_offset.
+        """
+        self._check_open()
+        floor, aborted = self._aborted_floor, self._aborted
+        out: list[AbortedTxn] = []
+        for j in range(bisect.bisect_left(self._aborted_last, start_offset), len(aborted)):
+            if floor[j] >= end_offset:
+                break
+            if aborted[j].first_offset < end_offset:
+                out.append(aborted[j])
+        return out
+
+    def _write_txns(self, seg: _Segment) -> None:
+        """Append the segment's unwritten txnindex entries to its file (owning thread; raises OSError)."""
+        if not seg.txn_unwritten:
+            return
+        end = seg.txn_written * _TXN_ENTRY.size
+        if seg.txn_handle is None:
+            created = not seg.txn_on_disk
+            seg.txn_handle = self._storage.open_append(seg.txn_index_path)
+            seg.txn_on_disk = True
+            if created:
+                self._dir_generation += 1
+        if seg.txn_handle.size != end:  # a stray file where a new segment's index goes: ours wins
+            seg.txn_handle.truncate(end)
+        try:
+            seg.txn_handle.write(seg.txn_unwritten)
+        except OSError:
+            try:  # leave no partial entry behind (recovery would drop it anyway)
+                seg.txn_handle.truncate(end)
+            except OSError:
+                pass
+            raise
+        seg.txn_written = seg.txn_count
+        seg.txn_unwritten = bytearray()
+
     # --- durability ---
 
     def flush_begin(self) -> int:
         """Plan a flush of everything appended so far; returns its target offset."""
         target = self.log_end_offset
+        for seg in self._txn_pending:  # retry failed txnindex writes; may create a file (dir sync)
+            if seg.txn_unwritten and not seg.deleted:
+                try:
+                    self._write_txns(seg)
+                except OSError:
+                    pass  # the plan records it and its flush fails
         if self._unsafe:
+            self._drop_settled_txn_pending()
             return target
         files: dict[int, tuple[_Segment, AppendFile]] = {}
         for seg in reversed(self._segments):
@@ -518,6 +730,8 @@ class PartitionLog:
         self._plans[target] = _FlushPlan(
             target=target,
             files=tuple(files[b] for b in sorted(files)),
+            txn_files=tuple((seg, seg.txn_handle, seg.txn_written, seg.txn_count)
+                            for seg in sorted(self._txn_pending, key=lambda s: s.base_offset)),
             sync_dir=self._dir_generation > self._dir_synced_generation,
             dir_generation=self._dir_generation,
             seal=tuple(self._unpersisted),
@@ -539,6 +753,18 @@ class PartitionLog:
                 if seg.deleted:
                     continue  # removed by retention meanwhile; its data no longer matters
                 raise
+        for seg, txn_handle, written, count in plan.txn_files:  # in segment order, so a later
+            if seg.deleted:                                     # file is never ahead of an earlier one
+                continue
+            if written < count or txn_handle is None:
+                raise OSError(errno.EIO, f"{seg.txn_index_path}: {count - written} aborted transaction "
+                                         f"index entries could not be written")
+            try:
+                txn_handle.sync()
+            except OSError:
+                if seg.deleted:
+                    continue
+                raise
         if self._deleted:
             return
         if plan.sync_dir:
@@ -557,8 +783,22 @@ class PartitionLog:
             for seg in plan.seal:
                 seg.index_persisted = True
             self._unpersisted = [s for s in self._unpersisted if not s.index_persisted]
+            for seg, _handle, written, _count in plan.txn_files:
+                seg.txn_synced = max(seg.txn_synced, written)
+            self._drop_settled_txn_pending()
             if plan.sync_dir:
                 self._dir_synced_generation = max(self._dir_synced_generation, plan.dir_generation)
+
+    def _drop_settled_txn_pending(self) -> None:
+        """Forget the segments whose txnindex entries are all written (and, unless unsafe, fsynced)."""
+        keep = []
+        for seg in self._txn_pending:
+            settled = seg.txn_written == seg.txn_count and (self._unsafe or seg.txn_synced == seg.txn_count)
+            if settled or seg.deleted:
+                seg.txn_pending = False
+            else:
+                keep.append(seg)
+        self._txn_pending = keep
 
     def sync(self, now_ms: int = 0) -> int:
         """flush_begin, flush and flush_done in one go (tests, shutdown); returns the high watermark."""
@@ -751,13 +991,21 @@ class PartitionLog:
             self._bases.pop(0)
             if seg in self._unpersisted:
                 self._unpersisted.remove(seg)
+            if seg.txn_count:  # the first segment's entries are the first ones
+                del self._aborted[: seg.txn_count]
+                del self._aborted_last[: seg.txn_count]
+                del self._aborted_floor[: seg.txn_count]
+            if seg.txn_pending:
+                self._txn_pending.remove(seg)
+                seg.txn_pending = False
             self._remove_files(seg)
 
     def _remove_files(self, seg: _Segment) -> None:
         seg.deleted = True
-        if seg.handle is not None:
-            seg.handle.close()
-        for path in (seg.path, seg.index_path, seg.time_index_path):
+        for handle in (seg.handle, seg.txn_handle):
+            if handle is not None:
+                handle.close()
+        for path in (seg.path, seg.index_path, seg.time_index_path, seg.txn_index_path):
             self._storage.remove(path, missing_ok=True)
 
     # --- start-up scans ---
@@ -787,8 +1035,9 @@ class PartitionLog:
             return
         self._closed = True
         for seg in self._segments:
-            if seg.handle is not None:
-                seg.handle.close()
+            for handle in (seg.handle, seg.txn_handle):
+                if handle is not None:
+                    handle.close()
 
     def delete(self) -> None:
         """Remove the log's files and directory (topic deletion)."""
