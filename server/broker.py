@@ -15,15 +15,20 @@ import time
 
 import trio
 
-from trireme.state.log import PartitionLog
+from trireme.state.log import AbortedTxn, PartitionLog
 from trireme.state.producer_ids import ProducerIdManager
 from trireme.state.producer_state import ProducerStateManager
 from trireme.state.storage import FileStorage
 from trireme.state.topics import INTERNAL_TOPICS, BrokerMeta, Topic, TopicError, TopicRegistry
 from trireme.wire import error_codes as E
+from trireme.wire import records
 
+from .clock import now_ms
 from .config import Config
+from .groups import GroupService
+from .local_peer import LocalPeer
 from .metrics import Metrics
+from .transactions import TransactionService
 
 log = logging.getLogger("trireme.broker")
 
@@ -46,10 +51,6 @@ def _check_partition_count(count: int) -> None:
     if count > MAX_PARTITIONS_PER_TOPIC:
         raise TopicError(E.INVALID_PARTITIONS.code,
                          f"at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic on one node")
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclasses.dataclass(slots=True, frozen=True)
@@ -95,6 +96,13 @@ class Partition:
         return hw if first_unstable is None else min(hw, first_unstable)
 
 
+def _read_marker(plog: PartitionLog, header) -> tuple[bool, int]:
+    """(commit?, coordinator epoch) of the marker batch ``header`` heads: its one control record, read from the log."""
+    data = plog.read(header.base_offset, header.batch_length + records.LOG_OVERHEAD, header.base_offset + 1)
+    kind, coordinator_epoch = records.parse_control_record(records.decode_records(data, 0)[0])
+    return kind == records.CONTROL_COMMIT, coordinator_epoch
+
+
 class Broker:
     def __init__(self, config: Config):
         self.config = config
@@ -120,8 +128,10 @@ class Broker:
                 self._open_partition(topic, index)
         log.info("loaded topics=%d partitions=%d in %.3fs", len(self.topics.all()), len(self.partitions),
                  time.perf_counter() - started)
-        from .groups import GroupService
-        self.groups = GroupService(self)
+        self.local_peer = LocalPeer(self)
+        self.groups = GroupService(config, self, self.open_internal_partition)
+        self.transactions = TransactionService(config, self, self.open_internal_partition,
+                                               self.producer_ids.next_id, self.local_peer)
         self._sweep_orphans()
 
     # --- partitions --------------------------------------------------------------------------
@@ -135,7 +145,17 @@ class Broker:
             retention_bytes=int(cfg["retention.bytes"]), now_ms=now_ms(), unsafe_no_fsync=not self.fsync)
         producers = ProducerStateManager()
         for header in plog.iter_batch_headers():
-            producers.load_batch(header)
+            if not header.is_control:
+                producers.load_batch(header)
+                continue
+            # A marker: its record says commit or abort, and an abort goes into the aborted-transaction
+            # index (entries that survived on disk are kept; add_aborted_txn skips them).
+            commit, coordinator_epoch = _read_marker(plog, header)
+            first_offset = producers.load_batch(header, coordinator_epoch)
+            if not commit and first_offset is not None:
+                unstable = producers.first_unstable_offset()
+                plog.add_aborted_txn(AbortedTxn(header.producer_id, first_offset, header.base_offset,
+                                                header.base_offset + 1 if unstable is None else unstable))
         partition = Partition(topic, index, plog, producers, PartitionConfig.of(cfg))
         self.partitions[(topic.name, index)] = partition
         return partition
@@ -329,6 +349,7 @@ class Broker:
             nursery.start_soon(self.run_flusher)
             nursery.start_soon(self.run_retention)
             await nursery.start(self.groups.run)
+            await nursery.start(self.transactions.run)
             task_status.started()
 
     def close(self) -> None:

@@ -29,6 +29,11 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
     "producer.id.expiration.ms": (86400000, "Idempotent producer state expires after this idle time."),
     "transactional.id.expiration.ms": (604800000, "Transactional id expiry."),
     "transaction.max.timeout.ms": (900000, "Largest transaction timeout a producer may ask for."),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        10000, "How often open transactions past their timeout are looked for and aborted."),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (
+        3600000, "How often transactional ids past transactional.id.expiration.ms are removed."),
+    "transaction.two.phase.commit.enable": (False, "Allow two-phase-commit transactions (KIP-939)."),
     "group.initial.rebalance.delay.ms": (3000, "Delay before the first rebalance of an empty group."),
     "group.min.session.timeout.ms": (6000, "Smallest session timeout a consumer may ask for."),
     "group.max.session.timeout.ms": (1800000, "Largest session timeout a consumer may ask for."),

@@ -26,7 +26,8 @@ from trireme.wire.codec import message
 from trireme.wire.primitives import INT32, CodecError
 
 from . import dispatch
-from .dispatch import Deferred, RequestContext
+from .deferred import Deferred
+from .dispatch import RequestContext
 
 log = logging.getLogger("trireme.connection")
 

@@ -3,7 +3,7 @@
 A handler is declared with ``@handles("Produce", 3, 11)``: the API name (as in Kafka's message
 definitions) and the version range it serves.  It is called with a :class:`RequestContext` and the
 decoded request object and returns the response object, ``None`` (no response, as for acks=0),
-or a :class:`Deferred` whose coroutine produces the response later (acks=all waiting for the
+or a :class:`~trireme.server.deferred.Deferred` whose coroutine produces the response later (acks=all waiting for the
 fsync, a long-polling fetch) while the connection goes on reading requests.
 """
 from __future__ import annotations
@@ -11,10 +11,12 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 from trireme.wire.codec import MessageCodec, message
 from trireme.wire.schema import api_names
+
+from .clock import now_ms
 
 API_KEYS: dict[str, int] = {name: key for key, name in api_names().items()}
 
@@ -29,13 +31,6 @@ class Handler:
     request: MessageCodec
     response: MessageCodec
     advertised_min: int                   # may be below min_version (Produce 0-2, see produce.py)
-
-
-@dataclasses.dataclass(slots=True)
-class Deferred:
-    """A response that is not ready yet: ``await wait()`` returns it (or None for no response)."""
-
-    wait: Callable[[], Awaitable[Any]]
 
 
 @dataclasses.dataclass(slots=True)
@@ -55,10 +50,7 @@ class RequestContext:
         """A fresh response object of this API, with fields set."""
         return HANDLERS[self.api_key].response.cls(**fields)
 
-    @staticmethod
-    def now_ms() -> int:
-        from trireme.server.broker import now_ms
-        return now_ms()
+    now_ms = staticmethod(now_ms)
 
     def legacy_response(self, **fields):
         """A fresh response object in the layout of a version below Kafka's definition."""

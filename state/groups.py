@@ -36,6 +36,7 @@ from typing import Callable, Hashable, Iterable, NamedTuple
 
 import trireme.wire.error_codes as E
 from trireme.state import group_records as gr
+from trireme.state.effects import Effects, TimerKey
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 GROUP_TYPE_CLASSIC = "classic"
@@ -159,52 +160,6 @@ class FetchedOffset(NamedTuple):
 
 # (topic, partition, offset, leader_epoch, metadata) as an OffsetCommit/TxnOffsetCommit carries it.
 OffsetToCommit = tuple[str, int, int, int, "str | None"]
-TimerKey = tuple
-
-
-class Effects:
-    """What the server must do after an operation: append ``records``, then send ``responses``; apply timers.
-
-    ``timers`` ((key, deadline_ms) to (re)schedule) and ``cancel`` (keys to drop) never share a key, so
-    they may be applied in either order.
-    """
-
-    __slots__ = ("responses", "records", "_timers", "_cancel")
-
-    def __init__(self) -> None:
-        self.responses: list[tuple[Hashable, object]] = []
-        self.records: list[tuple[bytes, bytes | None]] = []
-        self._timers: dict[TimerKey, int] = {}
-        self._cancel: dict[TimerKey, None] = {}
-
-    @property
-    def timers(self) -> list[tuple[TimerKey, int]]:
-        return list(self._timers.items())
-
-    @property
-    def cancel(self) -> list[TimerKey]:
-        return list(self._cancel)
-
-    def respond(self, request_id: Hashable, result: object) -> None:
-        self.responses.append((request_id, result))
-
-    def schedule(self, key: TimerKey, deadline_ms: int) -> None:
-        self._cancel.pop(key, None)
-        self._timers.pop(key, None)
-        self._timers[key] = deadline_ms
-
-    def cancel_timer(self, key: TimerKey) -> None:
-        self._timers.pop(key, None)
-        self._cancel[key] = None
-
-    def append(self, record: tuple[bytes, bytes | None]) -> None:
-        self.records.append(record)
-
-    def __repr__(self) -> str:
-        return (f"Effects(responses={self.responses!r}, timers={self.timers!r}, cancel={self.cancel!r}, "
-                f"records={len(self.records)})")
-
-
 def heartbeat_key(group_id: str, member_id: str) -> TimerKey:
     return (HEARTBEAT, group_id, member_id)
 

@@ -36,6 +36,7 @@ MAX_SEQUENCE = 2**31 - 1
 BATCHES_TO_RETAIN = 5
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 SNAPSHOT_VERSION = 1
+TRANSACTION_COORDINATOR_FENCED = 52
 
 
 class Outcome(enum.IntEnum):
@@ -125,6 +126,7 @@ class ProducerEntry:
     batches: list[BatchMetadata] = field(default_factory=list)
     last_timestamp: int = -1
     current_txn_first_offset: int | None = None
+    coordinator_epoch: int = -1         # of the last transaction marker; DescribeProducers reports it
 
     @property
     def last_seq(self) -> int:
@@ -144,7 +146,7 @@ class ProducerEntry:
 
     def copy(self) -> ProducerEntry:
         return ProducerEntry(self.producer_id, self.producer_epoch, list(self.batches),
-                             self.last_timestamp, self.current_txn_first_offset)
+                             self.last_timestamp, self.current_txn_first_offset, self.coordinator_epoch)
 
     def _update_epoch(self, producer_epoch: int) -> None:
         # A new epoch starts a new sequence space, so the cached batches no longer apply.
@@ -213,11 +215,33 @@ class ProducerStateManager:
                       max_timestamp, is_transactional)
         append.apply()
 
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, *,
+                     strict_epoch: bool = False) -> tuple[int, str]:
+        """Whether a COMMIT/ABORT marker may be written → (error code, message); (0, "") to write it.
+
+        As Kafka: refused only for an older producer epoch (INVALID_PRODUCER_EPOCH; under transaction
+        version 2, whose markers carry the bumped epoch, it must be strictly newer) or an older coordinator
+        epoch (TRANSACTION_COORDINATOR_FENCED).  A producer this partition does not know gets its marker.
+        """
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            return 0, ""
+        if producer_epoch < entry.producer_epoch:
+            return (int(Outcome.INVALID_PRODUCER_EPOCH),
+                    f"marker epoch {producer_epoch} is older than the producer's epoch {entry.producer_epoch}")
+        if strict_epoch and producer_epoch <= entry.producer_epoch:
+            return (int(Outcome.INVALID_PRODUCER_EPOCH),
+                    f"transaction version 2 marker epoch {producer_epoch} is not above {entry.producer_epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            return (TRANSACTION_COORDINATOR_FENCED,
+                    f"coordinator epoch {coordinator_epoch} is older than {entry.coordinator_epoch}")
+        return 0, ""
+
     def commit_end_txn(self, producer_id: int, producer_epoch: int, offset: int,
-                       timestamp: int) -> int | None:
+                       timestamp: int, coordinator_epoch: int = -1) -> int | None:
         """Record an appended COMMIT/ABORT marker; returns the first offset of the transaction it ends."""
         append = self.begin()
-        first_offset = append.commit_end_txn(producer_id, producer_epoch, offset, timestamp)
+        first_offset = append.commit_end_txn(producer_id, producer_epoch, offset, timestamp, coordinator_epoch)
         append.apply()
         return first_offset
 
@@ -231,24 +255,31 @@ class ProducerStateManager:
         for header in headers:
             self.load_batch(header)
 
-    def load_batch(self, header: BatchHeader) -> None:
-        """Replay one batch read from the log, trusting it; batches already covered are skipped."""
+    def load_batch(self, header: BatchHeader, coordinator_epoch: int = -1) -> int | None:
+        """Replay one batch read from the log, trusting it; batches already covered are skipped.
+
+        For a marker (``coordinator_epoch`` read from its control record) → the first offset of the
+        transaction it ended, if one was open.
+        """
         last_offset = header.base_offset + header.last_offset_delta
         if last_offset < self.map_end_offset:
-            return
+            return None
         pid = header.producer_id
+        first_offset = None
         if pid != NO_PRODUCER_ID:
             entry = self._producers.get(pid)
             if entry is None:
                 entry = self._producers[pid] = ProducerEntry(pid)
             if header.is_control:
-                _apply_end_txn(entry, header.producer_epoch, header.max_timestamp)
+                first_offset = entry.current_txn_first_offset
+                _apply_end_txn(entry, header.producer_epoch, header.max_timestamp, coordinator_epoch)
             else:
                 _apply_data_batch(entry, header.producer_epoch, header.base_sequence,
                                   header.last_offset_delta, header.base_offset,
                                   header.max_timestamp, header.is_transactional)
             self._track(entry)
         self.map_end_offset = last_offset + 1
+        return first_offset
 
     def expire(self, now_ms: int) -> list[int]:
         """Forget producers idle for ``producer.id.expiration.ms``, except those with an open transaction."""
@@ -265,7 +296,7 @@ class ProducerStateManager:
         """The whole state as bytes; it covers the log below :attr:`map_end_offset`."""
         producers = [
             {"id": e.producer_id, "epoch": e.producer_epoch, "last_timestamp": e.last_timestamp,
-             "txn_first_offset": e.current_txn_first_offset,
+             "txn_first_offset": e.current_txn_first_offset, "coordinator_epoch": e.coordinator_epoch,
              "batches": [[b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.max_timestamp]
                          for b in e.batches]}
             for e in sorted(self._producers.values(), key=lambda e: e.producer_id)
@@ -347,7 +378,7 @@ class ProducerAppend:
         self._map_end_offset = max(self._map_end_offset, base_offset + last_offset_delta + 1)
 
     def commit_end_txn(self, producer_id: int, producer_epoch: int, offset: int,
-                       timestamp: int) -> int | None:
+                       timestamp: int, coordinator_epoch: int = -1) -> int | None:
         """Add an appended transaction marker; returns the first offset of the transaction it ends.
 
         Raises ProducerStateError for a marker whose epoch is older than the producer's.
@@ -357,7 +388,7 @@ class ProducerAppend:
             raise ProducerStateError(f"producer {producer_id}: marker epoch {producer_epoch} is "
                                      f"smaller than the last seen epoch {entry.producer_epoch}")
         first_offset = entry.current_txn_first_offset
-        _apply_end_txn(entry, producer_epoch, timestamp)
+        _apply_end_txn(entry, producer_epoch, timestamp, coordinator_epoch)
         self._map_end_offset = max(self._map_end_offset, offset + 1)
         return first_offset
 
@@ -388,10 +419,11 @@ def _apply_data_batch(entry: ProducerEntry, producer_epoch: int, base_sequence: 
         entry.current_txn_first_offset = base_offset
 
 
-def _apply_end_txn(entry: ProducerEntry, producer_epoch: int, timestamp: int) -> None:
+def _apply_end_txn(entry: ProducerEntry, producer_epoch: int, timestamp: int, coordinator_epoch: int = -1) -> None:
     entry._update_epoch(producer_epoch)
     entry.current_txn_first_offset = None
     entry.last_timestamp = timestamp
+    entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
 
 
 def _parse_snapshot(data: bytes) -> tuple[dict[int, ProducerEntry], int]:
@@ -404,7 +436,8 @@ def _parse_snapshot(data: bytes) -> tuple[dict[int, ProducerEntry], int]:
         for p in doc["producers"]:
             txn = p["txn_first_offset"]
             entry = ProducerEntry(_int(p["id"]), _int(p["epoch"]), [],
-                                  _int(p["last_timestamp"]), None if txn is None else _int(txn))
+                                  _int(p["last_timestamp"]), None if txn is None else _int(txn),
+                                  _int(p.get("coordinator_epoch", -1)))
             for b in p["batches"][-BATCHES_TO_RETAIN:]:
                 entry.batches.append(BatchMetadata(*(_int(v) for v in b)))
             producers[entry.producer_id] = entry

@@ -11,7 +11,8 @@ import uuid
 import pytest
 
 from trireme.server import dispatch
-from trireme.server.broker import Broker, now_ms
+from trireme.server.broker import Broker
+from trireme.server.clock import now_ms
 from trireme.server.config import PROPERTIES, Config
 from trireme.server.dispatch import API_KEYS, HANDLERS, RequestContext
 from trireme.server.handlers.metadata import CLUSTER_OPERATIONS, TOPIC_OPERATIONS

@@ -1,7 +1,8 @@
 """The server's group service: records become durable before answers, timers fire, the offsets log is compacted on load."""
 import trio
 
-from trireme.server.broker import Broker, now_ms
+from trireme.server.broker import Broker
+from trireme.server.clock import now_ms
 from trireme.server.config import Config
 
 

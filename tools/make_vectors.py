@@ -41,7 +41,8 @@ APIS = [
     "DeleteTopics", "CreatePartitions", "DescribeConfigs", "IncrementalAlterConfigs", "DescribeCluster",
     "DescribeTopicPartitions", "DeleteRecords", "InitProducerId", "FindCoordinator", "JoinGroup", "SyncGroup",
     "Heartbeat", "LeaveGroup", "OffsetCommit", "OffsetFetch", "DescribeGroups", "ListGroups", "DeleteGroups",
-    "OffsetDelete",
+    "OffsetDelete", "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "WriteTxnMarkers", "TxnOffsetCommit",
+    "DescribeProducers", "DescribeTransactions", "ListTransactions",
 ]
 
 # Versions below the JSON definition's range that brokers still advertise: Kafka 4 advertises Produce
@@ -74,7 +75,18 @@ def kp_classes() -> dict[str, type]:
 def original_json(name: str) -> dict:
     """Kafka's definition as shipped (kafka-python patches some field names/types in its own copy)."""
     text = importlib.resources.files("kafka.protocol.schemas.resources").joinpath(name + ".json").read_text("utf-8")
-    return json.loads("\n".join(l for l in text.splitlines() if not l.lstrip().startswith("//")))
+    spec = json.loads("\n".join(l for l in text.splitlines() if not l.lstrip().startswith("//")))
+    common = {c["name"]: c["fields"] for c in spec.get("commonStructs", [])}
+
+    def inline(fields):          # a field typed by a common struct gets that struct's fields
+        for f in fields:
+            if "fields" in f:
+                inline(f["fields"])
+            elif _elem_type(f) in common:
+                f["fields"] = common[_elem_type(f)]
+                inline(f["fields"])
+    inline(spec["fields"])
+    return spec
 
 
 def parse_versions(text):
@@ -522,6 +534,75 @@ def examples(api: str, version: int) -> tuple[dict, dict]:
             {"ErrorCode": 0, "ThrottleTimeMs": 0,
              "Topics": [{"Name": "orders", "Partitions": [{"PartitionIndex": 0, "ErrorCode": 0},
                                                           {"PartitionIndex": 1, "ErrorCode": 86}]}]},
+        )
+    if api == "AddPartitionsToTxn":
+        topics = [{"Name": "orders", "Partitions": [0, 1]}, {"Name": "audit", "Partitions": [2]}]
+        results = [{"Name": "orders", "ResultsByPartition": [{"PartitionIndex": 0, "PartitionErrorCode": 0},
+                                                             {"PartitionIndex": 1, "PartitionErrorCode": 0}]},
+                   {"Name": "audit", "ResultsByPartition": [{"PartitionIndex": 2, "PartitionErrorCode": 48}]}]
+        return (
+            {"V3AndBelowTransactionalId": "orders-txn-1", "V3AndBelowProducerId": 4000,
+             "V3AndBelowProducerEpoch": 2, "V3AndBelowTopics": topics,
+             "Transactions": [{"TransactionalId": "orders-txn-1", "ProducerId": 4000, "ProducerEpoch": 2,
+                               "VerifyOnly": True, "Topics": topics}]},
+            {"ThrottleTimeMs": 0, "ErrorCode": 0, "ResultsByTopicV3AndBelow": results,
+             "ResultsByTransaction": [{"TransactionalId": "orders-txn-1", "TopicResults": results}]},
+        )
+    if api == "AddOffsetsToTxn":
+        return (
+            {"TransactionalId": "orders-txn-1", "ProducerId": 4000, "ProducerEpoch": 2, "GroupId": GROUP},
+            {"ThrottleTimeMs": 0, "ErrorCode": 0},
+        )
+    if api == "EndTxn":
+        return (
+            {"TransactionalId": "orders-txn-1", "ProducerId": 4000, "ProducerEpoch": 2, "Committed": True},
+            {"ThrottleTimeMs": 0, "ErrorCode": 0, "ProducerId": 4000, "ProducerEpoch": 3},
+        )
+    if api == "WriteTxnMarkers":
+        return (
+            {"Markers": [{"ProducerId": 4000, "ProducerEpoch": 2, "TransactionResult": False,
+                          "Topics": [{"Name": "orders", "PartitionIndexes": [0, 1]}],
+                          "CoordinatorEpoch": 0, "TransactionVersion": 1}]},
+            {"Markers": [{"ProducerId": 4000, "Topics": [{"Name": "orders", "Partitions": [
+                {"PartitionIndex": 0, "ErrorCode": 0}, {"PartitionIndex": 1, "ErrorCode": 47}]}]}]},
+        )
+    if api == "TxnOffsetCommit":
+        return (
+            {"TransactionalId": "orders-txn-1", "GroupId": GROUP, "ProducerId": 4000, "ProducerEpoch": 2,
+             "GenerationId": 7, "MemberId": MEMBER, "GroupInstanceId": None,
+             "Topics": [{"Name": "orders", "Partitions": [
+                 {"PartitionIndex": 0, "CommittedOffset": 1043, "CommittedLeaderEpoch": 5,
+                  "CommittedMetadata": ""}]}]},
+            {"ThrottleTimeMs": 0, "Topics": [{"Name": "orders", "Partitions": [
+                {"PartitionIndex": 0, "ErrorCode": 0}]}]},
+        )
+    if api == "DescribeProducers":
+        return (
+            {"Topics": [{"Name": "orders", "PartitionIndexes": [0, 1]}]},
+            {"ThrottleTimeMs": 0, "Topics": [{"Name": "orders", "Partitions": [
+                {"PartitionIndex": 0, "ErrorCode": 0, "ErrorMessage": None, "ActiveProducers": [
+                    {"ProducerId": 4000, "ProducerEpoch": 2, "LastSequence": 41, "LastTimestamp": 1700000000000,
+                     "CoordinatorEpoch": 0, "CurrentTxnStartOffset": 1043}]},
+                {"PartitionIndex": 1, "ErrorCode": 3, "ErrorMessage": "orders-1 does not exist",
+                 "ActiveProducers": []}]}]},
+        )
+    if api == "DescribeTransactions":
+        return (
+            {"TransactionalIds": ["orders-txn-1", "gone"]},
+            {"ThrottleTimeMs": 0, "TransactionStates": [
+                {"ErrorCode": 0, "TransactionalId": "orders-txn-1", "TransactionState": "Ongoing",
+                 "TransactionTimeoutMs": 60000, "TransactionStartTimeMs": 1700000000000, "ProducerId": 4000,
+                 "ProducerEpoch": 2, "Topics": [{"Topic": "orders", "Partitions": [0, 1]}]},
+                {"ErrorCode": 105, "TransactionalId": "gone", "TransactionState": "", "TransactionTimeoutMs": 0,
+                 "TransactionStartTimeMs": -1, "ProducerId": -1, "ProducerEpoch": -1, "Topics": []}]},
+        )
+    if api == "ListTransactions":
+        return (
+            {"StateFilters": ["Ongoing", "Bogus"], "ProducerIdFilters": [4000], "DurationFilter": 60000,
+             "TransactionalIdPattern": "orders-.*"},
+            {"ThrottleTimeMs": 0, "ErrorCode": 0, "UnknownStateFilters": ["Bogus"],
+             "TransactionStates": [{"TransactionalId": "orders-txn-1", "ProducerId": 4000,
+                                    "TransactionState": "Ongoing"}]},
         )
     raise KeyError(api)
 

@@ -4,7 +4,8 @@ Behaviour / version notes:
 - v0-2.  Only Empty (or Dead) groups can go: NON_EMPTY_GROUP otherwise, GROUP_ID_NOT_FOUND for
   unknown ones.  Tombstones for the group and its offsets are made durable before the answer.
 """
-from trireme.server.dispatch import Deferred, handles
+from trireme.server.deferred import Deferred
+from trireme.server.dispatch import handles
 from trireme.wire import error_codes as E
 
 

@@ -9,6 +9,10 @@ Behaviour / version notes:
 - Reads stop at the high watermark (data covered by an fsync) for read_uncommitted, and at the
   last stable offset for read_committed; LastStableOffset and LogStartOffset are filled.
   Control batches are returned like any other, so consumers move past transaction markers.
+- read_committed: AbortedTransactions lists (producer id, first offset) of every aborted
+  transaction whose marker is at or after the fetch offset and whose first offset is below the
+  LSO, from the partition's aborted-transaction index (records are not decoded); the client drops
+  those transactions' batches.  An empty read has an empty list; read_uncommitted has none (null).
 - max_bytes bounds the response and partition_max_bytes each partition, except that the first
   batch of the first non-empty partition is returned whole even when larger (KIP-74).
 - CurrentLeaderEpoch (v9+) newer than ours → UNKNOWN_LEADER_EPOCH, older → FENCED_LEADER_EPOCH.
@@ -19,7 +23,8 @@ from __future__ import annotations
 
 import trio
 
-from trireme.server.dispatch import Deferred, handles
+from trireme.server.deferred import Deferred
+from trireme.server.dispatch import handles
 from trireme.state.log import OffsetOutOfRange
 from trireme.wire import error_codes as E
 
@@ -57,6 +62,7 @@ def _fill(ctx, request, response) -> int:
     by_id = ctx.api_version >= 13
     cls = type(response).FetchableTopicResponse
     pcls = cls.PartitionData
+    acls = pcls.AbortedTransaction
     budget = request.max_bytes if ctx.api_version >= 3 else 0x7FFFFFFF
     budget = min(budget, broker.config["fetch.max.bytes"])
     gathered = 0
@@ -82,8 +88,6 @@ def _fill(ctx, request, response) -> int:
             result.error_code = partition.leader_epoch_error(fp.current_leader_epoch)
             if result.error_code:
                 continue
-            if read_committed:
-                result.aborted_transactions = []
             limit = min(fp.partition_max_bytes, budget - gathered)
             if limit <= 0:
                 result.records = b""
@@ -96,5 +100,10 @@ def _fill(ctx, request, response) -> int:
                 continue
             result.records = data
             gathered += len(data)
+            if read_committed:
+                # Up to the LSO, which bounds what was read: the index, not the records, says what was aborted.
+                result.aborted_transactions = [
+                    acls(producer_id=a.producer_id, first_offset=a.first_offset)
+                    for a in plog.aborted_txns(fp.fetch_offset, lso)] if data else []
     broker.metrics.bytes_out += gathered
     return gathered

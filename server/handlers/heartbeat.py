@@ -4,7 +4,8 @@ Behaviour / version notes:
 - v0-4.  REBALANCE_IN_PROGRESS while the group prepares a rebalance; UNKNOWN_MEMBER_ID,
   ILLEGAL_GENERATION, FENCED_INSTANCE_ID (v3+ static members) as Kafka answers them.
 """
-from trireme.server.dispatch import Deferred, handles
+from trireme.server.deferred import Deferred
+from trireme.server.dispatch import handles
 
 
 @handles("Heartbeat", 0, 4)

@@ -1,33 +1,51 @@
-"""InitProducerId: hands idempotent producers a producer id and epoch.
+"""InitProducerId: hands idempotent and transactional producers a producer id and epoch.
 
 Behaviour / version notes:
 - v0-6.  Without a transactional id: a fresh producer id (unique across restarts, reserved in
   blocks on disk) with epoch 0.  A request carrying an existing producer id and epoch (v3+,
   KIP-360) gets that id with the epoch bumped, which is how an idempotent producer recovers
   from OUT_OF_ORDER_SEQUENCE_NUMBER; if the epoch would overflow a new id is issued.
-- With a transactional id: the transaction coordinator is not built yet and transactions are
-  not advertised (no AddPartitionsToTxn/EndTxn), so stock clients do not ask; the answer is
-  TRANSACTIONAL_ID_AUTHORIZATION_FAILED, an explicit refusal.
-- transaction_timeout_ms is checked against transaction.max.timeout.ms only with a
-  transactional id (INVALID_TRANSACTION_TIMEOUT): idempotent Java producers send Integer.MAX_VALUE.
+- With a transactional id the transaction coordinator answers once its record is durable: a new
+  id gets a producer id with epoch 0; a known one gets its epoch bumped (a new producer id when
+  the epoch is exhausted).  An open transaction is fenced: the epoch is bumped, the transaction
+  aborted with it, and the caller answered CONCURRENT_TRANSACTIONS until the abort completes (the
+  client retries).  A prepared transaction (markers still being written) → CONCURRENT_TRANSACTIONS.
+  v3+ ProducerId/ProducerEpoch that are neither the current ones nor the ones before the last bump
+  → PRODUCER_FENCED (v4+; INVALID_PRODUCER_EPOCH below v4).
+- transaction_timeout_ms above transaction.max.timeout.ms (or not positive) →
+  INVALID_TRANSACTION_TIMEOUT, only with a transactional id: idempotent Java producers send
+  Integer.MAX_VALUE.
+- v6 (KIP-939): Enable2Pc is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED unless
+  transaction.two.phase.commit.enable is on (as on Kafka); a 2PC transaction never times out, and
+  KeepPreparedTxn keeps a prepared transaction for the external coordinator to complete.
 """
+from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
-from trireme.wire import error_codes as E
+from trireme.server.transactions import error_for_version
 
 MAX_EPOCH = 32767
+FENCED_SINCE = 4
 
 
 @handles("InitProducerId", 0, 6)
 def init_producer_id(ctx, request):
     broker = ctx.broker
+    version = ctx.api_version
     response = ctx.response(producer_id=-1, producer_epoch=-1)
     if request.transactional_id is not None:
-        if request.transaction_timeout_ms > broker.config["transaction.max.timeout.ms"]:
-            response.error_code = E.INVALID_TRANSACTION_TIMEOUT.code
-        else:
-            response.error_code = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code
-        return response
-    if ctx.api_version >= 3 and request.producer_id >= 0 and 0 <= request.producer_epoch < MAX_EPOCH - 1:
+        async def init():
+            outcome = await broker.transactions.init_producer_id(
+                request.transactional_id, request.transaction_timeout_ms,
+                expected_producer_id=request.producer_id if version >= 3 else -1,
+                expected_producer_epoch=request.producer_epoch if version >= 3 else -1,
+                enable_2pc=version >= 6 and request.enable2_pc,
+                keep_prepared_txn=version >= 6 and request.keep_prepared_txn)
+            response.error_code = error_for_version(outcome.error, version, FENCED_SINCE)
+            if not outcome.error:
+                response.producer_id, response.producer_epoch = outcome.producer_id, outcome.producer_epoch
+            return response
+        return Deferred(init)
+    if version >= 3 and request.producer_id >= 0 and 0 <= request.producer_epoch < MAX_EPOCH - 1:
         response.producer_id = request.producer_id
         response.producer_epoch = request.producer_epoch + 1
         return response

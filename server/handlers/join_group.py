@@ -7,7 +7,8 @@ Behaviour / version notes:
   replaced without a rebalance.  Every decision is the coordinator's (state/groups.py); this
   module only translates, and the answer is deferred while the group rebalances.
 """
-from trireme.server.dispatch import Deferred, handles
+from trireme.server.deferred import Deferred
+from trireme.server.dispatch import handles
 
 
 @handles("JoinGroup", 0, 9)

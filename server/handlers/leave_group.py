@@ -4,7 +4,8 @@ Behaviour / version notes:
 - v0-5.  v0-2 carry one member id; v3+ a batch of members (member id and/or group instance id),
   each answered on its own; v5 adds a reason (logged only).
 """
-from trireme.server.dispatch import Deferred, handles
+from trireme.server.deferred import Deferred
+from trireme.server.dispatch import handles
 from trireme.wire import error_codes as E
 
 

@@ -11,7 +11,8 @@ Behaviour / version notes:
   replayed into the coordinator, which happens before this answer is sent; if the record cannot
   be made durable the partitions answer NOT_COORDINATOR (as Kafka maps a storage error).
 """
-from trireme.server.dispatch import Deferred, handles
+from trireme.server.deferred import Deferred
+from trireme.server.dispatch import handles
 from trireme.wire import error_codes as E
 
 

@@ -5,7 +5,8 @@ Behaviour / version notes:
   group subscribes to the topic; GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP (groups not using the
   consumer protocol) at the top level, as Kafka answers.
 """
-from trireme.server.dispatch import Deferred, handles
+from trireme.server.deferred import Deferred
+from trireme.server.dispatch import handles
 from trireme.wire import error_codes as E
 
 

@@ -9,11 +9,17 @@ Behaviour / version notes:
   and ErrorMessage.
 - Per partition, as Kafka: exactly one v2 batch (INVALID_RECORD otherwise); bad CRC or a
   malformed batch → CORRUPT_MESSAGE; a control batch written by a client → INVALID_RECORD;
-  transactional batches → INVALID_TXN_STATE until transactions arrive; a batch over the
+  a batch over the
   topic's max.message.bytes → MESSAGE_TOO_LARGE; unknown partition → UNKNOWN_TOPIC_OR_PARTITION;
   a record without a key on a compacted topic → INVALID_RECORD (the only check that decodes
   records, and only on such topics).
   Nothing is stored for a refused partition.
+- Transactions (KIP-890 part 1): the first transactional batch of a producer's transaction in a
+  partition is checked with the transaction coordinator (AddPartitionsToTxn VerifyOnly, encoded,
+  through server/local_peer.py): a partition not in its ongoing transaction → INVALID_TXN_STATE;
+  an old epoch → INVALID_PRODUCER_EPOCH; the coordinator still completing the previous
+  transaction → NOT_ENOUGH_REPLICAS (retriable).  So a late batch of a fenced or finished
+  transaction never opens a transaction that would pin the last stable offset.
 - Idempotence: check-then-commit against the partition's producer state; an exact duplicate
   of one of the producer's last 5 batches answers NONE with the original base offset and is
   not appended again.
@@ -26,9 +32,11 @@ Behaviour / version notes:
 """
 from __future__ import annotations
 
-from trireme.server.broker import now_ms
+from trireme.server.clock import now_ms
 from trireme.server.connection import CloseConnection
-from trireme.server.dispatch import Deferred, handles, handles_legacy
+from trireme.server.deferred import Deferred
+from trireme.server.dispatch import handles, handles_legacy
+from trireme.server.transactions import verify_in_transaction
 from trireme.wire import error_codes as E
 from trireme.wire import records
 from trireme.wire.primitives import CodecError
@@ -103,6 +111,33 @@ def produce_legacy(ctx, request):
     return None if request.acks == 0 else response
 
 
+# What a failed verification answers a producer: the fenced epoch as produce names it, and the retriable
+# error Kafka gives while the coordinator is busy with the producer's previous transaction.
+_VERIFY_ERRORS = {
+    E.PRODUCER_FENCED.code: E.INVALID_PRODUCER_EPOCH.code,
+    E.CONCURRENT_TRANSACTIONS.code: E.NOT_ENOUGH_REPLICAS.code,
+}
+
+
+def _verify_transaction(broker, partition, header, transactional_id) -> tuple[int, str] | None:
+    """A transactional batch opens (or continues) a transaction here only if the coordinator has this partition
+    in the producer's ongoing transaction (KIP-890 part 1); asked once per transaction and partition."""
+    if transactional_id is None:
+        return E.INVALID_TXN_STATE.code, "a transactional batch needs the request's transactional id"
+    entry = partition.producers.entry(header.producer_id)
+    if entry is not None and entry.current_txn_first_offset is not None \
+            and entry.producer_epoch == header.producer_epoch:
+        return None       # its transaction is open here: verified when it began
+    tp = (partition.topic.name, partition.index)
+    error = verify_in_transaction(broker.local_peer, transactional_id, header.producer_id, header.producer_epoch,
+                                  [tp])[tp]
+    if error:
+        return _VERIFY_ERRORS.get(error, error), (f"partition is not in the ongoing transaction of producer "
+                                                  f"{header.producer_id} epoch {header.producer_epoch}: "
+                                                  f"{E.for_code(error).name}")
+    return None
+
+
 def _append(broker, partition, data, transactional_id, now, result, waits) -> tuple[int, str | None]:
     """Validate and append one partition's batch; fills ``result``; returns (error code, message)."""
     if data is None or len(data) == 0:
@@ -118,8 +153,6 @@ def _append(broker, partition, data, transactional_id, now, result, waits) -> tu
         return E.CORRUPT_MESSAGE.code, "record batch CRC does not match its contents"
     if header.is_control:
         return E.INVALID_RECORD.code, "clients may not write control batches"
-    if header.is_transactional:
-        return E.INVALID_TXN_STATE.code, "transactional batches are not supported yet"
     if header.records_count <= 0:
         return E.INVALID_RECORD.code, "record batch with no records"
     if header.last_offset_delta != header.records_count - 1:
@@ -149,6 +182,10 @@ def _append(broker, partition, data, transactional_id, now, result, waits) -> tu
         return 0, None
     if not check.accepted:
         return check.error_code, check.message or None
+    if header.is_transactional:
+        error = _verify_transaction(broker, partition, header, transactional_id)
+        if error:
+            return error
     log_append_time = config.log_append_time
     records.set_partition_leader_epoch(data, pos, partition.leader_epoch)
     try:

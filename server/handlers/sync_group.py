@@ -5,7 +5,8 @@ Behaviour / version notes:
   (INCONSISTENT_GROUP_PROTOCOL) and echoed back.  Followers' answers wait until the leader's
   SyncGroup has been made durable as a GroupMetadata record in __consumer_offsets.
 """
-from trireme.server.dispatch import Deferred, handles
+from trireme.server.deferred import Deferred
+from trireme.server.dispatch import handles
 
 
 @handles("SyncGroup", 0, 5)

@@ -1,0 +1,306 @@
+"""Runs a pure coordinator over its internal log partition: append, wait until durable, replay in log order, answer.
+
+Both coordinators (groups in ``__consumer_offsets``, transactions in ``__transaction_state``) run
+on this, as Kafka's CoordinatorRuntime serves its group and transaction shards.  The coordinator
+decides and returns :class:`~trireme.state.effects.Effects`; the runtime appends their records as
+one batch, and only once they are durable replays them into the coordinator (strictly in log
+order, whoever's fsync finishes first) and releases the answers that depended on them.  Timers
+(the coordinator's deadlines) live here, in one trio task.  On start-up the log is replayed in
+full and, when it holds much more than the live state, compacted: the live records are appended
+as a fresh snapshot and the log start offset moved past everything before it.
+
+The runtime depends only on what it uses: its partition and a :class:`Durability` (the broker's
+group commit), never on the broker as a whole.
+"""
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import logging
+from typing import Callable, NamedTuple, Protocol
+
+import trio
+
+from trireme.state.effects import Effects
+from trireme.wire import error_codes as E
+from trireme.wire import records as rec
+
+from .clock import now_ms
+from .deferred import Deferred
+
+log = logging.getLogger("trireme.coordinator")
+
+READ_CHUNK = 1 << 20
+# Compact on load once the log holds this many more records than live keys.
+COMPACT_SLACK = 1000
+
+
+class Durability(Protocol):
+    """The part of the broker a runtime needs: group commit of appended data."""
+
+    def appended(self, partition) -> None: ...
+    async def wait_durable(self, partition, offset: int) -> bool: ...
+    def storage_failed(self, partition, error: BaseException) -> None: ...
+
+
+class Replay(Protocol):
+    """What the coordinator offers the runtime to rebuild and advance its durable state."""
+
+    def replay(self, key: bytes, value: bytes | None, *, producer_id: int = -1,
+               transactional: bool = False) -> None: ...
+    def replay_end_txn(self, producer_id: int, commit: bool) -> None: ...
+
+
+class _Staged(NamedTuple):
+    """Appended, not yet replayed: a batch of records, or (records None) a transaction marker."""
+
+    last_offset: int
+    records: list | None
+    producer_id: int
+    flag: bool              # records: transactional; marker: commit
+
+
+class _Waiter:
+    __slots__ = ("event", "result")
+
+    def __init__(self):
+        self.event = trio.Event()
+        self.result = None
+
+
+class CoordinatorRuntime:
+    def __init__(self, name: str, partition, durability: Durability, coordinator: Replay,
+                 on_timer: Callable[[object, int], Effects] | None = None):
+        self.name = name
+        self.partition = partition
+        self.durability = durability
+        self.coordinator = coordinator
+        self.on_timer = on_timer
+        self._waiters: dict[int, _Waiter] = {}
+        self._ids = itertools.count(1)
+        self._timers: dict[object, int] = {}
+        self._heap: list[tuple[int, int, object]] = []
+        self._heap_seq = itertools.count()
+        self._timers_changed = trio.Event()
+        self._unreplayed: collections.deque[_Staged] = collections.deque()
+        self._nursery = None
+
+    # --- loading ---------------------------------------------------------------------------
+
+    def load(self) -> int:
+        """Replay the whole log into the coordinator; → how many records it held."""
+        plog = self.partition.log
+        offset, end = plog.log_start_offset, plog.high_watermark
+        count = 0
+        while offset < end:
+            data = plog.read(offset, READ_CHUNK, end)
+            if not data:
+                break
+            for pos, header in rec.iter_batch_headers(data):
+                records = rec.decode_records(data, pos)
+                if header.is_control:
+                    kind, _ = rec.parse_control_record(records[0])
+                    self.coordinator.replay_end_txn(header.producer_id, kind == rec.CONTROL_COMMIT)
+                else:
+                    for r in records:
+                        self.coordinator.replay(r.key, r.value, producer_id=header.producer_id,
+                                                transactional=header.is_transactional)
+                        count += 1
+                offset = header.next_offset
+        return count
+
+    def compact(self, live: list, replayed: int) -> None:
+        """Append the live state as one snapshot, fsync it, then drop everything before it."""
+        if replayed <= COMPACT_SLACK or len(live) * 2 > replayed:
+            return
+        plog = self.partition.log
+        start = plog.log_end_offset
+        if live:
+            if self._append_batch(live, sync=True) is None:
+                return
+        else:
+            plog.sync(now_ms())
+        plog.delete_records(start)
+        log.info("compacted %s: %d records replayed, %d live keys kept", self.name, replayed, len(live))
+
+    # --- appending -------------------------------------------------------------------------
+
+    def _append(self, batch: bytearray, sync: bool) -> int | None:
+        if self.partition.storage_error:
+            return None
+        now = now_ms()
+        batches = rec.validate_batches(batch)
+        try:
+            _, last, _ = self.partition.log.append(batch, batches, now)
+        except OSError as e:
+            self.durability.storage_failed(self.partition, e)
+            return None
+        if sync:
+            self.partition.log.sync(now)
+        else:
+            self.durability.appended(self.partition)
+        return last
+
+    def _append_batch(self, records: list, *, producer_id: int = -1, producer_epoch: int = -1,
+                      transactional: bool = False, sync: bool = False) -> int | None:
+        """Append one batch of coordinator records → its last offset, or None if the write failed."""
+        now = now_ms()
+        return self._append(bytearray(rec.build_batch([(k, v, [], now) for k, v in records],
+                                                      producer_id=producer_id, producer_epoch=producer_epoch,
+                                                      transactional=transactional, base_timestamp=now)), sync)
+
+    def stage(self, effects: Effects | list, *, producer_id: int = -1, producer_epoch: int = -1,
+              transactional: bool = False):
+        """Carry out the synchronous part of ``effects`` (or a plain record list): append, set timers.
+
+        Pass the result to :meth:`complete`.  The answers then wait for everything staged so far, not
+        just these records: an answer may rest on state that an earlier, not yet durable record
+        established (a follower's SyncGroup on the leader's assignment), as Kafka's runtime waits for
+        its last write.
+        """
+        if not isinstance(effects, Effects):
+            effects = records_only(effects)
+        failed = False
+        if effects.records:
+            last = self._append_batch(effects.records, producer_id=producer_id,
+                                      producer_epoch=producer_epoch, transactional=transactional)
+            if last is None:
+                failed = True
+            else:
+                self._unreplayed.append(_Staged(last, effects.records, producer_id, transactional))
+        self._schedule(effects)
+        return self._target(), effects.responses, failed
+
+    def stage_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int):
+        """Append a transaction marker to this log (WriteTxnMarkers for this partition); → for :meth:`complete`.
+
+        The marker is replayed (pending transactional records made visible or dropped) once durable.
+        """
+        now = now_ms()
+        batch = bytearray(rec.build_control_batch(commit, producer_id=producer_id, producer_epoch=producer_epoch,
+                                                  coordinator_epoch=coordinator_epoch, timestamp=now))
+        last = self._append(batch, sync=False)
+        if last is not None:
+            self._unreplayed.append(_Staged(last, None, producer_id, commit))
+        return self._target(), [], last is None
+
+    def _target(self) -> int | None:
+        return self._unreplayed[-1].last_offset if self._unreplayed else None
+
+    def _schedule(self, effects: Effects) -> None:
+        for key in effects.cancel:
+            self._timers.pop(key, None)
+        for key, deadline in effects.timers:
+            self._timers[key] = deadline
+            heapq.heappush(self._heap, (deadline, next(self._heap_seq), key))
+        if effects.timers:
+            self._timers_changed.set()
+
+    async def complete(self, staged) -> bool:
+        """Wait until the staged records are durable, replay them in log order, release the answers;
+        → whether the records are durable."""
+        target, responses, failed = staged
+        durable = not failed
+        if target is not None:
+            durable = await self.durability.wait_durable(self.partition, target) and durable
+            self._replay_durable()
+        for request_id, result in responses:
+            waiter = self._waiters.pop(request_id, None)
+            if waiter is None:
+                continue
+            if not durable and hasattr(result, "_replace") and hasattr(result, "error"):
+                result = result._replace(error=E.COORDINATOR_NOT_AVAILABLE.code)
+            waiter.result = result
+            waiter.event.set()
+        return durable
+
+    def _replay_durable(self) -> None:
+        hw = self.partition.log.high_watermark
+        while self._unreplayed and self._unreplayed[0].last_offset < hw:
+            staged = self._unreplayed.popleft()
+            if staged.records is None:
+                self.coordinator.replay_end_txn(staged.producer_id, staged.flag)
+                continue
+            for key, value in staged.records:
+                self.coordinator.replay(key, value, producer_id=staged.producer_id, transactional=staged.flag)
+
+    async def write_records(self, records: list, **batch) -> bool:
+        """Append coordinator records that come without Effects; True once durable and replayed."""
+        if not records:
+            return True
+        return await self.complete(self.stage(records, **batch))
+
+    # --- reading after writes --------------------------------------------------------------
+
+    def settled(self) -> bool:
+        """Whether every staged record has been replayed (reads may answer right away)."""
+        return not self._unreplayed
+
+    async def wait_replayed(self) -> None:
+        """Wait until everything staged so far is durable and replayed, so a read sees it."""
+        if self._unreplayed:
+            await self.complete((self._unreplayed[-1].last_offset, [], False))
+
+    def after_staged_writes(self, answer):
+        """``answer()`` now if every staged record is replayed, else a Deferred that waits for them first."""
+        if self.settled():
+            return answer()
+
+        async def wait():
+            await self.wait_replayed()
+            return answer()
+        return Deferred(wait)
+
+    async def call(self, operation, *args, **kwargs):
+        """Run an operation that answers through Effects (JoinGroup, SyncGroup) and wait for its answer,
+        which may come from a later operation or a timer."""
+        request_id = next(self._ids)
+        waiter = self._waiters[request_id] = _Waiter()
+        try:
+            effects = operation(request_id, *args, **kwargs)
+            await self.complete(self.stage(effects))
+            await waiter.event.wait()
+        finally:
+            self._waiters.pop(request_id, None)
+        return waiter.result
+
+    # --- background work -------------------------------------------------------------------
+
+    def start_soon(self, fn, *args) -> bool:
+        """Run ``fn(*args)`` in the runtime's task group; False before :meth:`run` started."""
+        if self._nursery is None:
+            return False
+        self._nursery.start_soon(fn, *args)
+        return True
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._run_timers, nursery)
+            task_status.started()
+
+    async def _run_timers(self, nursery) -> None:
+        while True:
+            self._timers_changed = trio.Event()
+            if self._heap:
+                delay = max(0.0, (self._heap[0][0] - now_ms()) / 1000)
+                with trio.move_on_after(delay):
+                    await self._timers_changed.wait()
+            else:
+                await self._timers_changed.wait()
+            now = now_ms()
+            while self._heap and self._heap[0][0] <= now:
+                deadline, _, key = heapq.heappop(self._heap)
+                if self._timers.get(key) != deadline:
+                    continue     # rescheduled or cancelled since
+                del self._timers[key]
+                if self.on_timer is not None:
+                    nursery.start_soon(self.complete, self.stage(self.on_timer(key, now)))
+
+
+def records_only(records: list) -> Effects:
+    effects = Effects()
+    for record in records:
+        effects.append(record)
+    return effects

@@ -1,0 +1,30 @@
+"""AddOffsetsToTxn: a transactional producer is about to commit a group's offsets in its transaction (KIP-98, KIP-447).
+
+Behaviour / version notes:
+- v0-4.  Adds the group's ``__consumer_offsets`` partition (this node keeps one) to the
+  transaction, so that EndTxn writes a marker there too; TxnOffsetCommit then stages the offsets.
+- Errors as AddPartitionsToTxn: INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED (v2+; below v2
+  INVALID_PRODUCER_EPOCH), CONCURRENT_TRANSACTIONS; an empty group id → INVALID_GROUP_ID.
+"""
+from trireme.server.deferred import Deferred
+from trireme.server.dispatch import handles
+from trireme.server.groups import OFFSETS_TOPIC
+from trireme.server.transactions import error_for_version
+from trireme.wire import error_codes as E
+
+FENCED_SINCE = 2
+
+
+@handles("AddOffsetsToTxn", 0, 4)
+def add_offsets_to_txn(ctx, request):
+    response = ctx.response()
+    if not request.group_id:
+        response.error_code = E.INVALID_GROUP_ID.code
+        return response
+
+    async def add():
+        outcome = await ctx.broker.transactions.add_partitions(
+            request.transactional_id, request.producer_id, request.producer_epoch, [(OFFSETS_TOPIC, 0)])
+        response.error_code = error_for_version(outcome.error, ctx.api_version, FENCED_SINCE)
+        return response
+    return Deferred(add)

@@ -1,0 +1,83 @@
+"""AddPartitionsToTxn: a transactional producer names the partitions it is about to write; the answer comes once that is durable.
+
+Behaviour / version notes:
+- v0-3 are the client form (one transaction; librdkafka sends v0, Java 3.9 and kafka-python up
+  to v3).  v4-5 are the broker form: several transactions, each with VerifyOnly; Trireme's own
+  produce path sends v5 VerifyOnly through server/local_peer.py to check that a transactional
+  batch's partition is in the producer's ongoing transaction (KIP-890 part 1).
+- Errors: unknown transactional id or another producer id → INVALID_PRODUCER_ID_MAPPING; another
+  epoch → PRODUCER_FENCED (v2+; INVALID_PRODUCER_EPOCH below v2); a transition still being written
+  or a transaction being committed/aborted → CONCURRENT_TRANSACTIONS (the client retries); a
+  topic or partition that does not exist → UNKNOWN_TOPIC_OR_PARTITION for it and
+  OPERATION_NOT_ATTEMPTED for the others, as Kafka.  v4+ put per-transaction errors in each result.
+- Adding partitions starts the transaction (Empty/Complete → Ongoing, the start time is set).
+"""
+from trireme.server.deferred import Deferred
+from trireme.server.dispatch import handles
+from trireme.server.transactions import error_for_version
+from trireme.wire import error_codes as E
+
+FENCED_SINCE = 2
+
+
+@handles("AddPartitionsToTxn", 0, 5)
+def add_partitions_to_txn(ctx, request):
+    broker = ctx.broker
+    response = ctx.response()
+    rcls = type(response).AddPartitionsToTxnTopicResult
+    pcls = rcls.AddPartitionsToTxnPartitionResult
+    version = ctx.api_version
+
+    def results(topics, errors):
+        return [rcls(name=t.name, results_by_partition=[
+            pcls(partition_index=p, partition_error_code=error_for_version(errors[(t.name, p)], version, FENCED_SINCE))
+            for p in t.partitions]) for t in topics]
+
+    def unknown(topics) -> dict | None:
+        missing = {(t.name, p) for t in topics for p in t.partitions if broker.partition(t.name, p) is None}
+        if not missing:
+            return None
+        return {(t.name, p): E.UNKNOWN_TOPIC_OR_PARTITION.code if (t.name, p) in missing
+                else E.OPERATION_NOT_ATTEMPTED.code for t in topics for p in t.partitions}
+
+    txns = broker.transactions
+    if version <= 3:
+        topics = request.v3_and_below_topics
+        errors = unknown(topics)
+        if errors is not None:
+            response.results_by_topic_v3_and_below = results(topics, errors)
+            return response
+
+        async def add():
+            outcome = await txns.add_partitions(request.v3_and_below_transactional_id,
+                                                request.v3_and_below_producer_id,
+                                                request.v3_and_below_producer_epoch,
+                                                [(t.name, p) for t in topics for p in t.partitions])
+            response.results_by_topic_v3_and_below = results(topics, outcome.partition_errors)
+            return response
+        return Deferred(add)
+
+    xcls = type(response).AddPartitionsToTxnResult
+    if all(txn.verify_only for txn in request.transactions):
+        for txn in request.transactions:
+            errors = unknown(txn.topics) or txns.coordinator.verify_partitions(
+                txn.transactional_id, txn.producer_id, txn.producer_epoch,
+                [(t.name, p) for t in txn.topics for p in t.partitions])
+            response.results_by_transaction.append(xcls(transactional_id=txn.transactional_id,
+                                                        topic_results=results(txn.topics, errors)))
+        return response
+
+    async def add_all():
+        for txn in request.transactions:
+            pairs = [(t.name, p) for t in txn.topics for p in t.partitions]
+            errors = unknown(txn.topics)
+            if errors is None and txn.verify_only:
+                errors = txns.coordinator.verify_partitions(txn.transactional_id, txn.producer_id,
+                                                            txn.producer_epoch, pairs)
+            elif errors is None:
+                errors = (await txns.add_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch,
+                                                    pairs)).partition_errors
+            response.results_by_transaction.append(xcls(transactional_id=txn.transactional_id,
+                                                        topic_results=results(txn.topics, errors)))
+        return response
+    return Deferred(add_all)

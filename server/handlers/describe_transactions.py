@@ -1,0 +1,39 @@
+"""DescribeTransactions: the coordinator's state of transactional ids (KIP-664).
+
+Behaviour / version notes:
+- v0.  Per id: state (Kafka's names: Empty, Ongoing, PrepareCommit, PrepareAbort,
+  CompleteCommit, CompleteAbort, Dead, PrepareEpochFence), timeout, start time (-1 when no
+  transaction was started), producer id and epoch, and the partitions of the transaction.
+  Unknown id → TRANSACTIONAL_ID_NOT_FOUND.  Answers after every staged coordinator write is replayed.
+"""
+from trireme.server.dispatch import handles
+from trireme.wire import error_codes as E
+
+
+@handles("DescribeTransactions", 0, 0)
+def describe_transactions(ctx, request):
+    txns = ctx.broker.transactions
+    response = ctx.response()
+    scls = type(response).TransactionState
+    dcls = scls.TopicData
+
+    def answer():
+        for transactional_id in request.transactional_ids:
+            meta = txns.coordinator.describe(transactional_id)
+            if meta is None:
+                response.transaction_states.append(scls(
+                    error_code=E.TRANSACTIONAL_ID_NOT_FOUND.code, transactional_id=transactional_id,
+                    transaction_state="", transaction_timeout_ms=0, transaction_start_time_ms=-1,
+                    producer_id=-1, producer_epoch=-1))
+                continue
+            v = meta.value
+            topics: dict[str, list[int]] = {}
+            for topic, index in v.partitions:
+                topics.setdefault(topic, []).append(index)
+            response.transaction_states.append(scls(
+                transactional_id=transactional_id, transaction_state=v.state.kafka_name,
+                transaction_timeout_ms=v.transaction_timeout_ms, transaction_start_time_ms=v.start_timestamp_ms,
+                producer_id=v.producer_id, producer_epoch=v.producer_epoch,
+                topics=[dcls(topic=t, partitions=p) for t, p in topics.items()]))
+        return response
+    return txns.after_staged_writes(answer)

@@ -1,0 +1,65 @@
+"""TxnOffsetCommit: a transactional producer stages a group's offsets in its transaction (KIP-98, KIP-447).
+
+Behaviour / version notes:
+- v0-4 (v5, transactions V2 without AddOffsetsToTxn, is not offered while transaction.version is
+  not finalized at 2).  v3+ carry the consumer's generation, member id and instance id (KIP-447),
+  checked as an OffsetCommit's would be (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
+  FENCED_INSTANCE_ID); a generation of -1 skips the check.
+- The group's offsets partition must be in the producer's ongoing transaction (AddOffsetsToTxn):
+  checked with the coordinator as a transactional produce is (KIP-890 part 1); otherwise the
+  coordinator's error (INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED /
+  INVALID_PRODUCER_EPOCH below v2, CONCURRENT_TRANSACTIONS) for every partition.
+- The offsets are appended to ``__consumer_offsets`` as a transactional batch of the producer and
+  stay pending (invisible to OffsetFetch; UNSTABLE_OFFSET_COMMIT with RequireStable) until the
+  transaction's marker is replayed: COMMIT makes them the committed offsets, ABORT drops them.
+- Answered once the batch is durable; if it cannot be made durable → NOT_COORDINATOR.
+"""
+from trireme.server.deferred import Deferred
+from trireme.server.dispatch import handles
+from trireme.server.groups import OFFSETS_TOPIC
+from trireme.server.transactions import error_for_version, verify_in_transaction
+from trireme.wire import error_codes as E
+
+FENCED_SINCE = 2
+
+
+@handles("TxnOffsetCommit", 0, 4)
+def txn_offset_commit(ctx, request):
+    broker = ctx.broker
+    groups = broker.groups
+    version = ctx.api_version
+    response = ctx.response()
+    tcls = type(response).TxnOffsetCommitResponseTopic
+    pcls = tcls.TxnOffsetCommitResponsePartition
+    offsets = [(t.name, p.partition_index, p.committed_offset,
+                p.committed_leader_epoch if version >= 2 else -1, p.committed_metadata)
+               for t in request.topics for p in t.partitions]
+
+    def answer(errors) -> object:
+        response.topics = [tcls(name=t.name, partitions=[
+            pcls(partition_index=p.partition_index,
+                 error_code=error_for_version(errors.get((t.name, p.partition_index), 0), version, FENCED_SINCE))
+            for p in t.partitions]) for t in request.topics]
+        return response
+
+    verified = verify_in_transaction(broker.local_peer, request.transactional_id, request.producer_id,
+                                     request.producer_epoch, [(OFFSETS_TOPIC, 0)])[(OFFSETS_TOPIC, 0)]
+    if verified:
+        return answer({(t, p): verified for t, p, *_ in offsets})
+    generation = request.generation_id if version >= 3 else -1
+    member_id = request.member_id if version >= 3 else ""
+    instance_id = request.group_instance_id if version >= 3 else None
+    results, records = groups.coordinator.txn_commit_offsets(
+        request.transactional_id, request.group_id, request.producer_id, request.producer_epoch, generation,
+        member_id, instance_id, offsets, ctx.now_ms())
+    errors = {(r.topic, r.partition): r.error for r in results}
+    if not records:
+        return answer(errors)
+    staged = groups.stage(records, producer_id=request.producer_id, producer_epoch=request.producer_epoch,
+                          transactional=True)
+
+    async def wait():
+        if not await groups.complete(staged):
+            return answer({tp: error or E.NOT_COORDINATOR.code for tp, error in errors.items()})
+        return answer(errors)
+    return Deferred(wait)

@@ -1,0 +1,106 @@
+"""WriteTxnMarkers: append COMMIT/ABORT control batches that end a producer's transaction in each partition.
+
+Behaviour / version notes:
+- v1-2 (Kafka 4 serves no v0).  The one way markers are written: the transaction coordinator sends
+  these through the same encode → handler → decode path as a network peer (server/local_peer.py),
+  and admin clients send them to abort a hanging transaction (KIP-664), with the producer id,
+  epoch and coordinator epoch they read from DescribeProducers.
+- Per partition: unknown → UNKNOWN_TOPIC_OR_PARTITION; offline → KAFKA_STORAGE_ERROR.  Refused
+  only for an older producer epoch (INVALID_PRODUCER_EPOCH) or an older coordinator epoch
+  (TRANSACTION_COORDINATOR_FENCED).  v2's TransactionVersion >= 2 means the marker carries the
+  bumped epoch, which must then be strictly newer than the producer's.  A marker for a producer
+  the partition does not know (its state expired) is written: that is what lets an admin abort work.
+- A marker completes the producer's transaction in producer state (the last stable offset moves),
+  and an ABORT adds the transaction to the partition's aborted-transaction index, which
+  read_committed fetches return.  In ``__consumer_offsets`` the marker goes through the group
+  coordinator's runtime, so it makes the transaction's pending offsets visible (COMMIT) or drops
+  them (ABORT) when it is replayed.
+- Answered once every marker of the request is durable (fsynced).
+"""
+from trireme.server.deferred import Deferred
+from trireme.server.dispatch import handles
+from trireme.state.log import AbortedTxn
+from trireme.wire import error_codes as E
+from trireme.wire import records
+
+
+@handles("WriteTxnMarkers", 1, 2)
+def write_txn_markers(ctx, request):
+    broker = ctx.broker
+    response = ctx.response()
+    mcls = type(response).WritableTxnMarkerResult
+    tcls = mcls.WritableTxnMarkerTopicResult
+    pcls = tcls.WritableTxnMarkerPartitionResult
+    waits = []          # (result, awaitable returning durable?)
+    now = ctx.now_ms()
+    for marker in request.markers:
+        out = mcls(producer_id=marker.producer_id)
+        response.markers.append(out)
+        strict = ctx.api_version >= 2 and marker.transaction_version >= 2
+        for t in marker.topics:
+            out_topic = tcls(name=t.name)
+            out.topics.append(out_topic)
+            for index in t.partition_indexes:
+                result = pcls(partition_index=index)
+                out_topic.partitions.append(result)
+                partition = broker.partitions.get((t.name, index))
+                if partition is None:
+                    result.error_code = E.UNKNOWN_TOPIC_OR_PARTITION.code
+                    continue
+                if partition.storage_error:
+                    result.error_code = E.KAFKA_STORAGE_ERROR.code
+                    continue
+                error, _ = partition.producers.check_marker(marker.producer_id, marker.producer_epoch,
+                                                            marker.coordinator_epoch, strict_epoch=strict)
+                if error:
+                    result.error_code = error
+                    continue
+                wait = _append_marker(broker, partition, marker, now)
+                if wait is None:
+                    result.error_code = E.KAFKA_STORAGE_ERROR.code
+                else:
+                    waits.append((result, wait))
+    if not waits:
+        return response
+
+    async def wait_durable():
+        for result, wait in waits:
+            if not await wait():
+                result.error_code = E.KAFKA_STORAGE_ERROR.code
+        return response
+    return Deferred(wait_durable)
+
+
+def _append_marker(broker, partition, marker, now: int):
+    """Append one marker and apply it to producer state → an async callable: True once durable; None if not written."""
+    commit = marker.transaction_result
+    groups = broker.groups
+    if partition is groups.partition:
+        staged = groups.stage_marker(marker.producer_id, marker.producer_epoch, commit, marker.coordinator_epoch)
+        target, _, failed = staged
+        if failed:
+            return None
+        offset = target
+
+        async def wait():
+            return await groups.complete(staged)
+    else:
+        batch = bytearray(records.build_control_batch(
+            commit, producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
+            coordinator_epoch=marker.coordinator_epoch, timestamp=now,
+            partition_leader_epoch=partition.leader_epoch))
+        try:
+            offset, _, _ = partition.log.append(batch, records.validate_batches(batch), now)
+        except OSError as e:
+            broker.storage_failed(partition, e)
+            return None
+        broker.appended(partition)
+
+        async def wait():
+            return await broker.wait_durable(partition, offset)
+    first_offset = partition.producers.commit_end_txn(marker.producer_id, marker.producer_epoch, offset, now,
+                                                      marker.coordinator_epoch)
+    if not commit and first_offset is not None:
+        partition.log.add_aborted_txn(AbortedTxn(marker.producer_id, first_offset, offset,
+                                                 partition.last_stable_offset()))
+    return wait

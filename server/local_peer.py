@@ -1,0 +1,69 @@
+"""Sends a request to this broker's own handlers as bytes, the way a network peer would: encode, handle, encode the answer, decode it.
+
+The transaction coordinator writes markers (WriteTxnMarkers) and the produce path asks the
+coordinator to verify a transaction (AddPartitionsToTxn with VerifyOnly) through here, so that
+a broker-to-broker request is exercised exactly as it will be when coordinator and partition
+leader are different nodes: only a socket would be added.
+"""
+from __future__ import annotations
+
+import inspect
+import itertools
+
+from trireme.wire import headers
+
+from . import dispatch
+from .deferred import Deferred
+
+CLIENT_ID = "trireme-broker"
+
+
+class LocalPeer:
+    def __init__(self, broker):
+        self.broker = broker
+        self._correlation = itertools.count(1)
+
+    def _request_frame(self, handler, version: int, request) -> tuple[bytearray, int]:
+        correlation_id = next(self._correlation)
+        head = headers.encode_request_header(handler.api_key, version, correlation_id, CLIENT_ID,
+                                             handler.request.is_flexible(version))
+        return bytearray(head + handler.request.encode_bytes(request, version)), correlation_id
+
+    def _invoke(self, api: str, version: int, request):
+        handler = dispatch.HANDLERS[dispatch.API_KEYS[api]]
+        if not handler.min_version <= version <= handler.max_version:
+            raise ValueError(f"{api} v{version} is not served ({handler.min_version}-{handler.max_version})")
+        frame, correlation_id = self._request_frame(handler, version, request)
+        header = headers.decode_request_header(frame, handler.request.is_flexible(version))
+        decoded, _ = handler.request.decode(memoryview(frame), version, header.size)
+        ctx = dispatch.RequestContext(self.broker, handler.api_key, version, header.correlation_id, header.client_id,
+                                      "User:ANONYMOUS", None, frame)
+        return handler, correlation_id, handler.fn(ctx, decoded)
+
+    @staticmethod
+    def _response(handler, version: int, correlation_id: int, response):
+        """The response through its bytes, as the peer on the other end of a socket would read it."""
+        flexible = handler.response.is_flexible(version)
+        header_version = headers.response_header_version(handler.api_key, flexible)
+        data = headers.encode_response_header(correlation_id, header_version) + \
+            handler.response.encode_bytes(response, version)
+        got, size = headers.decode_response_header(data, header_version)
+        if got != correlation_id:
+            raise AssertionError(f"correlation id {got} != {correlation_id}")
+        return handler.response.decode(memoryview(data), version, size)[0]
+
+    async def call(self, api: str, version: int, request):
+        """Send ``request`` (an object of ``{api}Request``) at ``version``; → the decoded response."""
+        handler, correlation_id, result = self._invoke(api, version, request)
+        if inspect.isawaitable(result):
+            result = await result
+        if isinstance(result, Deferred):
+            result = await result.wait()
+        return self._response(handler, version, correlation_id, result)
+
+    def call_now(self, api: str, version: int, request):
+        """:meth:`call` for a request its handler answers without waiting (raises otherwise)."""
+        handler, correlation_id, result = self._invoke(api, version, request)
+        if isinstance(result, Deferred) or inspect.isawaitable(result):
+            raise RuntimeError(f"{api} v{version} did not answer at once")
+        return self._response(handler, version, correlation_id, result)

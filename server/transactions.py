@@ -1,0 +1,175 @@
+"""The transaction coordinator's service: the pure coordinator on the coordinator runtime over ``__transaction_state``, plus marker writing.
+
+Every operation follows the runtime's order: the coordinator returns records, they are appended
+and made durable, replayed, and only then is the client answered.  After a PREPARE record is
+durable the markers go out as real WriteTxnMarkers requests through
+:class:`~trireme.server.local_peer.LocalPeer` (encode → handler → decode), retried until every
+partition has its marker; then a COMPLETE record ends the transaction.  On start-up, transactions
+a crash left prepared get their markers written again.  Open transactions past their timeout are
+aborted (with an epoch bump that fences the producer), and idle transactional ids expire.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+import trio
+
+from trireme.state.topics import Topic
+from trireme.state.transactions import MarkerJob, TransactionCoordinator, TxnConfig, TxnOutcome
+from trireme.wire import error_codes as E
+from trireme.wire.codec import message
+
+from .clock import now_ms
+from .coordinator_runtime import CoordinatorRuntime, Durability
+
+log = logging.getLogger("trireme.transactions")
+
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+TRANSACTION_STATE_TOPIC_ID = uuid.UUID(int=2)
+MARKER_RETRY_BACKOFF_S = 0.1
+# A marker for these is not written, and never will be: the partition is gone.
+_GONE = {E.UNKNOWN_TOPIC_OR_PARTITION.code}
+
+_MARKERS = message("WriteTxnMarkersRequest").cls
+
+
+class TransactionService(CoordinatorRuntime):
+    def __init__(self, config, durability: Durability, open_internal_partition, allocate_producer_id, peer):
+        self.config = config
+        self.allocate_producer_id = allocate_producer_id
+        self.peer = peer
+        coordinator = TransactionCoordinator(TxnConfig(
+            max_timeout_ms=config["transaction.max.timeout.ms"],
+            id_expiration_ms=config["transactional.id.expiration.ms"],
+            two_phase_commit_enable=config["transaction.two.phase.commit.enable"],
+        ))
+        topic = Topic(name=TRANSACTION_STATE_TOPIC, topic_id=TRANSACTION_STATE_TOPIC_ID, partitions=1, configs={},
+                      created_order=-1, leader_epoch=0)
+        partition = open_internal_partition(topic, 0, segment_bytes=100 * 1024 * 1024)
+        super().__init__(TRANSACTION_STATE_TOPIC, partition, durability, coordinator)
+        started = time.perf_counter()
+        loaded = self.load()
+        self.compact(self.coordinator.compact_records(), loaded)
+        self._resume = self.coordinator.loaded()
+        log.info("loaded transaction coordinator records=%d transactional_ids=%d prepared=%d in %.3fs", loaded,
+                 len(self.coordinator.transactions), len(self._resume), time.perf_counter() - started)
+
+    # --- operations the handlers call ------------------------------------------------------
+
+    async def run_operation(self, outcome: TxnOutcome) -> TxnOutcome:
+        """Make an outcome's records durable and replayed, then start its markers; → the outcome to answer."""
+        if outcome.records:
+            if not await self.complete(self.stage(outcome.effects)):
+                self.coordinator.abandon(outcome.transactional_id)
+                outcome.error = E.COORDINATOR_NOT_AVAILABLE.code
+                outcome.partition_errors = {tp: outcome.error for tp in outcome.partition_errors}
+                return outcome
+        if outcome.markers is not None:
+            self.start_soon(self._write_markers, outcome.markers)
+        return outcome
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int, **kwargs) -> TxnOutcome:
+        await self.wait_replayed()
+        return await self.run_operation(self.coordinator.init_producer_id(
+            transactional_id, timeout_ms, now_ms(), self.allocate_producer_id, **kwargs))
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions) -> TxnOutcome:
+        return await self.run_operation(self.coordinator.add_partitions(
+            transactional_id, producer_id, producer_epoch, partitions, now_ms()))
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> TxnOutcome:
+        outcome = await self.run_operation(self.coordinator.end_txn(
+            transactional_id, producer_id, producer_epoch, commit, now_ms()))
+        if outcome.error == 0 and outcome.markers is not None:
+            log.debug("transaction %s prepared %s", transactional_id, "commit" if commit else "abort")
+        return outcome
+
+    # --- markers ---------------------------------------------------------------------------
+
+    async def _write_markers(self, job: MarkerJob) -> None:
+        """WriteTxnMarkers for every partition of a prepared transaction until each is written; then COMPLETE."""
+        remaining = set(job.partitions)
+        while remaining:
+            topics: dict[str, list[int]] = {}
+            for topic, index in sorted(remaining):
+                topics.setdefault(topic, []).append(index)
+            request = _MARKERS(markers=[_MARKERS.WritableTxnMarker(
+                producer_id=job.producer_id, producer_epoch=job.producer_epoch, transaction_result=job.commit,
+                topics=[_MARKERS.WritableTxnMarker.WritableTxnMarkerTopic(name=t, partition_indexes=p)
+                        for t, p in topics.items()],
+                coordinator_epoch=job.coordinator_epoch, transaction_version=job.transaction_version)])
+            response = await self.peer.call("WriteTxnMarkers", 2 if job.transaction_version >= 2 else 1, request)
+            for marker in response.markers:
+                for t in marker.topics:
+                    for p in t.partitions:
+                        if p.error_code == 0 or p.error_code in _GONE:
+                            remaining.discard((t.name, p.partition_index))
+                        else:
+                            log.warning("marker for %s %s-%d failed with %s; retrying", job.transactional_id,
+                                        t.name, p.partition_index, E.for_code(p.error_code).name)
+            if remaining:
+                await trio.sleep(MARKER_RETRY_BACKOFF_S)
+        await self.wait_replayed()
+        await self.run_operation(self.coordinator.markers_written(
+            job.transactional_id, job.producer_id, job.producer_epoch, now_ms()))
+
+    # --- background work -------------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(super().run)
+            for job in self._resume:
+                log.info("resuming markers of prepared transaction %s (%s)", job.transactional_id,
+                         "commit" if job.commit else "abort")
+                self.start_soon(self._write_markers, job)
+            self._resume = []
+            nursery.start_soon(self._run_timeouts)
+            nursery.start_soon(self._run_id_expiry)
+            task_status.started()
+
+    async def _run_timeouts(self) -> None:
+        interval = self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000
+        while True:
+            await trio.sleep(interval)
+            await self.wait_replayed()
+            for outcome in self.coordinator.abort_timed_out(now_ms()):
+                log.warning("transaction %s timed out: aborting, producer id %d fenced at epoch %d",
+                            outcome.transactional_id, outcome.producer_id, outcome.producer_epoch)
+                await self.run_operation(outcome)
+
+    async def _run_id_expiry(self) -> None:
+        interval = self.config["transaction.remove.expired.transaction.cleanup.interval.ms"] / 1000
+        while True:
+            await trio.sleep(interval)
+            await self.wait_replayed()
+            await self.write_records(self.coordinator.expire_transactional_ids(now_ms()))
+
+
+def error_for_version(code: int, version: int, fenced_since: int) -> int:
+    """Kafka's per-version mapping: PRODUCER_FENCED only where the request version knows it, else INVALID_PRODUCER_EPOCH."""
+    if code == E.PRODUCER_FENCED.code and version < fenced_since:
+        return E.INVALID_PRODUCER_EPOCH.code
+    return code
+
+
+_VERIFY = message("AddPartitionsToTxnRequest").cls
+VERIFY_VERSION = 5
+
+
+def verify_in_transaction(peer, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """KIP-890 part 1, the partition side: ask the coordinator (an encoded AddPartitionsToTxn VerifyOnly) whether
+    each partition is in the producer's ongoing transaction → error code per partition (0: it is)."""
+    topics: dict[str, list[int]] = {}
+    for topic, index in partitions:
+        topics.setdefault(topic, []).append(index)
+    request = _VERIFY(transactions=[_VERIFY.AddPartitionsToTxnTransaction(
+        transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch, verify_only=True,
+        topics=[_VERIFY.AddPartitionsToTxnTopic(name=t, partitions=p) for t, p in topics.items()])])
+    response = peer.call_now("AddPartitionsToTxn", VERIFY_VERSION, request)
+    return {(t.name, p.partition_index): p.partition_error_code
+            for result in response.results_by_transaction for t in result.topic_results
+            for p in t.results_by_partition}

@@ -1,0 +1,408 @@
+"""The transaction coordinator as a pure state machine: each operation returns the ``__transaction_state`` records to append and its answer.
+
+It follows Kafka's TransactionCoordinator (KIP-98, KIP-360, KIP-890).  A transactional id's durable
+state (:class:`~trireme.state.txn_records.TxnLogValue`) changes only when a record is replayed
+(:meth:`TransactionCoordinator.replay`), after the runtime has made it durable.  Between an
+operation and the replay of its record the id has a *pending* transition (in memory only), and
+every other request for it is answered CONCURRENT_TRANSACTIONS, as Kafka's ``pendingState`` does.
+
+States and transitions (Kafka's)::
+
+    Empty ──AddPartitions──▶ Ongoing ──EndTxn(commit)──▶ PrepareCommit ──markers──▶ CompleteCommit
+      ▲                         │    ──EndTxn(abort) ──▶ PrepareAbort  ──markers──▶ CompleteAbort
+      └──InitProducerId─────────┘    ──fence/timeout──▶ (PrepareEpochFence) ─▶ PrepareAbort
+
+The PREPARE record is the commit point: once it is durable the client is answered and the
+markers (:class:`MarkerJob`) are written to every partition of the transaction; then a COMPLETE
+record ends it.  PrepareEpochFence is the pending state of a fence (InitProducerId or a timeout
+aborting an open transaction with a bumped epoch); it is never written.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import trireme.wire.error_codes as E
+from trireme.state.effects import Effects
+from trireme.state.txn_records import (TxnLogValue, TxnRecordError, TxnState, decode_txn_key, decode_txn_value,
+                                       txn_record, txn_tombstone, value_version_for)
+
+NONE = 0
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+MAX_PRODUCER_EPOCH = 32767
+# The coordinator epoch markers carry: this node has always led the one __transaction_state partition.
+COORDINATOR_EPOCH = 0
+
+EMPTY, ONGOING = TxnState.EMPTY, TxnState.ONGOING
+PREPARE_COMMIT, PREPARE_ABORT = TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT
+COMPLETE_COMMIT, COMPLETE_ABORT = TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT
+DEAD, PREPARE_EPOCH_FENCE = TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE
+
+# Kafka's TransactionState.validPreviousStates.
+VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
+    EMPTY: frozenset({EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT}),
+    ONGOING: frozenset({ONGOING, EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT}),
+    PREPARE_COMMIT: frozenset({ONGOING}),
+    PREPARE_ABORT: frozenset({ONGOING, PREPARE_EPOCH_FENCE}),
+    COMPLETE_COMMIT: frozenset({PREPARE_COMMIT}),
+    COMPLETE_ABORT: frozenset({PREPARE_ABORT}),
+    DEAD: frozenset({EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT}),
+    PREPARE_EPOCH_FENCE: frozenset({ONGOING}),
+}
+
+
+class IllegalTransition(Exception):
+    """A transition Kafka's state machine does not allow (a bug in the caller, never a client's doing)."""
+
+
+@dataclass(frozen=True)
+class TxnConfig:
+    max_timeout_ms: int = 900_000                       # transaction.max.timeout.ms
+    id_expiration_ms: int = 604_800_000                 # transactional.id.expiration.ms
+    transaction_version: int = 0                        # finalized transaction.version feature level
+    two_phase_commit_enable: bool = False               # transaction.two.phase.commit.enable (KIP-939)
+
+
+@dataclass
+class TxnMetadata:
+    """A transactional id's state: the last durable value plus what only lives in memory."""
+
+    transactional_id: str
+    value: TxnLogValue
+    last_producer_epoch: int = NO_PRODUCER_EPOCH        # the epoch before the last bump (KIP-360 retries)
+
+    @property
+    def state(self) -> TxnState:
+        return self.value.state
+
+    @property
+    def producer_id(self) -> int:
+        return self.value.producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        return self.value.producer_epoch
+
+
+@dataclass(frozen=True)
+class MarkerJob:
+    """Markers to write once a PREPARE record is durable: one per partition of the transaction."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    partitions: tuple[tuple[str, int], ...]
+    coordinator_epoch: int = COORDINATOR_EPOCH
+    transaction_version: int = 0
+
+
+@dataclass
+class TxnOutcome:
+    """An operation's answer: an error, or records to make durable (then the answer holds) and markers to write."""
+
+    error: int = NONE
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    effects: Effects = field(default_factory=Effects)
+    markers: MarkerJob | None = None
+    transactional_id: str | None = None                 # whose pending transition the records carry
+    partition_errors: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    @property
+    def records(self) -> list:
+        return self.effects.records
+
+
+def _error(code: int) -> TxnOutcome:
+    return TxnOutcome(error=code)
+
+
+class TransactionCoordinator:
+    def __init__(self, config: TxnConfig | None = None) -> None:
+        self.config = config or TxnConfig()
+        self.transactions: dict[str, TxnMetadata] = {}
+        self.pending: dict[str, TxnState | None] = {}   # id → pending target state (None: a tombstone)
+        self.loading = True
+
+    # --- replay ----------------------------------------------------------------------------------
+
+    def replay(self, key: bytes, value: bytes | None, *, producer_id: int = -1, transactional: bool = False) -> None:
+        """Apply one durable ``__transaction_state`` record (at start-up, or once an operation's record is durable)."""
+        try:
+            transactional_id = decode_txn_key(key)
+            decoded = decode_txn_value(value)
+        except TxnRecordError:
+            return                                      # not ours to read: skipped, as Kafka skips unknown keys
+        self.pending.pop(transactional_id, None)
+        if decoded is None:
+            self.transactions.pop(transactional_id, None)
+            return
+        existing = self.transactions.get(transactional_id)
+        last_epoch = NO_PRODUCER_EPOCH
+        if existing is not None:
+            if existing.producer_id == decoded.producer_id and existing.producer_epoch != decoded.producer_epoch:
+                last_epoch = existing.producer_epoch
+            else:
+                last_epoch = existing.last_producer_epoch
+        self.transactions[transactional_id] = TxnMetadata(transactional_id, decoded, last_epoch)
+
+    def replay_end_txn(self, producer_id: int, commit: bool) -> None:
+        """Markers never land in ``__transaction_state``."""
+
+    def abandon(self, transactional_id: str) -> None:
+        """An operation's records could not be made durable: its pending transition is dropped."""
+        self.pending.pop(transactional_id, None)
+
+    def loaded(self) -> list[MarkerJob]:
+        """End loading; → the markers of transactions a crash left prepared, to be written again."""
+        self.loading = False
+        return [self._marker_job(m, m.state is PREPARE_COMMIT) for m in self.transactions.values()
+                if m.state in (PREPARE_COMMIT, PREPARE_ABORT)]
+
+    def compact_records(self) -> list:
+        """The latest value of every transactional id (what a compacted log keeps)."""
+        return [txn_record(m.transactional_id, m.value, version=self._value_version) for m in self.transactions.values()]
+
+    # --- InitProducerId --------------------------------------------------------------------------
+
+    def init_producer_id(self, transactional_id: str, timeout_ms: int, now_ms: int,
+                         allocate_producer_id: Callable[[], int], *,
+                         expected_producer_id: int = NO_PRODUCER_ID,
+                         expected_producer_epoch: int = NO_PRODUCER_EPOCH,
+                         enable_2pc: bool = False, keep_prepared_txn: bool = False) -> TxnOutcome:
+        """InitProducerId with a transactional id: a producer id and a bumped epoch; fences an open transaction."""
+        if not transactional_id:
+            return _error(E.INVALID_REQUEST.code)
+        if enable_2pc and not self.config.two_phase_commit_enable:
+            return _error(E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code)
+        if not enable_2pc and not 0 < timeout_ms <= self.config.max_timeout_ms:
+            return _error(E.INVALID_TRANSACTION_TIMEOUT.code)
+        if self.loading:
+            return _error(E.COORDINATOR_LOAD_IN_PROGRESS.code)
+        if transactional_id in self.pending:
+            return _error(E.CONCURRENT_TRANSACTIONS.code)
+        meta = self.transactions.get(transactional_id)
+        if meta is None:
+            producer_id = allocate_producer_id()
+            value = TxnLogValue(producer_id=producer_id, producer_epoch=0, transaction_timeout_ms=timeout_ms,
+                                state=EMPTY, last_update_timestamp_ms=now_ms, start_timestamp_ms=-1,
+                                client_transaction_version=self.config.transaction_version)
+            return self._transition(transactional_id, None, value, producer_id, 0)
+        expected = expected_producer_id != NO_PRODUCER_ID
+        if expected and not self._is_valid_retry_or_current(meta, expected_producer_id, expected_producer_epoch):
+            return _error(E.PRODUCER_FENCED.code)
+        if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            if keep_prepared_txn and meta.value.transaction_timeout_ms == 0:
+                return TxnOutcome(producer_id=meta.producer_id, producer_epoch=meta.producer_epoch)
+            return _error(E.CONCURRENT_TRANSACTIONS.code)
+        if meta.state is ONGOING:
+            if keep_prepared_txn:
+                return _error(E.CONCURRENT_TRANSACTIONS.code)
+            # Fence the open transaction: bump the epoch and abort it with the new one; the caller retries.
+            outcome = self._fence_and_abort(meta, now_ms)
+            outcome.error = E.CONCURRENT_TRANSACTIONS.code if outcome.error == NONE else outcome.error
+            return outcome
+        if meta.state not in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT):
+            return _error(E.CONCURRENT_TRANSACTIONS.code)
+        if expected and expected_producer_epoch == meta.last_producer_epoch \
+                and expected_producer_id == meta.producer_id:
+            # A retry of an InitProducerId whose bump already happened: the same answer again.
+            return TxnOutcome(producer_id=meta.producer_id, producer_epoch=meta.producer_epoch)
+        producer_id, epoch, previous = meta.producer_id, meta.producer_epoch + 1, NO_PRODUCER_ID
+        if epoch >= MAX_PRODUCER_EPOCH:
+            producer_id, epoch, previous = allocate_producer_id(), 0, meta.producer_id
+        value = dataclasses.replace(
+            meta.value, producer_id=producer_id, producer_epoch=epoch, previous_producer_id=previous,
+            next_producer_id=NO_PRODUCER_ID, next_producer_epoch=NO_PRODUCER_EPOCH,
+            transaction_timeout_ms=0 if enable_2pc else timeout_ms, state=EMPTY, partitions=(),
+            last_update_timestamp_ms=now_ms, start_timestamp_ms=-1,
+            client_transaction_version=self.config.transaction_version)
+        return self._transition(transactional_id, meta.state, value, producer_id, epoch)
+
+    @staticmethod
+    def _is_valid_retry_or_current(meta: TxnMetadata, producer_id: int, epoch: int) -> bool:
+        """KIP-360: the request names this id's current producer (its epoch, or the one before the last bump)."""
+        if producer_id == meta.producer_id:
+            return epoch in (meta.producer_epoch, meta.last_producer_epoch)
+        return producer_id == meta.value.previous_producer_id and meta.producer_epoch == 0
+
+    # --- AddPartitionsToTxn / AddOffsetsToTxn ----------------------------------------------------
+
+    def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                       partitions: Iterable[tuple[str, int]], now_ms: int) -> TxnOutcome:
+        """Add partitions to the producer's transaction, starting it if none is open."""
+        partitions = tuple(partitions)
+        meta, error = self._check_producer(transactional_id, producer_id, producer_epoch)
+        if error:
+            return self._all_failed(partitions, error)
+        if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            return self._all_failed(partitions, E.CONCURRENT_TRANSACTIONS.code)
+        if meta.state not in (EMPTY, ONGOING, COMPLETE_COMMIT, COMPLETE_ABORT):
+            return self._all_failed(partitions, E.INVALID_TXN_STATE.code)
+        current = set(meta.value.partitions) if meta.state is ONGOING else set()
+        outcome_ok = TxnOutcome(producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
+                                partition_errors={tp: NONE for tp in partitions})
+        if meta.state is ONGOING and current.issuperset(partitions):
+            return outcome_ok
+        value = dataclasses.replace(
+            meta.value, state=ONGOING, partitions=tuple(current | set(partitions)), last_update_timestamp_ms=now_ms,
+            start_timestamp_ms=meta.value.start_timestamp_ms if meta.state is ONGOING else now_ms)
+        outcome = self._transition(transactional_id, meta.state, value, meta.producer_id, meta.producer_epoch)
+        outcome.partition_errors = outcome_ok.partition_errors
+        return outcome
+
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """KIP-890 part 1: whether each partition is in the producer's ongoing transaction (nothing changes)."""
+        partitions = tuple(partitions)
+        meta, error = self._check_producer(transactional_id, producer_id, producer_epoch)
+        if error:
+            return {tp: error for tp in partitions}
+        if meta.state is not ONGOING:
+            return {tp: E.INVALID_TXN_STATE.code for tp in partitions}
+        current = set(meta.value.partitions)
+        return {tp: NONE if tp in current else E.INVALID_TXN_STATE.code for tp in partitions}
+
+    def _check_producer(self, transactional_id: str, producer_id: int,
+                        producer_epoch: int) -> tuple[TxnMetadata | None, int]:
+        if self.loading:
+            return None, E.COORDINATOR_LOAD_IN_PROGRESS.code
+        meta = self.transactions.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return None, E.INVALID_PRODUCER_ID_MAPPING.code
+        if producer_epoch != meta.producer_epoch:
+            return None, E.PRODUCER_FENCED.code
+        if transactional_id in self.pending:
+            return None, E.CONCURRENT_TRANSACTIONS.code
+        return meta, NONE
+
+    @staticmethod
+    def _all_failed(partitions, error: int) -> TxnOutcome:
+        return TxnOutcome(error=error, partition_errors={tp: error for tp in partitions})
+
+    # --- EndTxn ----------------------------------------------------------------------------------
+
+    def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                now_ms: int) -> TxnOutcome:
+        """EndTxn: PREPARE_COMMIT/PREPARE_ABORT (the commit point) and the markers to write after it."""
+        if self.loading:
+            return _error(E.COORDINATOR_LOAD_IN_PROGRESS.code)
+        meta = self.transactions.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return _error(E.INVALID_PRODUCER_ID_MAPPING.code)
+        if producer_epoch != meta.producer_epoch:
+            return _error(E.PRODUCER_FENCED.code)
+        if transactional_id in self.pending:
+            return _error(E.CONCURRENT_TRANSACTIONS.code)
+        state = meta.state
+        if state is ONGOING:
+            value = dataclasses.replace(meta.value, state=PREPARE_COMMIT if commit else PREPARE_ABORT,
+                                        last_update_timestamp_ms=now_ms)
+            outcome = self._transition(transactional_id, state, value, meta.producer_id, meta.producer_epoch)
+            outcome.markers = self._marker_job(TxnMetadata(transactional_id, value), commit)
+            return outcome
+        if state is COMPLETE_COMMIT:
+            return TxnOutcome(producer_id=producer_id, producer_epoch=producer_epoch) if commit \
+                else _error(E.INVALID_TXN_STATE.code)
+        if state is COMPLETE_ABORT:
+            return _error(E.INVALID_TXN_STATE.code) if commit \
+                else TxnOutcome(producer_id=producer_id, producer_epoch=producer_epoch)
+        if state is PREPARE_COMMIT:
+            return _error(E.CONCURRENT_TRANSACTIONS.code if commit else E.INVALID_TXN_STATE.code)
+        if state is PREPARE_ABORT:
+            return _error(E.INVALID_TXN_STATE.code if commit else E.CONCURRENT_TRANSACTIONS.code)
+        return _error(E.INVALID_TXN_STATE.code)         # Empty (nothing to end), Dead
+
+    def markers_written(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                        now_ms: int) -> TxnOutcome:
+        """Every marker of a prepared transaction is written: the COMPLETE record ends it."""
+        meta = self.transactions.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id or meta.producer_epoch != producer_epoch \
+                or meta.state not in (PREPARE_COMMIT, PREPARE_ABORT) or transactional_id in self.pending:
+            return _error(E.INVALID_TXN_STATE.code)   # already completed (a resumed job raced a live one)
+        value = dataclasses.replace(meta.value, state=COMPLETE_COMMIT if meta.state is PREPARE_COMMIT else COMPLETE_ABORT,
+                                    partitions=(), last_update_timestamp_ms=now_ms)
+        return self._transition(transactional_id, meta.state, value, producer_id, producer_epoch)
+
+    # --- timeouts and expiry ---------------------------------------------------------------------
+
+    def abort_timed_out(self, now_ms: int) -> list[TxnOutcome]:
+        """Abort every open transaction older than its own timeout, fencing its producer (epoch bump)."""
+        outcomes = []
+        for meta in list(self.transactions.values()):
+            if meta.state is ONGOING and meta.transactional_id not in self.pending \
+                    and meta.value.transaction_timeout_ms > 0 \
+                    and now_ms - meta.value.start_timestamp_ms > meta.value.transaction_timeout_ms:
+                outcome = self._fence_and_abort(meta, now_ms)
+                if outcome.error == NONE:
+                    outcomes.append(outcome)
+        return outcomes
+
+    def expire_transactional_ids(self, now_ms: int) -> list:
+        """Tombstones for ids idle (no open transaction) for longer than transactional.id.expiration.ms."""
+        records = []
+        for meta in list(self.transactions.values()):
+            if meta.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) and meta.transactional_id not in self.pending \
+                    and now_ms - meta.value.last_update_timestamp_ms >= self.config.id_expiration_ms:
+                self.pending[meta.transactional_id] = None
+                records.append(txn_tombstone(meta.transactional_id))
+        return records
+
+    def _fence_and_abort(self, meta: TxnMetadata, now_ms: int) -> TxnOutcome:
+        """PrepareEpochFence then PrepareAbort: the bumped epoch aborts the open transaction."""
+        epoch = meta.producer_epoch + 1 if meta.producer_epoch < MAX_PRODUCER_EPOCH else meta.producer_epoch
+        self._check_transition(meta.state, PREPARE_EPOCH_FENCE)
+        value = dataclasses.replace(meta.value, producer_epoch=epoch, state=PREPARE_ABORT,
+                                    last_update_timestamp_ms=now_ms)
+        outcome = self._transition(meta.transactional_id, PREPARE_EPOCH_FENCE, value, meta.producer_id, epoch)
+        outcome.markers = self._marker_job(TxnMetadata(meta.transactional_id, value), False)
+        return outcome
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def describe(self, transactional_id: str) -> TxnMetadata | None:
+        return self.transactions.get(transactional_id)
+
+    def list(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
+             duration_filter_ms: int = -1, now_ms: int = 0, pattern=None) -> list[TxnMetadata]:
+        """ListTransactions with its filters (state names, producer ids, v1+ minimum age, v2+ id pattern)."""
+        states, producer_ids = set(states), set(producer_ids)
+        out = []
+        for meta in self.transactions.values():
+            if states and meta.state.kafka_name not in states:
+                continue
+            if producer_ids and meta.producer_id not in producer_ids:
+                continue
+            if duration_filter_ms >= 0 and now_ms - meta.value.start_timestamp_ms < duration_filter_ms:
+                continue                                # as Kafka: running for at least that long (-1: not started)
+            if pattern is not None and not pattern.fullmatch(meta.transactional_id):
+                continue
+            out.append(meta)
+        return out
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    @property
+    def _value_version(self) -> int:
+        return value_version_for(self.config.transaction_version)
+
+    @staticmethod
+    def _check_transition(current: TxnState | None, target: TxnState) -> None:
+        if current is not None and current not in VALID_PREVIOUS[target]:
+            raise IllegalTransition(f"{current.kafka_name} → {target.kafka_name}")
+
+    def _transition(self, transactional_id: str, current: TxnState | None, value: TxnLogValue,
+                    producer_id: int, producer_epoch: int) -> TxnOutcome:
+        """The record moving ``transactional_id`` to ``value``; the transition is pending until it is replayed."""
+        self._check_transition(current, value.state)
+        self.pending[transactional_id] = value.state
+        outcome = TxnOutcome(producer_id=producer_id, producer_epoch=producer_epoch, transactional_id=transactional_id)
+        outcome.effects.append(txn_record(transactional_id, value, version=self._value_version))
+        return outcome
+
+    def _marker_job(self, meta: TxnMetadata, commit: bool) -> MarkerJob:
+        return MarkerJob(meta.transactional_id, meta.producer_id, meta.producer_epoch, commit,
+                         meta.value.partitions, COORDINATOR_EPOCH, meta.value.client_transaction_version)
