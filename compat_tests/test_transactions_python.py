@@ -256,6 +256,9 @@ def test_open_transaction_times_out_and_consumers_move_past_it(server):
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "g-" + uuid.uuid4().hex,
                   "isolation.level": "read_committed"})
     assert c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (0, 0)
+    # ... and a lookup by timestamp (ListOffsets at read_committed) finds nothing below the LSO.
+    (found,) = c.offsets_for_times([TopicPartition(topic, 0, 0)], timeout=10)
+    assert found.offset == -1, found
     wait_until(lambda: c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1] == 6, timeout=20,
                what="the timed-out transaction's abort marker")
     c.close()

@@ -39,6 +39,9 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
     "group.max.session.timeout.ms": (1800000, "Largest session timeout a consumer may ask for."),
     "offsets.retention.minutes": (10080, "Committed offsets of empty groups expire after this."),
     "offsets.retention.check.interval.ms": (600000, "How often expired committed offsets are removed."),
+    "trireme.debug.transaction.marker.delay.ms": (
+        0, "Fault injection for crash tests: wait this long before each WriteTxnMarkers request the "
+           "coordinator sends, and send one partition per request.  0 (off) in production."),
     "trireme.fsync.enable": (True, "fsync before answering acks=1/all produce requests. false trades "
                                    "crash safety of acknowledged data for speed (Kafka's own default)."),
     "trireme.shutdown.grace.ms": (5000, "On SIGTERM, how long in-flight requests may take to finish."),

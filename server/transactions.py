@@ -92,10 +92,13 @@ class TransactionService(CoordinatorRuntime):
     async def _write_markers(self, job: MarkerJob) -> None:
         """WriteTxnMarkers for every partition of a prepared transaction until each is written; then COMPLETE."""
         remaining = set(job.partitions)
+        delay_ms = self.config["trireme.debug.transaction.marker.delay.ms"]
         while remaining:
             topics: dict[str, list[int]] = {}
-            for topic, index in sorted(remaining):
+            for topic, index in sorted(remaining)[:1] if delay_ms else sorted(remaining):
                 topics.setdefault(topic, []).append(index)
+            if delay_ms:
+                await trio.sleep(delay_ms / 1000)
             request = _MARKERS(markers=[_MARKERS.WritableTxnMarker(
                 producer_id=job.producer_id, producer_epoch=job.producer_epoch, transaction_result=job.commit,
                 topics=[_MARKERS.WritableTxnMarker.WritableTxnMarkerTopic(name=t, partition_indexes=p)
@@ -110,7 +113,7 @@ class TransactionService(CoordinatorRuntime):
                         else:
                             log.warning("marker for %s %s-%d failed with %s; retrying", job.transactional_id,
                                         t.name, p.partition_index, E.for_code(p.error_code).name)
-            if remaining:
+            if remaining and not delay_ms:
                 await trio.sleep(MARKER_RETRY_BACKOFF_S)
         await self.wait_replayed()
         await self.run_operation(self.coordinator.markers_written(

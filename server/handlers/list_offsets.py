@@ -1,8 +1,9 @@
 """ListOffsets: earliest, latest, max-timestamp and by-timestamp offsets of partitions.
 
 Behaviour / version notes:
-- v1-11.  -2 earliest → log start offset; -1 latest → high watermark (read_uncommitted) or last
-  stable offset (read_committed, v2+); -3 max timestamp (v7+) → offset and timestamp of the
+- v1-11.  At read_committed (v2+) every lookup is bounded by the last stable offset instead of the
+  high watermark, as on Kafka.  -2 earliest → log start offset; -1 latest → high watermark
+  (read_uncommitted) or last stable offset (read_committed); -3 max timestamp (v7+) → offset and timestamp of the
   first record holding the largest timestamp; -4 earliest local (v8+) → log start offset; -5 earliest
   pending upload (v9+) → -1 (no tiered storage).  A timestamp ≥ 0 → the first record whose
   timestamp is ≥ it, or -1 when none (the time index finds the batch; that batch is decoded).
@@ -38,23 +39,24 @@ def list_offsets(ctx, request):
                 continue
             plog = partition.log
             ts = p.timestamp
+            # What a consumer of this isolation level may read: every lookup below stays under it, as on Kafka.
+            bound = partition.last_stable_offset() if read_committed else plog.high_watermark
             if ts == LATEST:
-                offset = partition.last_stable_offset() if read_committed else plog.high_watermark
-                result.offset, result.leader_epoch = offset, epoch
+                result.offset, result.leader_epoch = bound, epoch
             elif ts in (EARLIEST, EARLIEST_LOCAL):
                 result.offset, result.leader_epoch = plog.log_start_offset, epoch
             elif ts == EARLIEST_PENDING_UPLOAD:
                 pass
             elif ts == MAX_TIMESTAMP:
                 offset, stamp = plog.max_timestamp()
-                if 0 <= offset < plog.high_watermark:
-                    exact = plog.first_record_at_or_after(offset, stamp, plog.high_watermark)
+                if 0 <= offset < bound:
+                    exact = plog.first_record_at_or_after(offset, stamp, bound)
                     if exact is not None:
                         result.offset, result.timestamp, result.leader_epoch = *exact, epoch
             else:
                 found = plog.offset_for_timestamp(ts)
-                if found is not None and found[0] < plog.high_watermark:
-                    exact = plog.first_record_at_or_after(found[0], ts, plog.high_watermark)
+                if found is not None and found[0] < bound:
+                    exact = plog.first_record_at_or_after(found[0], ts, bound)
                     if exact is not None:
                         result.offset, result.timestamp, result.leader_epoch = *exact, epoch
     return response

@@ -1,0 +1,217 @@
+"""kill -9 of the broker in the middle of transactions (confluent-kafka): nothing committed is lost, nothing aborted is ever seen.
+
+(a) between the PREPARE record (the commit point: the client was answered) and the markers;
+(b) with transactions open; (c) during transactional and idempotent retries, the producer running
+across the kill; (d) part-way through writing one transaction's markers.  After each restart every
+committed transaction is fully visible to read_committed, every aborted or timed-out one never is,
+nothing is duplicated, and the group's transactional offsets become visible exactly with the output.
+
+``trireme.debug.transaction.marker.delay.ms`` holds the coordinator before each WriteTxnMarkers
+request (one partition per request), so that the kill lands where each case needs it.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat_tests.clients import wait_until
+
+PARTITIONS = 2
+FAST = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": 300}
+FAST_RECONNECT = {"reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500, "retry.backoff.ms": 50,
+                  "socket.connection.setup.timeout.ms": 5000}
+
+
+def make_topics(bootstrap: str, n: int) -> list[str]:
+    names = [f"crash-tx-{i}-{uuid.uuid4().hex[:8]}" for i in range(n)]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in names], operation_timeout=30).values():
+        f.result(timeout=30)
+    return names
+
+
+def producer(bootstrap: str, txn_id: str, **extra) -> Producer:
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 2, **FAST_RECONNECT,
+                  **extra})
+    p.init_transactions(60)
+    return p
+
+
+def read_all(bootstrap: str, topics: list[str], isolation: str = "read_committed") -> dict[bytes, int]:
+    """Every record's key → how many times it was read, reading each partition to its end offset."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader-" + uuid.uuid4().hex,
+                  "isolation.level": isolation, "enable.auto.commit": False, **FAST_RECONNECT})
+    tps = [TopicPartition(t, p, 0) for t in topics for p in range(PARTITIONS)]
+    ends = {(tp.topic, tp.partition): c.get_watermark_offsets(tp, timeout=20)[1] for tp in tps}
+    c.assign(tps)
+    counts: dict[bytes, int] = {}
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            counts[m.key()] = counts.get(m.key(), 0) + 1
+        elif m is None:
+            pos = c.position([TopicPartition(t, p) for t, p in ends])
+            if all(tp.offset >= ends[(tp.topic, tp.partition)] for tp in pos):
+                break
+    c.close()
+    return counts
+
+
+def committed_offsets(bootstrap: str, group: str, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        got = c.committed([TopicPartition(t, p) for t, p in tps], timeout=20)
+        return {(tp.topic, tp.partition): tp.offset for tp in got}
+    finally:
+        c.close()
+
+
+def keys(txn: int, topics: list[str], per_partition: int) -> list[tuple[str, int, bytes]]:
+    return [(t, p, b"t%d-%s-%d-%d" % (txn, t.encode(), p, i))
+            for t in topics for p in range(PARTITIONS) for i in range(per_partition)]
+
+
+def run_txn(p: Producer, records, commit: bool = True) -> None:
+    p.begin_transaction()
+    for t, part, k in records:
+        p.produce(t, key=k, value=b"v", partition=part)
+    p.flush(60)
+    if commit:
+        p.commit_transaction(60)
+    else:
+        p.abort_transaction(60)
+
+
+@pytest.mark.server_config({**FAST, "trireme.debug.transaction.marker.delay.ms": 3000})
+def test_kill_between_prepare_and_markers(server):
+    bootstrap = server.bootstrap
+    topics = make_topics(bootstrap, 2)
+    group = "crash-group-" + uuid.uuid4().hex[:6]
+    p = producer(bootstrap, "prepare-" + uuid.uuid4().hex[:6])
+    records = keys(1, topics, 5)
+    p.begin_transaction()
+    for t, part, k in records:
+        p.produce(t, key=k, value=b"v", partition=part)
+    p.flush(60)
+    # KIP-447: the consumer's offsets go in the same transaction.
+    offsets = [TopicPartition("input-topic-" + group, 0, 42)]
+    p.send_offsets_to_transaction(offsets, _group_metadata(bootstrap, group), 60)
+    p.commit_transaction(60)           # answered at the commit point; markers wait 3 s
+    server.kill9()
+    log = server.stderr_path.read_text(errors="replace")
+    assert "resuming markers of prepared transaction" in log
+    wait_until(lambda: committed_offsets(bootstrap, group, [("input-topic-" + group, 0)])
+               == {("input-topic-" + group, 0): 42}, timeout=40, what="the transaction's offsets")
+    counts = read_all(bootstrap, topics)
+    assert counts == {k: 1 for _, _, k in records}
+
+
+def _group_metadata(bootstrap: str, group: str):
+    """A consumer's group metadata for send_offsets_to_transaction (a standalone commit: generation -1)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        return c.consumer_group_metadata()
+    finally:
+        c.close()
+
+
+@pytest.mark.server_config({**FAST, "transaction.max.timeout.ms": 60000})
+def test_kill_with_transactions_open(server):
+    bootstrap = server.bootstrap
+    topics = make_topics(bootstrap, 1)
+    done = producer(bootstrap, "done-" + uuid.uuid4().hex[:6])
+    committed = keys(1, topics, 4)
+    run_txn(done, committed)
+    stuck = producer(bootstrap, "stuck-" + uuid.uuid4().hex[:6], **{"transaction.timeout.ms": 3000})
+    stuck.begin_transaction()
+    for t, part, k in keys(2, topics, 4):
+        stuck.produce(t, key=k, value=b"v", partition=part)
+    stuck.flush(60)
+    server.kill9()
+    # The coordinator recovered the open transaction and aborts it at its timeout: consumers move past it.
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "x", "isolation.level": "read_committed"})
+    wait_until(lambda: all(c.get_watermark_offsets(TopicPartition(topics[0], p), timeout=20)[1] == 10
+                           for p in range(PARTITIONS)), timeout=40, what="the abort of the open transaction")
+    c.close()
+    assert read_all(bootstrap, topics) == {k: 1 for _, _, k in committed}
+    assert "timed out" in server.stderr_path.read_text(errors="replace")
+
+
+@pytest.mark.server_config({**FAST, "trireme.debug.transaction.marker.delay.ms": 1500})
+def test_kill_part_way_through_markers(server):
+    bootstrap = server.bootstrap
+    topics = make_topics(bootstrap, 2)           # 4 partitions: 4 WriteTxnMarkers requests, 1.5 s apart
+    p = producer(bootstrap, "partway-" + uuid.uuid4().hex[:6])
+    records = keys(1, topics, 3)
+    run_txn(p, records)
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "x"})
+    tps = [TopicPartition(t, q) for t in topics for q in range(PARTITIONS)]
+    # Wait until at least one partition has its marker (4 records: 3 data + 1 marker) but not all.
+    wait_until(lambda: sum(probe.get_watermark_offsets(tp, timeout=10)[1] == 4 for tp in tps) >= 1, timeout=20,
+               what="the first marker")
+    written = sum(probe.get_watermark_offsets(tp, timeout=10)[1] == 4 for tp in tps)
+    probe.close()
+    assert written < len(tps)
+    server.kill9()
+    assert read_all(bootstrap, topics) == {k: 1 for _, _, k in records}
+
+
+@pytest.mark.server_config(FAST)
+def test_kill_during_transactional_retries(server):
+    """A transactional producer keeps going across two kills; what read_committed sees is exactly the
+    transactions whose commit returned, each record once (retried batches are deduplicated)."""
+    bootstrap = server.bootstrap
+    topics = make_topics(bootstrap, 1)
+    p = producer(bootstrap, "retry-" + uuid.uuid4().hex[:6], **{"transaction.timeout.ms": 20000})
+    outcome: dict[int, bool] = {}
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def loop() -> None:
+        txn = 0
+        try:
+            while not stop.is_set() and txn < 200:
+                txn += 1
+                recs = keys(txn, topics, 5)
+                try:
+                    p.begin_transaction()
+                    for t, part, k in recs:
+                        p.produce(t, key=k, value=b"v", partition=part)
+                    p.flush(60)
+                    while True:
+                        try:
+                            p.commit_transaction(60)
+                            outcome[txn] = True
+                            break
+                        except KafkaException as e:
+                            if e.args[0].retriable():
+                                continue
+                            raise
+                except KafkaException as e:
+                    if not e.args[0].txn_requires_abort():
+                        raise
+                    p.abort_transaction(60)
+                    outcome[txn] = False
+        except BaseException as e:      # reported below
+            errors.append(e)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    for _ in range(2):
+        wait_until(lambda: len(outcome) >= 5 or errors, timeout=60, what="some transactions")
+        server.kill9()
+        before = len(outcome)
+        wait_until(lambda: len(outcome) > before + 3 or errors, timeout=90, what="transactions after the restart")
+    stop.set()
+    thread.join(120)
+    assert not errors, errors
+    assert sum(outcome.values()) >= 10
+    counts = read_all(bootstrap, topics)
+    want = {k: 1 for txn, ok in outcome.items() if ok for _, _, k in keys(txn, topics, 5)}
+    assert counts == want
