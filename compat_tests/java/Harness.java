@@ -4,7 +4,8 @@
 //
 // Reads one JSON object per line on stdin, writes exactly one JSON object per
 // line on stdout.  Every response carries "ok" (true/false); failures carry
-// "error" ("ExceptionClass: message") and "error_class" (full class name).
+// "error" ("ExceptionClass: message"), "error_class" (full class name) and,
+// when the exception has causes, "causes" (["ExceptionClass: message", ...]).
 // All logging goes to stderr (System.out is redirected to stderr so nothing
 // but protocol lines can reach the real stdout).
 //
@@ -38,17 +39,34 @@
 //       A producer is created and closed per command unless "handle" names
 //       one to keep (close_producer {handle?}).  transactional.id in config
 //       -> initTransactions(); with "txn" the records go in one transaction.
+//       Without "txn", records sent through a kept producer whose
+//       transaction was opened by begin_txn join that transaction.
+//   init_producer {handle, config?}   a kept producer (initTransactions()
+//       when config has transactional.id); "handle" must be new.
+//   begin_txn {handle} | commit_txn {handle} | abort_txn {handle}
+//       beginTransaction / commitTransaction / abortTransaction on a kept
+//       producer (the transaction's records: produce {handle, ...}).
+//   send_offsets_to_txn {handle, consumer?, offsets?: [[topic, partition, offset, metadata?]]}
+//       sendOffsetsToTransaction(offsets, consumer.groupMetadata()) with the
+//       group consumer "consumer" (default "default"); offsets default to
+//       that consumer's positions on its assignment.  -> offsets [[topic,
+//       partition, offset]], group, generation_id, member_id.
 //   consume {topic, partition|partitions, offset: N|earliest|latest, count,
-//            timeout_ms, config?}  assign()+seek(), no group; auto.offset.reset
-//       defaults to "none" (out of range = error).  -> records, position,
-//       timed_out.  Records: {topic, partition, offset, key_b64, value_b64,
-//       headers, timestamp, timestamp_type, leader_epoch}.
+//            timeout_ms, config?, until_end?}  assign()+seek(), no group;
+//       auto.offset.reset defaults to "none" (out of range = error).
+//       -> records, position, timed_out.  Records: {topic, partition,
+//       offset, key_b64, value_b64, headers, timestamp, timestamp_type,
+//       leader_epoch}.  With until_end the command also stops once every
+//       position has reached the endOffsets() taken after the seek (the
+//       consumer's isolation level: LSO for read_committed) and returns
+//       them as end_offsets [[partition, end]].
 //   subscribe {topic|topics, group, config?, handle?}   (kept open; group
 //       consumers default to auto.offset.reset=earliest, no auto commit)
 //   poll {timeout_ms, max?, handle?} -> records, assignment, events
 //       (rebalance callbacks since the last poll).  With max, polls until max
 //       records or timeout and seeks back over records not returned.
 //   assignment | commit {offsets?: [[topic, partition, offset, metadata?]]}
+//   positions {handle?} -> positions [[topic, partition, position]] (assignment)
 //   committed {topic, partitions, group?} -> [[partition, offset|null, metadata]]
 //   close_consumer {handle?}
 
@@ -162,6 +180,10 @@ public class Harness {
         String name = c instanceof BadCommand ? "BadCommand" : c.getClass().getSimpleName();
         r.put("error", name + ": " + c.getMessage());
         r.put("error_class", c.getClass().getName());
+        List<Object> causes = new ArrayList<>();
+        for (Throwable x = c.getCause(); x != null && x != c && causes.size() < 8; x = x.getCause())
+            causes.add(x.getClass().getSimpleName() + ": " + x.getMessage());
+        if (!causes.isEmpty()) r.put("causes", causes);
         return r;
     }
 
@@ -196,6 +218,12 @@ public class Harness {
             case "delete_group": return deleteGroup(c);
             case "produce": return produce(c);
             case "close_producer": return closeProducer(c);
+            case "init_producer": return initProducer(c);
+            case "begin_txn": keptProducer(c).beginTransaction(); return obj("ok", true);
+            case "commit_txn": keptProducer(c).commitTransaction(); return obj("ok", true);
+            case "abort_txn": keptProducer(c).abortTransaction(); return obj("ok", true);
+            case "send_offsets_to_txn": return sendOffsetsToTxn(c);
+            case "positions": return positions(c);
             case "consume": return consume(c);
             case "subscribe": return subscribe(c);
             case "poll": return poll(c);
@@ -494,16 +522,7 @@ public class Harness {
         String handle = str(c, "handle", null);
         KafkaProducer<byte[], byte[]> producer = handle == null ? null : producers.get(handle);
         if (producer == null) {
-            Properties p = props(c, producerDefaults(), "config");
-            producer = new KafkaProducer<>(p);
-            if (p.getProperty("transactional.id") != null) {
-                try {
-                    producer.initTransactions();
-                } catch (Throwable t) {
-                    producer.close(Duration.ofSeconds(1));
-                    throw t;
-                }
-            }
+            producer = newProducer(c);
             if (handle != null) producers.put(handle, producer);
         }
         String txn = str(c, "txn", null);   // null | "commit" | "abort"
@@ -567,6 +586,65 @@ public class Harness {
         }
     }
 
+    /** A producer from the command's "config"; initTransactions() when transactional. */
+    KafkaProducer<byte[], byte[]> newProducer(Map<String, Object> c) {
+        Properties p = props(c, producerDefaults(), "config");
+        KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p);
+        if (p.getProperty("transactional.id") != null) {
+            try {
+                producer.initTransactions();
+            } catch (Throwable t) {
+                producer.close(Duration.ofSeconds(1));
+                throw t;
+            }
+        }
+        return producer;
+    }
+
+    Map<String, Object> initProducer(Map<String, Object> c) {
+        String handle = str(c, "handle", null);
+        if (handle == null) throw new BadCommand("missing handle");
+        if (producers.containsKey(handle)) throw new BadCommand("producer \"" + handle + "\" already exists");
+        producers.put(handle, newProducer(c));
+        return obj("ok", true);
+    }
+
+    KafkaProducer<byte[], byte[]> keptProducer(Map<String, Object> c) {
+        String handle = str(c, "handle", null);
+        KafkaProducer<byte[], byte[]> p = handle == null ? null : producers.get(handle);
+        if (p == null) throw new BadCommand("no producer \"" + handle + "\" (use init_producer first)");
+        return p;
+    }
+
+    Map<String, Object> sendOffsetsToTxn(Map<String, Object> c) {
+        KafkaProducer<byte[], byte[]> producer = keptProducer(c);
+        String ch = str(c, "consumer", "default");
+        GroupConsumer g = consumers.get(ch);
+        if (g == null) throw new BadCommand("no subscribed consumer \"" + ch + "\"");
+        Map<TopicPartition, OffsetAndMetadata> m = new LinkedHashMap<>();
+        Object offs = c.get("offsets");
+        if (offs instanceof List) {
+            for (Object o : (List<?>) offs) {
+                List<?> l = (List<?>) o;  // [topic, partition, offset, metadata?]
+                m.put(new TopicPartition((String) l.get(0), ((Number) l.get(1)).intValue()),
+                        new OffsetAndMetadata(((Number) l.get(2)).longValue(),
+                                l.size() > 3 && l.get(3) != null ? (String) l.get(3) : ""));
+            }
+        } else {
+            List<TopicPartition> tps = new ArrayList<>(g.consumer.assignment());
+            tps.sort(Comparator.comparing(TopicPartition::topic).thenComparingInt(TopicPartition::partition));
+            for (TopicPartition tp : tps)
+                m.put(tp, new OffsetAndMetadata(g.consumer.position(tp, Duration.ofMillis(DEFAULT_TIMEOUT_MS))));
+        }
+        org.apache.kafka.clients.consumer.ConsumerGroupMetadata md = g.consumer.groupMetadata();
+        producer.sendOffsetsToTransaction(m, md);
+        List<Object> rows = new ArrayList<>();
+        for (Map.Entry<TopicPartition, OffsetAndMetadata> e : m.entrySet())
+            rows.add(Arrays.asList(e.getKey().topic(), e.getKey().partition(), e.getValue().offset()));
+        return obj("ok", true, "offsets", rows, "group", md.groupId(), "generation_id", md.generationId(),
+                "member_id", md.memberId());
+    }
+
     Map<String, Object> closeProducer(Map<String, Object> c) {
         String handle = str(c, "handle", null);
         List<String> hs = handle == null ? new ArrayList<>(producers.keySet()) : Collections.singletonList(handle);
@@ -614,8 +692,16 @@ public class Harness {
             else if ("latest".equals(off) || "end".equals(off)) consumer.seekToEnd(tps);
             else if (off instanceof Number) for (TopicPartition tp : tps) consumer.seek(tp, ((Number) off).longValue());
             else throw new BadCommand("bad offset " + off);
+            Map<TopicPartition, Long> ends = bool(c, "until_end", false)
+                    ? consumer.endOffsets(tps, Duration.ofMillis(DEFAULT_TIMEOUT_MS)) : null;
             long deadline = System.currentTimeMillis() + timeoutMs;
             while (out.size() < count) {
+                if (ends != null) {
+                    boolean atEnd = true;
+                    for (TopicPartition tp : tps)
+                        if (consumer.position(tp, Duration.ofMillis(DEFAULT_TIMEOUT_MS)) < ends.get(tp)) atEnd = false;
+                    if (atEnd) break;
+                }
                 long left = deadline - System.currentTimeMillis();
                 if (left <= 0) { timedOut = true; break; }
                 ConsumerRecords<byte[], byte[]> recs = consumer.poll(Duration.ofMillis(Math.min(left, 500)));
@@ -628,6 +714,11 @@ public class Harness {
                 for (Map.Entry<TopicPartition, Long> e : rewind.entrySet()) consumer.seek(e.getKey(), e.getValue());
             }
             Map<String, Object> res = obj("ok", true, "records", out, "timed_out", timedOut);
+            if (ends != null) {
+                List<Object> e = new ArrayList<>();
+                for (TopicPartition tp : tps) e.add(Arrays.asList(tp.partition(), ends.get(tp)));
+                res.put("end_offsets", e);
+            }
             if (tps.size() == 1) {
                 res.put("position", consumer.position(tps.get(0), Duration.ofMillis(DEFAULT_TIMEOUT_MS)));
             } else {
@@ -742,6 +833,17 @@ public class Harness {
             g.consumer.commitSync(Duration.ofMillis(DEFAULT_TIMEOUT_MS));
         }
         return obj("ok", true);
+    }
+
+    Map<String, Object> positions(Map<String, Object> c) {
+        GroupConsumer g = groupConsumer(c);
+        List<TopicPartition> tps = new ArrayList<>(g.consumer.assignment());
+        tps.sort(Comparator.comparing(TopicPartition::topic).thenComparingInt(TopicPartition::partition));
+        List<Object> rows = new ArrayList<>();
+        for (TopicPartition tp : tps)
+            rows.add(Arrays.asList(tp.topic(), tp.partition(),
+                    g.consumer.position(tp, Duration.ofMillis(DEFAULT_TIMEOUT_MS))));
+        return obj("ok", true, "positions", rows);
     }
 
     Map<String, Object> committed(Map<String, Object> c) {

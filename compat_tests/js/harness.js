@@ -42,6 +42,19 @@
 //  * alter_config: kafkajs has no IncrementalAlterConfigs; we read the
 //    topic's current dynamic configs (DescribeConfigs), change the one key
 //    and write the whole set back with AlterConfigs.
+//  * consume {..., until_end: true} (fetch mode only): the command also stops
+//    once every partition's position has reached the end offset listed
+//    (ListOffsets latest, the consumer's isolation level: the LSO for
+//    read_committed) after the seek; those come back as end_offsets
+//    [[partition, end]].
+//  * transactions: kafkajs has no initTransactions(); its transactional
+//    InitProducerId is sent by the producer's first transaction().
+//      init_producer {handle, config?}  create + connect a kept producer
+//      begin_txn {handle}               producer.transaction(), kept open
+//      commit_txn {handle} | abort_txn {handle}
+//    While a kept producer has a transaction opened by begin_txn, produce
+//    {handle, ...} (without "txn") sends through that transaction.
+//    commit_txn/abort_txn forget the transaction when they succeed.
 //  * produce: compression "gzip" or "none" only (kafkajs ships only GZIP).
 //    Records that all carry an explicit partition go out in one send();
 //    otherwise each record is sent on its own so its partition is known.
@@ -112,6 +125,7 @@ const kafka = makeKafka()
 let admin = null
 let adminConnected = false
 const producers = new Map()
+const openTxns = new Map() // producer handle -> kafkajs transaction (begin_txn)
 const consumers = new Map()
 let seq = 0
 
@@ -328,6 +342,7 @@ async function consumeFetch(c, topic, parts, count, timeoutMs) {
   const cluster = privateCreateCluster(kafka)({ allowAutoTopicCreation: false, isolationLevel: iso })
   const out = []
   const next = {}
+  const ends = {}
   await cluster.connect()
   try {
     await cluster.addTargetTopic(topic)
@@ -339,7 +354,12 @@ async function consumeFetch(c, topic, parts, count, timeoutMs) {
       const r = await listOffsetsRaw(topic, parts, spec, iso)
       for (const p of parts) next[p] = r[p].offset
     }
+    if (c.until_end) {
+      const r = await listOffsetsRaw(topic, parts, -1, iso)
+      for (const p of parts) ends[p] = r[p].offset
+    }
     while (out.length < count) {
+      if (c.until_end && parts.every(p => next[p] >= ends[p])) break
       const left = deadline - Date.now()
       if (left <= 0) break
       const byLeader = cluster.findLeaderForPartitions(topic, parts)
@@ -378,7 +398,7 @@ async function consumeFetch(c, topic, parts, count, timeoutMs) {
   } finally {
     await cluster.disconnect().catch(() => {})
   }
-  return { out, next }
+  return { out, next, ends: c.until_end ? ends : null }
 }
 
 async function consumeGroup(c, topic, parts, count, timeoutMs) {
@@ -680,19 +700,11 @@ const ops = {
     const handle = c.handle || null
     let producer = handle ? producers.get(handle) : null
     if (!producer) {
-      const k = o.clientId ? makeKafka(o.clientId) : kafka
-      producer = k.producer({
-        createPartitioner: Partitioners.DefaultPartitioner,
-        idempotent: !!o.idempotent,
-        transactionalId: o.transactionalId,
-        transactionTimeout: o.transactionTimeout,
-        maxInFlightRequests: o.idempotent ? 1 : o.maxInFlightRequests,
-        allowAutoTopicCreation: o.allowAutoTopicCreation ?? true,
-        retry: { retries: 3 },
-      })
-      await producer.connect()
+      producer = await newProducer(o)
       if (handle) producers.set(handle, producer)
     }
+    const openTxn = handle ? openTxns.get(handle) : null
+    if (openTxn && c.txn) throw new BadCommand(`producer "${handle}" has an open transaction (begin_txn)`)
     const msgs = records.map(r => {
       const m = { key: b64d(r.key_b64), value: b64d(r.value_b64), headers: headersIn(r.headers) }
       if (r.partition != null) m.partition = r.partition
@@ -705,7 +717,7 @@ const ops = {
     const offsets = new Array(msgs.length).fill(null)
     const timestamps = new Array(msgs.length).fill(null)
     const txn = c.txn || null
-    let sender = producer
+    let sender = openTxn || producer
     let transaction = null
     try {
       if (txn) transaction = sender = await producer.transaction()
@@ -757,11 +769,41 @@ const ops = {
     }
   },
 
+  async init_producer(c) {
+    const handle = req(c, 'handle')
+    if (producers.has(handle)) throw new BadCommand(`producer "${handle}" already exists`)
+    producers.set(handle, await newProducer(takeConfig(c.config, PRODUCER_CFG, 'producer')))
+    return { ok: true }
+  },
+
+  async begin_txn(c) {
+    const handle = req(c, 'handle')
+    const p = keptProducer(c)
+    if (openTxns.has(handle)) throw new BadCommand(`producer "${handle}" already has an open transaction`)
+    openTxns.set(handle, await p.transaction())
+    return { ok: true }
+  },
+
+  async commit_txn(c) {
+    const t = openTxn(c)
+    await t.commit()
+    openTxns.delete(c.handle)
+    return { ok: true }
+  },
+
+  async abort_txn(c) {
+    const t = openTxn(c)
+    await t.abort()
+    openTxns.delete(c.handle)
+    return { ok: true }
+  },
+
   async close_producer(c) {
     const hs = c.handle ? [c.handle] : [...producers.keys()]
     for (const h of hs) {
       const p = producers.get(h)
       producers.delete(h)
+      openTxns.delete(h)
       if (p) await p.disconnect().catch(() => {})
     }
     return { ok: true }
@@ -778,18 +820,22 @@ const ops = {
     if (!(off == null || typeof off === 'number' || ['earliest', 'beginning', 'latest', 'end'].includes(off)))
       throw new BadCommand(`bad offset ${off}`)
     const mode = c.mode || 'fetch'
+    if (c.until_end && mode !== 'fetch') throw new BadCommand('until_end needs mode "fetch"')
     let res
     if (mode === 'fetch') res = await consumeFetch(c, topic, parts, count, timeoutMs)
     else if (mode === 'group') res = await consumeGroup(c, topic, parts, count, timeoutMs)
     else throw new BadCommand(`bad mode ${mode}`)
-    const { out, next } = res
+    const { out, next, ends } = res
     const posOf = p => (next[p] != null ? next[p] : null)
-    return {
+    const atEnd = ends != null && parts.every(p => next[p] >= ends[p])
+    const r = {
       ok: true,
       records: out,
-      timed_out: out.length < count,
+      timed_out: out.length < count && !atEnd,
       position: parts.length === 1 ? posOf(parts[0]) : parts.map(p => [p, posOf(p)]),
     }
+    if (ends != null) r.end_offsets = parts.map(p => [p, ends[p]])
+    return r
   },
 
   // ---- group consumer
@@ -867,6 +913,35 @@ const ops = {
     await g.close()
     return { ok: true }
   },
+}
+
+async function newProducer(o) {
+  const k = o.clientId ? makeKafka(o.clientId) : kafka
+  const producer = k.producer({
+    createPartitioner: Partitioners.DefaultPartitioner,
+    idempotent: !!o.idempotent,
+    transactionalId: o.transactionalId,
+    transactionTimeout: o.transactionTimeout,
+    maxInFlightRequests: o.idempotent ? 1 : o.maxInFlightRequests,
+    allowAutoTopicCreation: o.allowAutoTopicCreation ?? true,
+    retry: { retries: 3 },
+  })
+  await producer.connect()
+  return producer
+}
+
+function keptProducer(c) {
+  const handle = req(c, 'handle')
+  const p = producers.get(handle)
+  if (!p) throw new BadCommand(`no producer "${handle}" (use init_producer first)`)
+  return p
+}
+
+function openTxn(c) {
+  keptProducer(c)
+  const t = openTxns.get(c.handle)
+  if (!t) throw new BadCommand(`producer "${c.handle}" has no open transaction (begin_txn)`)
+  return t
 }
 
 function groupConsumer(c) {
