@@ -275,6 +275,33 @@ def test_open_transaction_times_out_and_consumers_move_past_it(server):
         stuck.commit_transaction(10)
 
 
+@pytest.mark.server_config({**TIMEOUT_CONFIG, "trireme.metrics.listen": "127.0.0.1:0"})
+def test_transaction_metrics_show_what_holds_the_lso(server):
+    """Open transactions per state, the oldest one's age, and HW - LSO per partition, scraped while one is open."""
+    import re
+    import urllib.request
+    bootstrap = server.bootstrap
+    (topic,) = make_topics(bootstrap, "metrics")[:1]
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "metrics-" + uuid.uuid4().hex[:6]})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(3):
+        p.produce(topic, key=b"m%d" % i, value=b"x", partition=0)
+    p.flush(30)
+    time.sleep(0.3)
+    url = re.search(r"metrics on (http://\S+/metrics)", server.stderr_path.read_text(errors="replace")).group(1)
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    assert 'trireme_transactions{state="Ongoing"} 1' in text
+    assert float(re.search(r"^trireme_transaction_oldest_open_age_seconds (\S+)", text, re.M).group(1)) >= 0.3
+    assert f'trireme_partition_lso_lag{{topic="{topic}",partition="0"}} 3' in text
+    assert f'trireme_partition_producers{{topic="{topic}",partition="0"}} 1' in text
+    p.commit_transaction(30)
+    wait_until(lambda: f'trireme_partition_lso_lag{{topic="{topic}",partition="0"}} 0'
+               in urllib.request.urlopen(url, timeout=5).read().decode(), timeout=10, what="LSO lag back to 0")
+    wait_until(lambda: 'trireme_transactions{state="CompleteCommit"} 1'
+               in urllib.request.urlopen(url, timeout=5).read().decode(), timeout=10, what="CompleteCommit")
+
+
 def test_kcat_reads_read_committed(module_server, kcat):
     bootstrap = module_server.bootstrap
     topics = make_topics(bootstrap, "kcat-tx")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import collections
 
+from .clock import now_ms
+
 
 class Metrics:
     def __init__(self):
@@ -43,16 +45,41 @@ def render_broker(broker) -> str:
     """The broker's counters plus gauges read from its state at scrape time."""
     lines = [broker.metrics.render().rstrip("\n"),
              "# TYPE trireme_partition_log_end_offset gauge",
-             "# TYPE trireme_partition_high_watermark gauge"]
+             "# TYPE trireme_partition_high_watermark gauge",
+             "# TYPE trireme_partition_lso_lag gauge",
+             "# TYPE trireme_partition_producers gauge"]
     for (topic, index), p in sorted(broker.partitions.items()):
         labels = f'topic="{topic}",partition="{index}"'
+        hw = p.log.high_watermark
         lines.append(f"trireme_partition_log_end_offset{{{labels}}} {p.log.log_end_offset}")
-        lines.append(f"trireme_partition_high_watermark{{{labels}}} {p.log.high_watermark}")
+        lines.append(f"trireme_partition_high_watermark{{{labels}}} {hw}")
+        # HW - LSO: how far read_committed consumers are held back by open transactions.
+        lines.append(f"trireme_partition_lso_lag{{{labels}}} {hw - p.last_stable_offset()}")
+        lines.append(f"trireme_partition_producers{{{labels}}} {len(p.producers)}")
         lines.append(f"trireme_partition_log_start_offset{{{labels}}} {p.log.log_start_offset}")
         lines.append(f"trireme_partition_size_bytes{{{labels}}} {p.log.size_bytes}")
     lines.append(f"trireme_groups {len(broker.groups.coordinator.groups)}")
+    lines += _transaction_lines(broker.transactions.coordinator, now_ms())
     lines.append(f"trireme_connections {broker.metrics.connections}")
     return "\n".join(lines) + "\n"
+
+
+def _transaction_lines(coordinator, now: int) -> list[str]:
+    """Transactions per coordinator state and the age of the oldest open one (what pins an LSO longest)."""
+    from trireme.state.txn_records import TxnState
+    counts = {state: 0 for state in TxnState}
+    oldest = 0
+    for meta in coordinator.transactions.values():
+        counts[meta.state] += 1
+        if meta.state is TxnState.ONGOING and meta.value.start_timestamp_ms >= 0:
+            oldest = max(oldest, now - meta.value.start_timestamp_ms)
+    lines = ["# TYPE trireme_transactions gauge"]
+    lines += [f'trireme_transactions{{state="{state.kafka_name}"}} {n}' for state, n in counts.items()]
+    lines += ["# TYPE trireme_transaction_oldest_open_age_seconds gauge",
+              f"trireme_transaction_oldest_open_age_seconds {oldest / 1000:.3f}",
+              f"trireme_transactions_timed_out_total {coordinator.timed_out}",
+              f"trireme_transactions_fenced_total {coordinator.fenced}"]
+    return lines
 
 
 async def serve_metrics(broker, host: str, port: int, *, task_status) -> None:

@@ -72,8 +72,12 @@ class TransactionService(CoordinatorRuntime):
 
     async def init_producer_id(self, transactional_id: str, timeout_ms: int, **kwargs) -> TxnOutcome:
         await self.wait_replayed()
-        return await self.run_operation(self.coordinator.init_producer_id(
-            transactional_id, timeout_ms, now_ms(), self.allocate_producer_id, **kwargs))
+        outcome = self.coordinator.init_producer_id(transactional_id, timeout_ms, now_ms(),
+                                                    self.allocate_producer_id, **kwargs)
+        if outcome.markers is not None:
+            log.warning("transaction %s fenced by a new producer with its id: aborting, producer id %d epoch now %d",
+                        transactional_id, outcome.producer_id, outcome.producer_epoch)
+        return await self.run_operation(outcome)
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                              partitions) -> TxnOutcome:

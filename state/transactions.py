@@ -126,6 +126,8 @@ class TransactionCoordinator:
         self.transactions: dict[str, TxnMetadata] = {}
         self.pending: dict[str, TxnState | None] = {}   # id → pending target state (None: a tombstone)
         self.loading = True
+        self.timed_out = 0                              # transactions aborted at their timeout (metrics)
+        self.fenced = 0                                 # open transactions fenced by InitProducerId
 
     # --- replay ----------------------------------------------------------------------------------
 
@@ -203,6 +205,7 @@ class TransactionCoordinator:
                 return _error(E.CONCURRENT_TRANSACTIONS.code)
             # Fence the open transaction: bump the epoch and abort it with the new one; the caller retries.
             outcome = self._fence_and_abort(meta, now_ms)
+            self.fenced += 1
             outcome.error = E.CONCURRENT_TRANSACTIONS.code if outcome.error == NONE else outcome.error
             return outcome
         if meta.state not in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT):
@@ -338,6 +341,7 @@ class TransactionCoordinator:
                     and now_ms - meta.value.start_timestamp_ms > meta.value.transaction_timeout_ms:
                 outcome = self._fence_and_abort(meta, now_ms)
                 if outcome.error == NONE:
+                    self.timed_out += 1
                     outcomes.append(outcome)
         return outcomes
 
