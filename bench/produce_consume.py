@@ -1,7 +1,8 @@
 """Produce then consume throughput benchmark for Trireme (or any Kafka broker) with confluent-kafka.
 
     .venv/bin/python bench/produce_consume.py [--bytes 1GiB] [--record-size 1024] [--partitions 1]
-        [--acks all] [--linger-ms 5] [--compression none] [--idempotent] [--fsync/--no-fsync]
+        [--acks all] [--linger-ms 5] [--compression none] [--idempotent] [--transactional N]
+        [--isolation read_uncommitted|read_committed] [--abort-every K] [--fsync/--no-fsync]
         [--bootstrap HOST:PORT [--server-pid PID]]
 
 Without --bootstrap it starts ``python -m trireme serve`` on a fresh temporary data dir (deleted
@@ -10,6 +11,11 @@ assign() from offset 0.  Per phase it prints MB/s (10^6 bytes of record values p
 records/s, produce latency percentiles (produce() call to delivery callback, librdkafka's
 Message.latency()), and the server's CPU time (/proc/PID/stat utime+stime) and peak RSS
 (/proc/PID/status VmHWM).  The last stdout line is a JSON summary.  Nothing is asserted.
+
+--transactional N produces in transactions of N records (every K-th aborted with --abort-every K)
+and reports, per transaction, the wall time spent producing and in commit_transaction, and from the
+broker's own metrics (the bench starts it with a metrics listener) the fsyncs and requests per API
+per transaction.  --isolation read_committed consumes as a read_committed consumer.
 
 See bench/README.md.
 """
@@ -101,6 +107,7 @@ class ServerStats:
 
     def __init__(self, pid: int | None):
         self.pid = pid
+        self.metrics_url: str | None = None
 
     def cpu_seconds(self) -> float | None:
         if self.pid is None:
@@ -174,6 +181,17 @@ class Server:
             raise SystemExit(f"server did not start (first line {line!r}); its log:\n{tail}")
         self.bootstrap = m.group(1)
 
+    def metrics_url(self) -> str | None:
+        """The address the broker logged for its metrics listener."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with open(self.log_path, "rb") as f:
+                m = re.search(rb"metrics on (http://\S+/metrics)", f.read())
+            if m:
+                return m.group(1).decode()
+            time.sleep(0.05)
+        return None
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
@@ -243,6 +261,9 @@ def produce_phase(args, bootstrap: str, topic: str, stats: ServerStats) -> dict:
         "compression.type": args.compression,
         "enable.idempotence": args.idempotent,
     }
+    if args.transactional:
+        conf["transactional.id"] = "bench-" + uuid.uuid4().hex[:8]
+        conf["enable.idempotence"] = True
     conf.update(parse_props(args.producer_prop))
     latencies = array("d")
     errors = []
@@ -270,9 +291,18 @@ def produce_phase(args, bootstrap: str, topic: str, stats: ServerStats) -> dict:
     poll = producer.poll
     backpressure = 0
 
+    txn_size = args.transactional
+    txn_times = {"produce": 0.0, "commit": 0.0, "transactions": 0, "aborted": 0}
+    if txn_size:
+        producer.init_transactions(60)
+    before = scrape_metrics(stats.metrics_url)
     clock = PhaseClock(stats)
     clock.start()
+    txn_started = 0.0
     for i in range(count):
+        if txn_size and i % txn_size == 0:
+            producer.begin_transaction()
+            txn_started = time.perf_counter()
         value = payloads[i & mask]
         try:
             produce(topic, value)
@@ -287,8 +317,20 @@ def produce_phase(args, bootstrap: str, topic: str, stats: ServerStats) -> dict:
                     continue
         if not i & 1023:
             poll(0)
+        if txn_size and (i % txn_size == txn_size - 1 or i == count - 1):
+            ended = time.perf_counter()
+            txn_times["produce"] += ended - txn_started
+            txn_times["transactions"] += 1
+            if args.abort_every and txn_times["transactions"] % args.abort_every == 0:
+                producer.flush(600)
+                producer.abort_transaction(600)
+                txn_times["aborted"] += 1
+            else:
+                producer.commit_transaction(600)
+            txn_times["commit"] += time.perf_counter() - ended
     remaining = producer.flush(600)
     times = clock.stop()
+    after = scrape_metrics(stats.metrics_url)
     elapsed = max(times["seconds"], 1e-9)
 
     latencies = sorted(latencies)
@@ -309,7 +351,29 @@ def produce_phase(args, bootstrap: str, topic: str, stats: ServerStats) -> dict:
         **times,
         "server_peak_rss_mib": stats.peak_rss_mib(),
     }
+    if txn_size:
+        n = max(1, txn_times["transactions"])
+        result["transactions"] = {
+            "count": txn_times["transactions"], "aborted": txn_times["aborted"],
+            "produce_ms_per_txn": txn_times["produce"] / n * 1000,
+            "commit_ms_per_txn": txn_times["commit"] / n * 1000,
+        }
+        if before is not None and after is not None:
+            result["transactions"]["fsyncs_per_txn"] = (after["fsyncs"] - before["fsyncs"]) / n
+            result["transactions"]["requests_per_txn"] = {
+                api: round((c - before["requests"].get(api, 0)) / n, 2)
+                for api, c in sorted(after["requests"].items()) if c - before["requests"].get(api, 0)}
     return result
+
+
+def scrape_metrics(url: str | None) -> dict | None:
+    """fsyncs and per-API request counts from the broker's Prometheus endpoint (None without one)."""
+    if not url:
+        return None
+    import urllib.request
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    return {"fsyncs": int(re.search(r"^trireme_fsyncs_total (\d+)", text, re.M).group(1)),
+            "requests": {api: int(n) for api, n in re.findall(r'trireme_requests_total\{api="(\w+)"\} (\d+)', text)}}
 
 
 def consume_phase(args, bootstrap: str, topic: str, stats: ServerStats) -> dict:
@@ -323,6 +387,7 @@ def consume_phase(args, bootstrap: str, topic: str, stats: ServerStats) -> dict:
         # queue (queued.max.messages.kbytes, 64 MiB) is full, which happens as soon as the Python
         # loop is slower than the broker; 1 s pauses would measure that timer, not the broker.
         "fetch.queue.backoff.ms": 10,
+        "isolation.level": args.isolation,
     }
     conf.update(parse_props(args.consumer_prop))
     consumer = Consumer(conf)
@@ -347,7 +412,8 @@ def consume_phase(args, bootstrap: str, topic: str, stats: ServerStats) -> dict:
     consume = consumer.consume
     while len(done) < len(targets):
         # consume(n) waits until n messages or the timeout: never ask for more than are left
-        msgs = consume(max(1, min(10000, expected - got + bad)), 1.0)
+        asked = max(1, min(10000, expected - got + bad))
+        msgs = consume(asked, 0.2 if args.transactional else 1.0)
         for m in msgs:
             if m.error() is not None:
                 bad += 1
@@ -366,6 +432,11 @@ def consume_phase(args, bootstrap: str, topic: str, stats: ServerStats) -> dict:
                 for m in msgs:
                     if m.error() is None and m.offset() + 1 >= targets[m.partition()]:
                         done[m.partition()] = True
+        if len(msgs) < asked and args.transactional:
+            # Markers take offsets but are no records, and aborted records are skipped: use positions.
+            for tp in consumer.position([TopicPartition(topic, p) for p in targets]):
+                if tp.offset >= targets[tp.partition]:
+                    done[tp.partition] = True
         if time.perf_counter() > deadline:
             errors.append(f"gave up after {args.consume_timeout}s with {got} of {expected} records")
             break
@@ -394,6 +465,11 @@ def _fmt(v, spec=".1f"):
 
 def report_produce(r: dict) -> None:
     lat = r["latency_ms"]
+    if "transactions" in r:
+        t = r["transactions"]
+        print(f"transactions: {t['count']} ({t['aborted']} aborted); per transaction: produce "
+              f"{t['produce_ms_per_txn']:.1f} ms, commit {t['commit_ms_per_txn']:.1f} ms, "
+              f"fsyncs {_fmt(t.get('fsyncs_per_txn'), '.1f')}; requests {t.get('requests_per_txn')}")
     print(f"produce: {r['mb_per_s']:.1f} MB/s, {r['records_per_s']:,.0f} records/s "
           f"({r['records']:,} records in {r['seconds']:.2f} s)")
     print(f"  latency ms: p50 {_fmt(lat['p50'], '.2f')}  p99 {_fmt(lat['p99'], '.2f')}  "
@@ -426,6 +502,12 @@ def main(argv=None) -> int:
     ap.add_argument("--linger-ms", type=float, default=5)
     ap.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
     ap.add_argument("--idempotent", action="store_true", help="enable.idempotence=true")
+    ap.add_argument("--transactional", type=int, default=0, metavar="N",
+                    help="produce in transactions of N records (a transactional producer)")
+    ap.add_argument("--abort-every", type=int, default=0, metavar="K",
+                    help="with --transactional: abort every K-th transaction")
+    ap.add_argument("--isolation", default="read_uncommitted", choices=["read_uncommitted", "read_committed"],
+                    help="isolation.level of the consumer")
     ap.add_argument("--fsync", action=argparse.BooleanOptionalAction, default=True,
                     help="fsync before acknowledging (server's trireme.fsync.enable; default on)")
     ap.add_argument("--bootstrap", default=None,
@@ -469,12 +551,16 @@ def main(argv=None) -> int:
             else:
                 temp_root = tempfile.mkdtemp(prefix="trireme-bench-")
                 data_dir = os.path.join(temp_root, "data")
-            server = Server(data_dir, args.fsync, args.profile_server, args.server_set, args.profile_timer)
+            server = Server(data_dir, args.fsync, args.profile_server,
+                            args.server_set + ["trireme.metrics.listen=127.0.0.1:0"], args.profile_timer)
             bootstrap = server.bootstrap
             stats = ServerStats(server.proc.pid)
+            stats.metrics_url = server.metrics_url()
         config = {"bytes": args.bytes, "record_size": args.record_size, "partitions": args.partitions,
                   "acks": args.acks, "linger_ms": args.linger_ms, "compression": args.compression,
-                  "idempotent": args.idempotent, "fsync": args.fsync if server else None,
+                  "idempotent": args.idempotent, "transactional": args.transactional,
+                  "abort_every": args.abort_every, "isolation": args.isolation,
+                  "fsync": args.fsync if server else None,
                   "bootstrap": bootstrap, "topic": topic}
         print(f"bench: {json.dumps(config)}", flush=True)
         summary = {"config": config}

@@ -29,6 +29,7 @@ log = logging.getLogger("trireme.transactions")
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 TRANSACTION_STATE_TOPIC_ID = uuid.UUID(int=2)
 MARKER_RETRY_BACKOFF_S = 0.1
+CONCURRENT_WAIT_S = 5.0
 # A marker for these is not written, and never will be: the partition is gone.
 _GONE = {E.UNKNOWN_TOPIC_OR_PARTITION.code}
 
@@ -49,6 +50,7 @@ class TransactionService(CoordinatorRuntime):
                       created_order=-1, leader_epoch=0)
         partition = open_internal_partition(topic, 0, segment_bytes=100 * 1024 * 1024)
         super().__init__(TRANSACTION_STATE_TOPIC, partition, durability, coordinator)
+        self._changed = trio.Event()         # set whenever a transaction record was made durable
         started = time.perf_counter()
         loaded = self.load()
         self.compact(self.coordinator.compact_records(), loaded)
@@ -61,8 +63,12 @@ class TransactionService(CoordinatorRuntime):
     async def run_operation(self, outcome: TxnOutcome) -> TxnOutcome:
         """Make an outcome's records durable and replayed, then start its markers; → the outcome to answer."""
         if outcome.records:
-            if not await self.complete(self.stage(outcome.effects)):
+            durable = await self.complete(self.stage(outcome.effects))
+            if not durable:
                 self.coordinator.abandon(outcome.transactional_id)
+            self._changed.set()
+            self._changed = trio.Event()
+            if not durable:
                 outcome.error = E.COORDINATOR_NOT_AVAILABLE.code
                 outcome.partition_errors = {tp: outcome.error for tp in outcome.partition_errors}
                 return outcome
@@ -70,22 +76,39 @@ class TransactionService(CoordinatorRuntime):
             self.start_soon(self._write_markers, outcome.markers)
         return outcome
 
+    async def _when_settled(self, attempt) -> TxnOutcome:
+        """Run ``attempt()``; while it is CONCURRENT_TRANSACTIONS (the id's previous transaction is still
+        writing its markers, or a record of it is in flight), wait for that to finish and try again instead
+        of making the client back off and retry (librdkafka waits retry.backoff.ms, 100 ms by default).
+        After CONCURRENT_WAIT_S the client gets CONCURRENT_TRANSACTIONS, as from Kafka."""
+        deadline = trio.current_time() + CONCURRENT_WAIT_S
+        while True:
+            changed = self._changed
+            outcome = await self.run_operation(attempt())
+            if outcome.error != E.CONCURRENT_TRANSACTIONS.code or trio.current_time() >= deadline:
+                return outcome
+            with trio.move_on_at(deadline):
+                await changed.wait()
+
     async def init_producer_id(self, transactional_id: str, timeout_ms: int, **kwargs) -> TxnOutcome:
         await self.wait_replayed()
-        outcome = self.coordinator.init_producer_id(transactional_id, timeout_ms, now_ms(),
-                                                    self.allocate_producer_id, **kwargs)
-        if outcome.markers is not None:
-            log.warning("transaction %s fenced by a new producer with its id: aborting, producer id %d epoch now %d",
-                        transactional_id, outcome.producer_id, outcome.producer_epoch)
-        return await self.run_operation(outcome)
+
+        def attempt():
+            outcome = self.coordinator.init_producer_id(transactional_id, timeout_ms, now_ms(),
+                                                        self.allocate_producer_id, **kwargs)
+            if outcome.markers is not None:
+                log.warning("transaction %s fenced by a new producer with its id: aborting, producer id %d "
+                            "epoch now %d", transactional_id, outcome.producer_id, outcome.producer_epoch)
+            return outcome
+        return await self._when_settled(attempt)
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                              partitions) -> TxnOutcome:
-        return await self.run_operation(self.coordinator.add_partitions(
+        return await self._when_settled(lambda: self.coordinator.add_partitions(
             transactional_id, producer_id, producer_epoch, partitions, now_ms()))
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> TxnOutcome:
-        outcome = await self.run_operation(self.coordinator.end_txn(
+        outcome = await self._when_settled(lambda: self.coordinator.end_txn(
             transactional_id, producer_id, producer_epoch, commit, now_ms()))
         if outcome.error == 0 and outcome.markers is not None:
             log.debug("transaction %s prepared %s", transactional_id, "commit" if commit else "abort")
