@@ -18,6 +18,7 @@ import trio
 
 from trireme.state.topics import Topic
 from trireme.state.transactions import MarkerJob, TransactionCoordinator, TxnConfig, TxnOutcome
+from trireme.state.txn_records import decode_txn_key
 from trireme.wire import error_codes as E
 from trireme.wire.codec import message
 
@@ -63,7 +64,10 @@ class TransactionService(CoordinatorRuntime):
     async def run_operation(self, outcome: TxnOutcome) -> TxnOutcome:
         """Make an outcome's records durable and replayed, then start its markers; → the outcome to answer."""
         if outcome.records:
-            durable = await self.complete(self.stage(outcome.effects))
+            staged = self.stage(outcome.effects)
+            self._changed.set()              # an operation waiting on this id may build on what was staged
+            self._changed = trio.Event()
+            durable = await self.complete(staged)
             if not durable:
                 self.coordinator.abandon(outcome.transactional_id)
             self._changed.set()
@@ -175,7 +179,10 @@ class TransactionService(CoordinatorRuntime):
         while True:
             await trio.sleep(interval)
             await self.wait_replayed()
-            await self.write_records(self.coordinator.expire_transactional_ids(now_ms()))
+            records = self.coordinator.expire_transactional_ids(now_ms())
+            if not await self.write_records(records):
+                for key, _ in records:
+                    self.coordinator.abandon(decode_txn_key(key))
 
 
 def error_for_version(code: int, version: int, fenced_since: int) -> int:

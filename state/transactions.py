@@ -4,7 +4,10 @@ It follows Kafka's TransactionCoordinator (KIP-98, KIP-360, KIP-890).  A transac
 state (:class:`~trireme.state.txn_records.TxnLogValue`) changes only when a record is replayed
 (:meth:`TransactionCoordinator.replay`), after the runtime has made it durable.  Between an
 operation and the replay of its record the id has a *pending* transition (in memory only), and
-every other request for it is answered CONCURRENT_TRANSACTIONS, as Kafka's ``pendingState`` does.
+every other request for it is answered CONCURRENT_TRANSACTIONS, as Kafka's ``pendingState`` does —
+except after a COMPLETE record: markers are durable by then, so the next operation may build on the
+pending COMPLETE value; its own record follows in the log, and its answer waits for that record, so
+both are made durable (in log order) by one fsync.
 
 States and transitions (Kafka's)::
 
@@ -71,7 +74,8 @@ class TxnMetadata:
 
     transactional_id: str
     value: TxnLogValue
-    last_producer_epoch: int = NO_PRODUCER_EPOCH        # the epoch before the last bump (KIP-360 retries)
+    last_producer_epoch: int = NO_PRODUCER_EPOCH        # the epoch before a KIP-360 bump (-1 after any other)
+    last_producer_id: int = NO_PRODUCER_ID              # the producer id before the last rotation
 
     @property
     def state(self) -> TxnState:
@@ -124,8 +128,10 @@ class TransactionCoordinator:
     def __init__(self, config: TxnConfig | None = None) -> None:
         self.config = config or TxnConfig()
         self.transactions: dict[str, TxnMetadata] = {}
-        self.pending: dict[str, TxnState | None] = {}   # id → pending target state (None: a tombstone)
+        # id → (the record's value bytes, the value meant) being written; (None, None) for a tombstone
+        self.pending: dict[str, tuple[bytes | None, TxnLogValue | None]] = {}
         self.loading = True
+        self._next_last: dict[str, tuple[int, int]] = {}   # id → (last epoch, last id) its pending bump leaves
         self.timed_out = 0                              # transactions aborted at their timeout (metrics)
         self.fenced = 0                                 # open transactions fenced by InitProducerId
 
@@ -138,18 +144,21 @@ class TransactionCoordinator:
             decoded = decode_txn_value(value)
         except TxnRecordError:
             return                                      # not ours to read: skipped, as Kafka skips unknown keys
-        self.pending.pop(transactional_id, None)
+        if transactional_id in self.pending and self.pending[transactional_id][0] == (
+                None if value is None else bytes(value)):
+            del self.pending[transactional_id]      # the last transition written for it is now durable
         if decoded is None:
             self.transactions.pop(transactional_id, None)
             return
         existing = self.transactions.get(transactional_id)
-        last_epoch = NO_PRODUCER_EPOCH
-        if existing is not None:
-            if existing.producer_id == decoded.producer_id and existing.producer_epoch != decoded.producer_epoch:
-                last_epoch = existing.producer_epoch
-            else:
-                last_epoch = existing.last_producer_epoch
-        self.transactions[transactional_id] = TxnMetadata(transactional_id, decoded, last_epoch)
+        if existing is not None and (existing.producer_id, existing.producer_epoch) == \
+                (decoded.producer_id, decoded.producer_epoch):
+            last = (existing.last_producer_epoch, existing.last_producer_id)
+        else:
+            # A new producer id or epoch: what came before it, as the operation that wrote it said (in memory
+            # only, like Kafka's lastProducerEpoch); after a restart, the stored previous producer id.
+            last = self._next_last.pop(transactional_id, (NO_PRODUCER_EPOCH, decoded.previous_producer_id))
+        self.transactions[transactional_id] = TxnMetadata(transactional_id, decoded, *last)
 
     def replay_end_txn(self, producer_id: int, commit: bool) -> None:
         """Markers never land in ``__transaction_state``."""
@@ -157,6 +166,7 @@ class TransactionCoordinator:
     def abandon(self, transactional_id: str) -> None:
         """An operation's records could not be made durable: its pending transition is dropped."""
         self.pending.pop(transactional_id, None)
+        self._next_last.pop(transactional_id, None)
 
     def loaded(self) -> list[MarkerJob]:
         """End loading; → the markers of transactions a crash left prepared, to be written again."""
@@ -184,12 +194,13 @@ class TransactionCoordinator:
             return _error(E.INVALID_TRANSACTION_TIMEOUT.code)
         if self.loading:
             return _error(E.COORDINATOR_LOAD_IN_PROGRESS.code)
-        if transactional_id in self.pending:
+        meta, busy = self._current(transactional_id)
+        if busy:
             return _error(E.CONCURRENT_TRANSACTIONS.code)
-        meta = self.transactions.get(transactional_id)
         if meta is None:
             producer_id = allocate_producer_id()
-            value = TxnLogValue(producer_id=producer_id, producer_epoch=0, transaction_timeout_ms=timeout_ms,
+            value = TxnLogValue(producer_id=producer_id, producer_epoch=0,
+                                transaction_timeout_ms=0 if enable_2pc else timeout_ms,
                                 state=EMPTY, last_update_timestamp_ms=now_ms, start_timestamp_ms=-1,
                                 client_transaction_version=self.config.transaction_version)
             return self._transition(transactional_id, None, value, producer_id, 0)
@@ -210,13 +221,19 @@ class TransactionCoordinator:
             return outcome
         if meta.state not in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT):
             return _error(E.CONCURRENT_TRANSACTIONS.code)
-        if expected and expected_producer_epoch == meta.last_producer_epoch \
-                and expected_producer_id == meta.producer_id:
+        if expected and expected_producer_epoch != NO_PRODUCER_EPOCH \
+                and expected_producer_epoch == meta.last_producer_epoch \
+                and expected_producer_id in (meta.producer_id, meta.last_producer_id):
             # A retry of an InitProducerId whose bump already happened: the same answer again.
             return TxnOutcome(producer_id=meta.producer_id, producer_epoch=meta.producer_epoch)
         producer_id, epoch, previous = meta.producer_id, meta.producer_epoch + 1, NO_PRODUCER_ID
+        # KIP-360: only a bump the current producer asked for leaves an epoch it may retry with.
+        last_epoch = meta.producer_epoch if expected else NO_PRODUCER_EPOCH
+        last_id = meta.last_producer_id
         if epoch >= MAX_PRODUCER_EPOCH:
             producer_id, epoch, previous = allocate_producer_id(), 0, meta.producer_id
+            last_id = meta.producer_id
+        self._next_last[transactional_id] = (last_epoch, last_id)
         value = dataclasses.replace(
             meta.value, producer_id=producer_id, producer_epoch=epoch, previous_producer_id=previous,
             next_producer_id=NO_PRODUCER_ID, next_producer_epoch=NO_PRODUCER_EPOCH,
@@ -227,10 +244,12 @@ class TransactionCoordinator:
 
     @staticmethod
     def _is_valid_retry_or_current(meta: TxnMetadata, producer_id: int, epoch: int) -> bool:
-        """KIP-360: the request names this id's current producer (its epoch, or the one before the last bump)."""
+        """KIP-360: the request names this id's current producer (its epoch, or the one before its own bump), or
+        is the retry of a bump that rotated the producer id because the epoch was exhausted."""
         if producer_id == meta.producer_id:
             return epoch in (meta.producer_epoch, meta.last_producer_epoch)
-        return producer_id == meta.value.previous_producer_id and meta.producer_epoch == 0
+        return producer_id == meta.last_producer_id and epoch >= MAX_PRODUCER_EPOCH - 1 \
+            and epoch == meta.last_producer_epoch
 
     # --- AddPartitionsToTxn / AddOffsetsToTxn ----------------------------------------------------
 
@@ -264,6 +283,8 @@ class TransactionCoordinator:
         meta, error = self._check_producer(transactional_id, producer_id, producer_epoch)
         if error:
             return {tp: error for tp in partitions}
+        if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            return {tp: E.CONCURRENT_TRANSACTIONS.code for tp in partitions}
         if meta.state is not ONGOING:
             return {tp: E.INVALID_TXN_STATE.code for tp in partitions}
         current = set(meta.value.partitions)
@@ -273,12 +294,12 @@ class TransactionCoordinator:
                         producer_epoch: int) -> tuple[TxnMetadata | None, int]:
         if self.loading:
             return None, E.COORDINATOR_LOAD_IN_PROGRESS.code
-        meta = self.transactions.get(transactional_id)
+        meta, busy = self._current(transactional_id)
         if meta is None or meta.producer_id != producer_id:
             return None, E.INVALID_PRODUCER_ID_MAPPING.code
         if producer_epoch != meta.producer_epoch:
             return None, E.PRODUCER_FENCED.code
-        if transactional_id in self.pending:
+        if busy:
             return None, E.CONCURRENT_TRANSACTIONS.code
         return meta, NONE
 
@@ -293,12 +314,12 @@ class TransactionCoordinator:
         """EndTxn: PREPARE_COMMIT/PREPARE_ABORT (the commit point) and the markers to write after it."""
         if self.loading:
             return _error(E.COORDINATOR_LOAD_IN_PROGRESS.code)
-        meta = self.transactions.get(transactional_id)
+        meta, busy = self._current(transactional_id)
         if meta is None or meta.producer_id != producer_id:
             return _error(E.INVALID_PRODUCER_ID_MAPPING.code)
         if producer_epoch != meta.producer_epoch:
             return _error(E.PRODUCER_FENCED.code)
-        if transactional_id in self.pending:
+        if busy:
             return _error(E.CONCURRENT_TRANSACTIONS.code)
         state = meta.state
         if state is ONGOING:
@@ -351,7 +372,7 @@ class TransactionCoordinator:
         for meta in list(self.transactions.values()):
             if meta.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) and meta.transactional_id not in self.pending \
                     and now_ms - meta.value.last_update_timestamp_ms >= self.config.id_expiration_ms:
-                self.pending[meta.transactional_id] = None
+                self.pending[meta.transactional_id] = (None, None)
                 records.append(txn_tombstone(meta.transactional_id))
         return records
 
@@ -361,6 +382,7 @@ class TransactionCoordinator:
         self._check_transition(meta.state, PREPARE_EPOCH_FENCE)
         value = dataclasses.replace(meta.value, producer_epoch=epoch, state=PREPARE_ABORT,
                                     last_update_timestamp_ms=now_ms)
+        self._next_last[meta.transactional_id] = (NO_PRODUCER_EPOCH, meta.last_producer_id)   # fenced: no retry
         outcome = self._transition(meta.transactional_id, PREPARE_EPOCH_FENCE, value, meta.producer_id, epoch)
         outcome.markers = self._marker_job(TxnMetadata(meta.transactional_id, value), False)
         return outcome
@@ -389,6 +411,17 @@ class TransactionCoordinator:
 
     # --- helpers ---------------------------------------------------------------------------------
 
+    def _current(self, transactional_id: str) -> tuple[TxnMetadata | None, bool]:
+        """(the state an operation builds on, whether a transition still being written forbids it)."""
+        durable = self.transactions.get(transactional_id)
+        if transactional_id not in self.pending:
+            return durable, False
+        value = self.pending[transactional_id][1]
+        if value is not None and value.state in (COMPLETE_COMMIT, COMPLETE_ABORT):
+            last_epoch = durable.last_producer_epoch if durable is not None else NO_PRODUCER_EPOCH
+            return TxnMetadata(transactional_id, value, last_epoch), False
+        return durable, True
+
     @property
     def _value_version(self) -> int:
         return value_version_for(self.config.transaction_version)
@@ -402,9 +435,10 @@ class TransactionCoordinator:
                     producer_id: int, producer_epoch: int) -> TxnOutcome:
         """The record moving ``transactional_id`` to ``value``; the transition is pending until it is replayed."""
         self._check_transition(current, value.state)
-        self.pending[transactional_id] = value.state
+        record = txn_record(transactional_id, value, version=self._value_version)
+        self.pending[transactional_id] = (record[1], value)
         outcome = TxnOutcome(producer_id=producer_id, producer_epoch=producer_epoch, transactional_id=transactional_id)
-        outcome.effects.append(txn_record(transactional_id, value, version=self._value_version))
+        outcome.effects.append(record)
         return outcome
 
     def _marker_job(self, meta: TxnMetadata, commit: bool) -> MarkerJob:
