@@ -46,8 +46,11 @@ details where the workaround is):
   EAGER rebalance are never fetched again (dpkp/kafka-python#3131, fixed by
   #3132) - its consumers get a listener only with cooperative-sticky;
 * kafka-python 3.0.0: a leader's metadata-triggered rejoin can be lost when
-  poll()'s timer expires while its SyncGroup is in flight (the consumer then
-  has no partitions for good) - its consumers look the topic up first;
+  poll()'s timer expires while its SyncGroup is in flight: the consumer keeps
+  the assignment of the generation before for good (no partitions, or - with
+  cooperative-sticky - all of them next to the others' disjoint shares) and
+  never heartbeats again - its consumers fetch the topic metadata after
+  subscribing, so that no such rejoin comes;
 * aiokafka 0.14: StickyPartitionAssignor keeps its state in class attributes,
   shared by all consumers of a process - one subclass per consumer.
 """
@@ -368,13 +371,6 @@ class KafkaPythonAdapter:
             # kafka-python 3.0.0's default (1 MB) is below its own fetch sizes
             # (dpkp/kafka-python#3074); see test_kafka_python.py.
             receive_message_max_bytes=100_000_000, **kw)
-        # kafka-python 3.0.0 race: a leader whose first JoinGroup had no
-        # metadata for the topic rejoins once it arrives; if poll()'s timer
-        # runs out between the leader's assignment and the SyncGroup answer,
-        # need_rejoin() is already False and the finished join is never
-        # applied - the consumer stays with no partitions.  Knowing the
-        # topic's partitions before subscribing avoids that rejoin.
-        assert self.c.partitions_for_topic(m.topic) == set(range(PARTITIONS))
         # kafka-python 3.0.0 bug: with a rebalance listener, an EAGER
         # rebalance marks every owned partition "pending revocation" and
         # partitions assigned again keep that mark - never fetched again
@@ -385,6 +381,37 @@ class KafkaPythonAdapter:
             self.c.subscribe([m.topic], listener=recording_listener(ConsumerRebalanceListener, m))
         else:
             self.c.subscribe([m.topic])
+        # kafka-python 3.0.0 race (client side; the broker's answers are
+        # right and prompt).  The coordinator's metadata snapshot of the
+        # subscribed topics is rebuilt only when a Metadata response arrives
+        # (kafka/coordinator/consumer.py:183-203, _handle_metadata_update,
+        # called from kafka/cluster.py:642-643); a leader records it as its
+        # assignment snapshot (consumer.py:473) and rejoins when the two
+        # differ (consumer.py:605-606).  A consumer that subscribes and polls
+        # before any Metadata response has a snapshot of {}: its first
+        # assignment is made with snapshot {}, the Metadata update that
+        # _perform_assignment itself requests (consumer.py:471) turns the
+        # snapshot into {topic: {0..5}}, and the leader rejoins.  If poll()'s
+        # timer then runs out while that JoinGroup/SyncGroup is in flight
+        # (kafka/coordinator/base.py:516-521 leaves the join task running,
+        # to be awaited again only inside base.py:486's need_rejoin() loop),
+        # the next poll's need_rejoin() (consumer.py:408) is already False -
+        # the leader's _perform_assignment set the assignment snapshot to the
+        # current one - so the finished join is never awaited: _on_join_complete
+        # never runs, the member stays REBALANCING with heartbeats disabled
+        # (base.py:511) and keeps the previous generation's assignment for
+        # good.  The broker completes that generation, expires the silent
+        # member after its session and gives the others a disjoint cover
+        # without it: seen under CPU load as one consumer with all 6
+        # partitions next to two with 3 each (cooperative-sticky), or as a
+        # consumer with no partitions.  KafkaConsumer.topics() always sends
+        # a Metadata request; once subscribed, its response rebuilds the
+        # snapshot with the topic, before the first JoinGroup, so the
+        # leader's assignment snapshot is current and no such rejoin comes.
+        # (Looking the topic up before subscribing does not help: the
+        # snapshot only covers subscribed topics.)
+        assert m.topic in self.c.topics()
+        assert self.c.partitions_for_topic(m.topic) == set(range(PARTITIONS))
 
     def poll(self, timeout: float):
         out = []
@@ -906,6 +933,16 @@ def _assignor_params():
 
 @pytest.mark.parametrize("client,assignor", _assignor_params())
 def test_assignor_gives_disjoint_cover(module_server, admin, members, client, assignor):
+    """Each assignor gives three members a stable disjoint cover (two partitions each); sticky
+    ones keep the survivors' partitions when a member goes, cooperative-sticky without revoking.
+
+    kafka-python 3.0.0 can leave a leader holding the previous generation's assignment for good
+    when its poll() times out during a rejoin that only its metadata snapshot asked for
+    (kafka/coordinator/consumer.py:473 and :605-606 with kafka/coordinator/base.py:486 and
+    :516-521): under load one consumer kept all 6 partitions while the other two, in a
+    generation without it, got 3 each.  KafkaPythonAdapter.open fetches the metadata after
+    subscribing, which keeps that rejoin from happening; see there.
+    """
     topic, group, ms = start_group(members, client, module_server, 3, assignor=assignor,
                                    tag=assignor[:6])
     asg, _ = wait_stable(ms)
