@@ -17,7 +17,7 @@ import trio
 
 from trireme.state.log import AbortedTxn, PartitionLog
 from trireme.state.producer_ids import ProducerIdManager
-from trireme.state.producer_state import ProducerStateManager
+from trireme.state.producer_state import ProducerStateError, ProducerStateManager
 from trireme.state.storage import FileStorage
 from trireme.state.topics import INTERNAL_TOPICS, BrokerMeta, Topic, TopicError, TopicRegistry
 from trireme.wire import error_codes as E
@@ -42,6 +42,11 @@ TOPIC_DEFAULT_PROPERTIES = {
     "message.timestamp.type": "log.message.timestamp.type",
     "compression.type": "compression.type",
 }
+
+# Producer state is snapshotted at shutdown and after every this many bytes appended to a partition,
+# so start-up replays only the batch headers after the snapshot (Kafka snapshots at segment rolls).
+PRODUCER_SNAPSHOT = "producer-state.snapshot"
+SNAPSHOT_INTERVAL_BYTES = 64 * 1024 * 1024
 
 # One request must not be able to make the broker open millions of files.
 MAX_PARTITIONS_PER_TOPIC = 10000
@@ -77,6 +82,9 @@ class Partition:
     producers: ProducerStateManager
     config: PartitionConfig
     storage_error: str | None = None       # set when an fsync failed: the partition is offline
+    directory: str = ""
+    snapshot_offset: int | None = None     # the producer state snapshot start-up began from (None: none)
+    snapshot_size: int = 0                 # the log's size when the last snapshot was taken
 
     @property
     def leader_epoch(self) -> int:
@@ -143,8 +151,9 @@ class Broker:
             self.storage, f"logs/{topic.name}-{index}",
             segment_bytes=int(cfg["segment.bytes"]), retention_ms=int(cfg["retention.ms"]),
             retention_bytes=int(cfg["retention.bytes"]), now_ms=now_ms(), unsafe_no_fsync=not self.fsync)
-        producers = ProducerStateManager()
-        for header in plog.iter_batch_headers():
+        directory = f"logs/{topic.name}-{index}"
+        producers, start = self._load_producer_snapshot(plog, directory)
+        for header in plog.iter_batch_headers(start):
             if not header.is_control:
                 producers.load_batch(header)
                 continue
@@ -156,9 +165,38 @@ class Broker:
                 unstable = producers.first_unstable_offset()
                 plog.add_aborted_txn(AbortedTxn(header.producer_id, first_offset, header.base_offset,
                                                 header.base_offset + 1 if unstable is None else unstable))
-        partition = Partition(topic, index, plog, producers, PartitionConfig.of(cfg))
+        partition = Partition(topic, index, plog, producers, PartitionConfig.of(cfg), directory=directory,
+                              snapshot_offset=start, snapshot_size=plog.size_bytes)
         self.partitions[(topic.name, index)] = partition
         return partition
+
+    # --- producer state snapshots --------------------------------------------------------------
+
+    def _load_producer_snapshot(self, plog: PartitionLog, directory: str) -> tuple[ProducerStateManager, int | None]:
+        """Producer state from the partition's snapshot (→ the offset to replay the log from), or empty (→ None:
+        replay it all) when there is none, it is unreadable, or the log no longer reaches its offset."""
+        producers = ProducerStateManager()
+        path = f"{directory}/{PRODUCER_SNAPSHOT}"
+        try:
+            if not self.storage.exists(path):
+                return producers, None
+            offset = producers.load_snapshot(self.storage.read_all(path))
+        except (OSError, ProducerStateError) as e:
+            log.warning("ignoring producer state snapshot %s: %r", path, e)
+            return ProducerStateManager(), None
+        if offset > plog.log_end_offset:
+            log.info("ignoring producer state snapshot %s at %d: the log ends at %d", path, offset,
+                     plog.log_end_offset)
+            return ProducerStateManager(), None
+        return producers, offset
+
+    def _snapshot_bytes(self, p: Partition) -> tuple[str, bytes] | None:
+        """A snapshot of ``p``'s producer state, if everything it covers is durable (log end = high watermark),
+        so that a crash never leaves a snapshot ahead of the log or of its aborted-transaction index."""
+        if p.storage_error or p.log.log_end_offset != p.log.high_watermark:
+            return None
+        p.snapshot_size = p.log.size_bytes
+        return f"{p.directory}/{PRODUCER_SNAPSHOT}", p.producers.snapshot()
 
     def open_internal_partition(self, topic: Topic, index: int, *, segment_bytes: int) -> Partition:
         """A partition of an internal topic (not in the registry, never subject to retention)."""
@@ -309,12 +347,25 @@ class Broker:
             started = time.perf_counter()
             failures = await trio.to_thread.run_sync(self._flush_all, batch)
             self.metrics.observe_fsync(time.perf_counter() - started, len(batch))
+            snapshots = []
             for p, target in batch:
                 if p in failures:
                     self.storage_failed(p, failures[p])
                 elif p.storage_error is None:
                     p.log.flush_done(target)
+                    if p.log.size_bytes - p.snapshot_size >= SNAPSHOT_INTERVAL_BYTES:
+                        snapshots.append(self._snapshot_bytes(p))
             self._wake_waiters()
+            snapshots = [s for s in snapshots if s is not None]
+            if snapshots:
+                await trio.to_thread.run_sync(self._write_snapshots, snapshots)
+
+    def _write_snapshots(self, snapshots) -> None:
+        for path, data in snapshots:
+            try:
+                self.storage.write_atomic(path, data, durable=self.fsync)
+            except OSError as e:
+                log.warning("could not write producer state snapshot %s: %r", path, e)
 
     def _flush_all(self, batch) -> dict:
         """fsync every log in ``batch`` (in a worker thread); → {partition: error} for failures."""
@@ -358,6 +409,9 @@ class Broker:
             try:
                 if p.storage_error is None:
                     p.log.sync(now_ms())
+                    snapshot = self._snapshot_bytes(p)      # a clean restart replays nothing
+                    if snapshot is not None:
+                        self._write_snapshots([snapshot])
                 p.log.close()
             except OSError as e:
                 log.error("final flush of %s-%d failed: %r", p.topic.name, p.index, e)
