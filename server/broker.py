@@ -125,6 +125,11 @@ class Broker:
         self.producer_ids = ProducerIdManager(self.storage, "producer_ids")
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.fsync = bool(config["trireme.fsync.enable"])
+        # Kafka's flush policy, when either property is set: acknowledge after the write, fsync on the interval.
+        self.ack_before_flush = self.fsync and any(name in config.values for name in (
+            "log.flush.interval.messages", "log.flush.interval.ms"))
+        self.flush_interval_messages = config["log.flush.interval.messages"]
+        self.flush_interval_ms = config["log.flush.interval.ms"]
         self._dirty: set[Partition] = set()
         self._dirty_event = trio.Event()
         self._hw_event = trio.Event()
@@ -150,7 +155,8 @@ class Broker:
         plog = PartitionLog.open(
             self.storage, f"logs/{topic.name}-{index}",
             segment_bytes=int(cfg["segment.bytes"]), retention_ms=int(cfg["retention.ms"]),
-            retention_bytes=int(cfg["retention.bytes"]), now_ms=now_ms(), unsafe_no_fsync=not self.fsync)
+            retention_bytes=int(cfg["retention.bytes"]), now_ms=now_ms(), unsafe_no_fsync=not self.fsync,
+            ack_before_flush=self.ack_before_flush)
         directory = f"logs/{topic.name}-{index}"
         producers, start = self._load_producer_snapshot(plog, directory)
         for header in plog.iter_batch_headers(start):
@@ -193,7 +199,7 @@ class Broker:
     def _snapshot_bytes(self, p: Partition) -> tuple[str, bytes] | None:
         """A snapshot of ``p``'s producer state, if everything it covers is durable (log end = high watermark),
         so that a crash never leaves a snapshot ahead of the log or of its aborted-transaction index."""
-        if p.storage_error or p.log.log_end_offset != p.log.high_watermark:
+        if p.storage_error or p.log.log_end_offset != p.log.durable_offset:
             return None
         p.snapshot_size = p.log.size_bytes
         return f"{p.directory}/{PRODUCER_SNAPSHOT}", p.producers.snapshot()
@@ -306,6 +312,12 @@ class Broker:
             partition.log.flush_done(partition.log.flush_begin())
             self._wake_waiters()
             return
+        if self.ack_before_flush:
+            self._wake_waiters()            # the high watermark is the log end: visible and acknowledged now
+            log_ = partition.log
+            if log_.log_end_offset - log_.durable_offset < self.flush_interval_messages \
+                    and not log_.sealed_segments_unflushed:
+                return                      # the interval flusher covers it
         self._dirty.add(partition)
         self._dirty_event.set()
 
@@ -337,6 +349,16 @@ class Broker:
     def _wake_waiters(self) -> None:
         self._hw_event.set()
         self._hw_event = trio.Event()
+
+    async def run_interval_flusher(self) -> None:
+        """With Kafka's flush policy: every log.flush.interval.ms, flush whatever is not durable yet."""
+        while True:
+            await trio.sleep(self.flush_interval_ms / 1000)
+            for p in self.partitions.values():
+                if p.storage_error is None and p.log.log_end_offset > p.log.durable_offset:
+                    self._dirty.add(p)
+            if self._dirty:
+                self._dirty_event.set()
 
     async def run_flusher(self) -> None:
         while True:
@@ -398,6 +420,8 @@ class Broker:
         """The broker's background tasks; started before the listener."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.run_flusher)
+            if self.ack_before_flush and self.flush_interval_ms < 9223372036854775807:
+                nursery.start_soon(self.run_interval_flusher)
             nursery.start_soon(self.run_retention)
             await nursery.start(self.groups.run)
             await nursery.start(self.transactions.run)

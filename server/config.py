@@ -39,6 +39,13 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
     "group.max.session.timeout.ms": (1800000, "Largest session timeout a consumer may ask for."),
     "offsets.retention.minutes": (10080, "Committed offsets of empty groups expire after this."),
     "offsets.retention.check.interval.ms": (600000, "How often expired committed offsets are removed."),
+    "log.flush.interval.messages": (
+        9223372036854775807, "Opt in to Kafka's flush policy: acknowledge after the write and fsync once this "
+                             "many messages are unflushed (also at segment rolls and shutdown).  Unset: fsync "
+                             "before every acknowledgement."),
+    "log.flush.interval.ms": (
+        9223372036854775807, "Opt in to Kafka's flush policy: acknowledge after the write and fsync every this "
+                             "many ms.  Unset: fsync before every acknowledgement."),
     "trireme.debug.transaction.marker.delay.ms": (
         0, "Fault injection for crash tests: wait this long before each WriteTxnMarkers request the "
            "coordinator sends, and send one partition per request.  0 (off) in production."),

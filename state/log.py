@@ -260,10 +260,11 @@ class PartitionLog:
     """
 
     def __init__(self, storage: Storage, directory: str, *, segment_bytes: int, retention_ms: int,
-                 retention_bytes: int, unsafe_no_fsync: bool) -> None:
+                 retention_bytes: int, unsafe_no_fsync: bool, ack_before_flush: bool = False) -> None:
         self._storage = storage
         self._directory = directory
         self._unsafe = unsafe_no_fsync
+        self._ack_before_flush = ack_before_flush
         self.configure(segment_bytes=segment_bytes, retention_ms=retention_ms, retention_bytes=retention_bytes)
         self._segments: list[_Segment] = []
         self._bases: list[int] = []
@@ -293,10 +294,16 @@ class PartitionLog:
     @classmethod
     def open(cls, storage: Storage, directory: str, *, segment_bytes: int = 1073741824,
              retention_ms: int = 604800000, retention_bytes: int = -1, now_ms: int,
-             unsafe_no_fsync: bool = False) -> PartitionLog:
-        """Open (or create) the log in `directory`, recovering the tail after a crash."""
+             unsafe_no_fsync: bool = False, ack_before_flush: bool = False) -> PartitionLog:
+        """Open (or create) the log in `directory`, recovering the tail after a crash.
+
+        With `ack_before_flush` (Kafka's flush policy, log.flush.interval.*) the high watermark is the
+        log end offset: data is visible once written, and flushes (still with every durability rule)
+        only move `durable_offset`.
+        """
         log = cls(storage, directory, segment_bytes=segment_bytes, retention_ms=retention_ms,
-                  retention_bytes=retention_bytes, unsafe_no_fsync=unsafe_no_fsync)
+                  retention_bytes=retention_bytes, unsafe_no_fsync=unsafe_no_fsync,
+                  ack_before_flush=ack_before_flush)
         log._load()
         return log
 
@@ -535,8 +542,19 @@ class PartitionLog:
 
     @property
     def high_watermark(self) -> int:
+        """What consumers may read: everything below it is durable (fsynced), unless the log acknowledges before
+        flushing, where it is the log end offset."""
+        return self.log_end_offset if self._ack_before_flush else self._hw
+
+    @property
+    def durable_offset(self) -> int:
         """Everything below this offset is durable (fsynced)."""
         return self._hw
+
+    @property
+    def sealed_segments_unflushed(self) -> bool:
+        """A segment was rolled and its data and indexes are not yet flushed (Kafka flushes at a roll)."""
+        return bool(self._unpersisted)
 
     @property
     def size_bytes(self) -> int:
