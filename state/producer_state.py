@@ -29,6 +29,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Iterable, Protocol
 
+from trireme.wire import error_codes as E
+
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
@@ -36,7 +38,6 @@ MAX_SEQUENCE = 2**31 - 1
 BATCHES_TO_RETAIN = 5
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 SNAPSHOT_VERSION = 1
-TRANSACTION_COORDINATOR_FENCED = 52
 
 
 class Outcome(enum.IntEnum):
@@ -233,7 +234,7 @@ class ProducerStateManager:
             return (int(Outcome.INVALID_PRODUCER_EPOCH),
                     f"transaction version 2 marker epoch {producer_epoch} is not above {entry.producer_epoch}")
         if coordinator_epoch < entry.coordinator_epoch:
-            return (TRANSACTION_COORDINATOR_FENCED,
+            return (E.TRANSACTION_COORDINATOR_FENCED.code,
                     f"coordinator epoch {coordinator_epoch} is older than {entry.coordinator_epoch}")
         return 0, ""
 
