@@ -351,6 +351,16 @@ def produce_phase(args, bootstrap: str, topic: str, stats: ServerStats) -> dict:
         **times,
         "server_peak_rss_mib": stats.peak_rss_mib(),
     }
+    if before is not None and after is not None:
+        requests = after["requests"].get("Produce", 0) - before["requests"].get("Produce", 0)
+        if requests:
+            result["produce_request_ms"] = {
+                phase: round((after["phases"].get(("Produce", phase), 0) - before["phases"].get(("Produce", phase), 0))
+                             / requests * 1000, 3) for phase in ("receive", "handle", "wait", "respond")}
+            result["produce_request_ms"]["requests"] = requests
+            fsyncs = after["fsyncs"] - before["fsyncs"]
+            result["produce_request_ms"]["fsync_mean"] = round(
+                (after["fsync_seconds"] - before["fsync_seconds"]) / max(1, fsyncs) * 1000, 3)
     if txn_size:
         n = max(1, txn_times["transactions"])
         result["transactions"] = {
@@ -373,6 +383,9 @@ def scrape_metrics(url: str | None) -> dict | None:
     import urllib.request
     text = urllib.request.urlopen(url, timeout=10).read().decode()
     return {"fsyncs": int(re.search(r"^trireme_fsyncs_total (\d+)", text, re.M).group(1)),
+            "fsync_seconds": float(re.search(r"^trireme_fsync_seconds_total (\S+)", text, re.M).group(1)),
+            "phases": {(api, phase): float(sec) for api, phase, sec in re.findall(
+                r'trireme_request_phase_seconds_total\{api="(\w+)",phase="(\w+)"\} (\S+)', text)},
             "requests": {api: int(n) for api, n in re.findall(r'trireme_requests_total\{api="(\w+)"\} (\d+)', text)}}
 
 
@@ -465,6 +478,10 @@ def _fmt(v, spec=".1f"):
 
 def report_produce(r: dict) -> None:
     lat = r["latency_ms"]
+    if "produce_request_ms" in r:
+        b = r["produce_request_ms"]
+        print(f"per Produce request ({b['requests']}), broker ms: receive {b['receive']}, validate+append "
+              f"{b['handle']}, wait for the flush {b['wait']}, respond {b['respond']}; mean fsync {b['fsync_mean']}")
     if "transactions" in r:
         t = r["transactions"]
         print(f"transactions: {t['count']} ({t['aborted']} aborted); per transaction: produce "

@@ -77,6 +77,7 @@ class FrameReader:
         self.stream = stream
         self.max_size = max_size
         self.buf = bytearray()
+        self.started = 0.0
 
     async def _fill(self, want: int) -> bool:
         while len(self.buf) < want:
@@ -92,6 +93,7 @@ class FrameReader:
     async def read_frame(self) -> bytearray | None:
         if not await self._fill(4):
             return None
+        self.started = time.perf_counter()        # the frame's size is known: receiving it starts
         size = INT32.unpack_from(self.buf, 0)[0]
         if size < 0 or size > self.max_size:
             raise CloseConnection(f"frame of {size} bytes is over socket.request.max.bytes={self.max_size}"
@@ -163,6 +165,8 @@ class Connection:
             frame = await reader.read_frame()
             if frame is None:
                 return "closed by client"
+            self.received = time.perf_counter()
+            self.receive_seconds = self.received - reader.started
             self.requests += 1
             item = await self._dispatch(frame, nursery)
             if item is not None:
@@ -211,7 +215,10 @@ class Connection:
             log.error("handler %s v%d failed %s\n%s", handler.name, api_version, self._log_fields(),
                       traceback.format_exc())
             raise CloseConnection(f"internal error in {handler.name}") from None
-        self.broker.metrics.observe_request(handler.name, time.perf_counter() - started)
+        metrics = self.broker.metrics
+        metrics.observe_request(handler.name, time.perf_counter() - started)
+        metrics.observe_phase(handler.name, "receive", self.receive_seconds)
+        metrics.observe_phase(handler.name, "handle", time.perf_counter() - started)
         if isinstance(result, Deferred):
             pending = _Pending(header, handler.response)
             nursery.start_soon(self._complete, pending, result, handler)
@@ -221,8 +228,10 @@ class Connection:
         return (header, result, handler.response)
 
     async def _complete(self, pending: _Pending, deferred: Deferred, handler) -> None:
+        started = time.perf_counter()
         try:
             pending.value = await deferred.wait()
+            self.broker.metrics.observe_phase(handler.name, "wait", time.perf_counter() - started)
         except Exception:
             log.error("deferred %s failed %s\n%s", handler.name, self._log_fields(), traceback.format_exc())
             raise CloseConnection(f"internal error in {handler.name}") from None
@@ -244,6 +253,7 @@ class Connection:
                     if item.value is None:
                         continue
                     item = (item.header, item.value, item.codec)
+                ready = time.perf_counter()
                 if item[0] == "raw":
                     _, correlation_id, header_version, body = item
                 else:
@@ -262,6 +272,9 @@ class Connection:
                 else:
                     body[0] = b"".join((INT32.pack(size), head, body[0]))
                     await self._send_vectored(body)
+                if item[0] != "raw":
+                    self.broker.metrics.observe_phase(item[2].name[:-len("Response")], "respond",
+                                                      time.perf_counter() - ready)
 
     async def _send_vectored(self, buffers: list) -> None:
         """Send header pieces and stored record bytes with sendmsg, without joining them first."""

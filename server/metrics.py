@@ -10,12 +10,18 @@ class Metrics:
     def __init__(self):
         self.requests = collections.Counter()
         self.request_seconds = collections.Counter()
+        self.phase_seconds: collections.Counter = collections.Counter()
         self.fsyncs = 0
         self.fsync_seconds = 0.0
         self.fsync_partitions = 0
         self.bytes_in = 0
         self.bytes_out = 0
         self.connections = 0
+
+    def observe_phase(self, api: str, phase: str, seconds: float) -> None:
+        """Time a request spent in one phase: receive (its frame), handle (validate, append), wait (the fsync,
+        a coordinator, a long poll), respond (encode and send)."""
+        self.phase_seconds[(api, phase)] += seconds
 
     def observe_request(self, api: str, seconds: float) -> None:
         self.requests[api] += 1
@@ -33,6 +39,9 @@ class Metrics:
         lines.append("# TYPE trireme_request_handler_seconds_total counter")
         for api, s in sorted(self.request_seconds.items()):
             lines.append(f'trireme_request_handler_seconds_total{{api="{api}"}} {s:.6f}')
+        lines.append("# TYPE trireme_request_phase_seconds_total counter")
+        for (api, phase), sec in sorted(self.phase_seconds.items()):
+            lines.append(f'trireme_request_phase_seconds_total{{api="{api}",phase="{phase}"}} {sec:.6f}')
         lines += [f"trireme_fsyncs_total {self.fsyncs}",
                   f"trireme_fsync_seconds_total {self.fsync_seconds:.6f}",
                   f"trireme_fsync_partitions_total {self.fsync_partitions}",
