@@ -1,4 +1,4 @@
-"""Exactly-once consume-transform-produce (confluent-kafka) across worker kills and broker kill -9.
+"""Exactly-once consume-transform-produce (confluent-kafka, and the Java client 3.9.0/4.3.0) across worker kills and broker kill -9.
 
 100,000 input records go through a worker that runs one transaction per polled batch: the output
 records and the consumer's offsets (send_offsets_to_transaction, KIP-447).  While it runs, the worker
@@ -98,3 +98,92 @@ def test_exactly_once_across_worker_and_broker_kills(server, tmp_path):
     committed = c.committed([TopicPartition(source, q) for q in range(PARTITIONS)], timeout=20)
     c.close()
     assert sum(tp.offset for tp in committed) == N
+
+
+JAVA_N = 100_000
+JAVA_ROUND = 2_000
+
+
+def test_exactly_once_java_across_worker_and_broker_kills(server, java_version):
+    """The Java client (3.9.0, 4.3.0) as the worker, through its harness: poll up to 2,000 records, write them
+    transformed in one transaction with sendOffsetsToTransaction, commit.  The worker's JVM is SIGKILLed
+    mid-transaction 3 times and the broker killed with -9 3 times (between a transaction's records and its
+    commit); a failed command restarts the worker, as a supervisor would.  Every key exactly once."""
+    from compat_tests import clients
+    clients.require_java(java_version)
+    bootstrap = server.bootstrap
+    tag = uuid.uuid4().hex[:8]
+    source, sink, group, txn_id = f"jeos-in-{tag}", f"jeos-out-{tag}", f"jeos-g-{tag}", f"jeos-w-{tag}"
+    _topics(bootstrap, source, sink)
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
+    for i in range(JAVA_N):
+        p.produce(source, key=b"k%06d" % i, value=b"v%d" % i, partition=i % PARTITIONS)
+        if i % 10000 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+
+    consumer_config = {"isolation.level": "read_committed", "session.timeout.ms": 2000,
+                       "heartbeat.interval.ms": 300, "max.poll.records": JAVA_ROUND, "fetch.max.wait.ms": 100}
+    producer_config = {"transactional.id": txn_id, "acks": "all", "linger.ms": 5,
+                       "reconnect.backoff.max.ms": 500, "delivery.timeout.ms": 30000,
+                       "request.timeout.ms": 10000, "transaction.timeout.ms": 10000}
+
+    def start_worker() -> clients.HarnessProcess:
+        h = clients.java_harness(java_version, server.bootstrap)
+        h.ok("init_producer", handle="w", config=producer_config)
+        h.ok("subscribe", topic=source, group=group, config=consumer_config, handle="c")
+        return h
+
+    worker = start_worker()
+    kills = {"worker": 0, "broker": 0}
+    rounds = restarts = 0
+    done = 0
+    deadline = time.monotonic() + 420
+    try:
+        while done < JAVA_N:
+            assert time.monotonic() < deadline, f"only {done} of {JAVA_N} input records done"
+            rounds += 1
+            try:
+                polled = worker.call("poll", handle="c", timeout_ms=2000, max=JAVA_ROUND)
+                if not polled["ok"]:
+                    raise clients.HarnessError(polled)
+                recs = polled["records"]
+                if not recs:
+                    positions = worker.ok("positions", handle="c")["positions"]
+                    done = sum(pos for _, _, pos in positions) if len(positions) == PARTITIONS else done
+                    continue
+                worker.ok("begin_txn", handle="w")
+                out = [clients.record(b"out:" + clients.decoded(r)["value"], key=clients.decoded(r)["key"],
+                                      partition=r["partition"]) for r in recs]
+                sent = worker.call("produce", topic=sink, records=out, handle="w")
+                if not sent["ok"]:
+                    raise clients.HarnessError(sent)
+                if rounds in (4, 14, 24) and kills["worker"] < 3:       # the worker dies mid-transaction
+                    worker.proc.kill()
+                    worker.proc.wait(10)
+                    kills["worker"] += 1
+                    raise clients.HarnessError("killed")
+                if rounds in (9, 19, 29) and kills["broker"] < 3:       # the broker dies before the commit
+                    server.kill9()
+                    kills["broker"] += 1
+                worker.ok("send_offsets_to_txn", handle="w", consumer="c")
+                worker.ok("commit_txn", handle="w")
+            except (clients.HarnessError, AssertionError):
+                restarts += 1
+                assert restarts <= 20, "the worker keeps failing"
+                try:
+                    worker.close()
+                except Exception:
+                    pass
+                worker = start_worker()
+    finally:
+        worker.close()
+    assert kills == {"worker": 3, "broker": 3}
+    counts = _read_keys(server.bootstrap, sink)
+    missing = JAVA_N - len(counts)
+    extra = {k: n for k, n in counts.items() if n != 1}
+    assert missing == 0 and not extra, f"{missing} keys missing, {len(extra)} duplicated: {list(extra.items())[:5]}"
+    c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": group})
+    committed = c.committed([TopicPartition(source, q) for q in range(PARTITIONS)], timeout=20)
+    c.close()
+    assert sum(tp.offset for tp in committed) == JAVA_N
