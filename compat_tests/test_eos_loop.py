@@ -16,7 +16,6 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compat_tests.clients import wait_until
 
 N = 100_000
 PARTITIONS = 3

@@ -20,7 +20,6 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compat_tests import clients
 from compat_tests.clients import wait_until
 
 TOPICS = 3
