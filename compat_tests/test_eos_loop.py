@@ -47,17 +47,36 @@ def _read_keys(bootstrap: str, topic: str) -> dict[bytes, int]:
     return counts
 
 
-def test_exactly_once_across_worker_and_broker_kills(server, tmp_path):
-    bootstrap = server.bootstrap
+def _setup(bootstrap: str, prefix: str, n: int) -> tuple[str, str, str, str]:
+    """Input and output topics, n keyed input records → (input, output, group, transactional id)."""
     tag = uuid.uuid4().hex[:8]
-    source, sink, group, txn_id = f"eos-in-{tag}", f"eos-out-{tag}", f"eos-g-{tag}", f"eos-worker-{tag}"
+    source, sink, group, txn_id = f"{prefix}-in-{tag}", f"{prefix}-out-{tag}", f"{prefix}-g-{tag}", f"{prefix}-w-{tag}"
     _topics(bootstrap, source, sink)
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
-    for i in range(N):
+    for i in range(n):
         p.produce(source, key=b"k%06d" % i, value=b"v%d" % i, partition=i % PARTITIONS)
         if i % 10000 == 0:
             p.poll(0)
     assert p.flush(60) == 0
+    return source, sink, group, txn_id
+
+
+def _check_exactly_once(bootstrap: str, source: str, sink: str, group: str, n: int) -> None:
+    """Every input key exactly once in the committed output; the group's offsets at the input's end (they went
+    with the output)."""
+    counts = _read_keys(bootstrap, sink)
+    missing = n - len(counts)
+    extra = {k: c for k, c in counts.items() if c != 1}
+    assert missing == 0 and not extra, f"{missing} keys missing, {len(extra)} duplicated: {list(extra.items())[:5]}"
+    assert set(counts) == {b"k%06d" % i for i in range(n)}
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    committed = c.committed([TopicPartition(source, q) for q in range(PARTITIONS)], timeout=20)
+    c.close()
+    assert sum(tp.offset for tp in committed) == n
+
+
+def test_exactly_once_across_worker_and_broker_kills(server, tmp_path):
+    source, sink, group, txn_id = _setup(server.bootstrap, "eos", N)
 
     log = open(tmp_path / "worker.log", "ab")
 
@@ -87,16 +106,7 @@ def test_exactly_once_across_worker_and_broker_kills(server, tmp_path):
         assert time.time() < deadline, "the worker did not finish"
         worker = start_worker()              # an error after a broker kill: the next one carries on
     assert restarts == {"worker": 3, "broker": 3}
-    counts = _read_keys(server.bootstrap, sink)
-    missing = N - len(counts)
-    extra = {k: n for k, n in counts.items() if n != 1}
-    assert missing == 0 and not extra, f"{missing} keys missing, {len(extra)} duplicated: {list(extra.items())[:5]}"
-    assert set(counts) == {b"k%06d" % i for i in range(N)}
-    # The group's committed offsets are the input's end: the offsets went with the output.
-    c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": group})
-    committed = c.committed([TopicPartition(source, q) for q in range(PARTITIONS)], timeout=20)
-    c.close()
-    assert sum(tp.offset for tp in committed) == N
+    _check_exactly_once(server.bootstrap, source, sink, group, N)
 
 
 JAVA_N = 100_000
@@ -110,16 +120,7 @@ def test_exactly_once_java_across_worker_and_broker_kills(server, java_version):
     commit); a failed command restarts the worker, as a supervisor would.  Every key exactly once."""
     from compat_tests import clients
     clients.require_java(java_version)
-    bootstrap = server.bootstrap
-    tag = uuid.uuid4().hex[:8]
-    source, sink, group, txn_id = f"jeos-in-{tag}", f"jeos-out-{tag}", f"jeos-g-{tag}", f"jeos-w-{tag}"
-    _topics(bootstrap, source, sink)
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
-    for i in range(JAVA_N):
-        p.produce(source, key=b"k%06d" % i, value=b"v%d" % i, partition=i % PARTITIONS)
-        if i % 10000 == 0:
-            p.poll(0)
-    assert p.flush(60) == 0
+    source, sink, group, txn_id = _setup(server.bootstrap, "jeos", JAVA_N)
 
     consumer_config = {"isolation.level": "read_committed", "session.timeout.ms": 2000,
                        "heartbeat.interval.ms": 300, "max.poll.records": JAVA_ROUND, "fetch.max.wait.ms": 100}
@@ -178,11 +179,4 @@ def test_exactly_once_java_across_worker_and_broker_kills(server, java_version):
     finally:
         worker.close()
     assert kills == {"worker": 3, "broker": 3}
-    counts = _read_keys(server.bootstrap, sink)
-    missing = JAVA_N - len(counts)
-    extra = {k: n for k, n in counts.items() if n != 1}
-    assert missing == 0 and not extra, f"{missing} keys missing, {len(extra)} duplicated: {list(extra.items())[:5]}"
-    c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": group})
-    committed = c.committed([TopicPartition(source, q) for q in range(PARTITIONS)], timeout=20)
-    c.close()
-    assert sum(tp.offset for tp in committed) == JAVA_N
+    _check_exactly_once(server.bootstrap, source, sink, group, JAVA_N)
