@@ -7,6 +7,8 @@ KIP-939 2PC refused while disabled.  After each, the partition's log is checked 
 """
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from compat_tests.clients import wait_until
@@ -162,3 +164,43 @@ def test_end_txn_while_the_previous_one_completes(server):
         assert list_offset(conn, topic, 0) == 1                    # no marker yet, no second one ever
         assert end_txn(conn, tid, pid, epoch, True) == 0            # the retry waits for the markers
         assert list_offset(conn, topic, 0) == 2
+
+
+def lso(conn: RawConn, topic: str, partition: int) -> int:
+    """ListOffsets latest at read_committed: the last stable offset."""
+    cls = message("ListOffsetsRequest").cls
+    tcls = cls.ListOffsetsTopic
+    r = conn.request("ListOffsets", 7, cls(replica_id=-1, isolation_level=1, topics=[tcls(name=topic, partitions=[
+        tcls.ListOffsetsPartition(partition_index=partition, timestamp=-1)])]))
+    return r.topics[0].partitions[0].offset
+
+
+@pytest.mark.server_config({"transaction.two.phase.commit.enable": True,
+                            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 100})
+def test_two_phase_commit_prepared_transaction_survives_a_producer_restart(server):
+    """KIP-939 at the protocol level (the Java 4.3 client's public API does not expose it): a 2PC transaction
+    never times out; InitProducerId v6 with KeepPreparedTxn keeps it open for the external coordinator, reports
+    it in OngoingTxnProducerId/Epoch and fences the instance before; EndTxn with the new epoch commits it."""
+    with RawConn(server.bootstrap) as conn:
+        topic = unique("twopc")
+        create_topic(conn, topic)
+        tid = unique("tx")
+        err, pid, epoch = init(conn, tid, version=6, enable2_pc=True)
+        assert err == 0
+        assert add_partitions(conn, tid, pid, epoch, topic, [0]) == {(topic, 0): 0}
+        assert produce_txn(conn, tid, topic, 0, txn_batch(pid, epoch, values=(b"a", b"b"))) == 0
+        time.sleep(0.5)                                       # five cleanup rounds: a 2PC transaction stays
+        assert lso(conn, topic, 0) == 0
+        r = conn.request("InitProducerId", 6, req("InitProducerId", transactional_id=tid, transaction_timeout_ms=TIMEOUT,
+                                                  producer_id=-1, producer_epoch=-1, enable2_pc=True,
+                                                  keep_prepared_txn=True))
+        assert (r.error_code, r.producer_id, r.producer_epoch) == (0, pid, epoch + 1)
+        assert (r.ongoing_txn_producer_id, r.ongoing_txn_producer_epoch) == (pid, epoch)
+        assert lso(conn, topic, 0) == 0                       # still prepared, not aborted
+        assert end_txn(conn, tid, pid, epoch, True) == E.PRODUCER_FENCED.code
+        assert end_txn(conn, tid, pid, epoch + 1, True) == 0  # the external coordinator's decision
+        wait_until(lambda: lso(conn, topic, 0) == 3, what="the commit marker")
+    server.restart()
+    with RawConn(server.bootstrap) as conn:
+        assert lso(conn, topic, 0) == 3
+        assert init(conn, tid, version=6, enable2_pc=True)[1:] == (pid, epoch + 2)

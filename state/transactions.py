@@ -89,6 +89,16 @@ class TxnMetadata:
     def producer_epoch(self) -> int:
         return self.value.producer_epoch
 
+    @property
+    def client_identity(self) -> tuple[int, int]:
+        """The producer id and epoch the client uses: the transaction's own, unless a 2PC InitProducerId kept a
+        prepared transaction (KIP-939), which gives the client the next pair and keeps the transaction's for its
+        markers."""
+        v = self.value
+        if v.next_producer_epoch != NO_PRODUCER_EPOCH:
+            return v.next_producer_id, v.next_producer_epoch
+        return v.producer_id, v.producer_epoch
+
 
 @dataclass(frozen=True)
 class MarkerJob:
@@ -113,6 +123,8 @@ class TxnOutcome:
     effects: Effects = field(default_factory=Effects)
     markers: MarkerJob | None = None
     transactional_id: str | None = None                 # whose pending transition the records carry
+    ongoing_producer_id: int = NO_PRODUCER_ID           # KIP-939: the kept transaction's id and epoch
+    ongoing_producer_epoch: int = NO_PRODUCER_EPOCH
     partition_errors: dict[tuple[str, int], int] = field(default_factory=dict)
 
     @property
@@ -190,6 +202,8 @@ class TransactionCoordinator:
             return _error(E.INVALID_REQUEST.code)
         if enable_2pc and not self.config.two_phase_commit_enable:
             return _error(E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code)
+        if keep_prepared_txn and not enable_2pc:
+            return _error(E.INVALID_REQUEST.code)
         if not enable_2pc and not 0 < timeout_ms <= self.config.max_timeout_ms:
             return _error(E.INVALID_TRANSACTION_TIMEOUT.code)
         if self.loading:
@@ -208,12 +222,10 @@ class TransactionCoordinator:
         if expected and not self._is_valid_retry_or_current(meta, expected_producer_id, expected_producer_epoch):
             return _error(E.PRODUCER_FENCED.code)
         if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
-            if keep_prepared_txn and meta.value.transaction_timeout_ms == 0:
-                return TxnOutcome(producer_id=meta.producer_id, producer_epoch=meta.producer_epoch)
             return _error(E.CONCURRENT_TRANSACTIONS.code)
         if meta.state is ONGOING:
             if keep_prepared_txn:
-                return _error(E.CONCURRENT_TRANSACTIONS.code)
+                return self._keep_prepared(meta, now_ms, allocate_producer_id)
             # Fence the open transaction: bump the epoch and abort it with the new one; the caller retries.
             outcome = self._fence_and_abort(meta, now_ms)
             self.fenced += 1
@@ -241,6 +253,20 @@ class TransactionCoordinator:
             last_update_timestamp_ms=now_ms, start_timestamp_ms=-1,
             client_transaction_version=self.config.transaction_version)
         return self._transition(transactional_id, meta.state, value, producer_id, epoch)
+
+    def _keep_prepared(self, meta: TxnMetadata, now_ms: int, allocate_producer_id) -> TxnOutcome:
+        """KIP-939: a restarted 2PC producer keeps its prepared (Ongoing) transaction for the external coordinator
+        to complete.  The transaction keeps its producer id and epoch (its markers need them); the client gets the
+        next pair, which fences the producer instance before it."""
+        client_id, client_epoch = meta.client_identity
+        if client_epoch + 1 >= MAX_PRODUCER_EPOCH:
+            client_id, client_epoch = allocate_producer_id(), -1
+        value = dataclasses.replace(meta.value, next_producer_id=client_id, next_producer_epoch=client_epoch + 1,
+                                    last_update_timestamp_ms=now_ms)
+        self._next_last[meta.transactional_id] = (meta.last_producer_epoch, meta.last_producer_id)
+        outcome = self._transition(meta.transactional_id, ONGOING, value, client_id, client_epoch + 1)
+        outcome.ongoing_producer_id, outcome.ongoing_producer_epoch = meta.producer_id, meta.producer_epoch
+        return outcome
 
     @staticmethod
     def _is_valid_retry_or_current(meta: TxnMetadata, producer_id: int, epoch: int) -> bool:
@@ -295,9 +321,9 @@ class TransactionCoordinator:
         if self.loading:
             return None, E.COORDINATOR_LOAD_IN_PROGRESS.code
         meta, busy = self._current(transactional_id)
-        if meta is None or meta.producer_id != producer_id:
+        if meta is None or meta.client_identity[0] != producer_id:
             return None, E.INVALID_PRODUCER_ID_MAPPING.code
-        if producer_epoch != meta.producer_epoch:
+        if producer_epoch != meta.client_identity[1]:
             return None, E.PRODUCER_FENCED.code
         if busy:
             return None, E.CONCURRENT_TRANSACTIONS.code
@@ -315,9 +341,9 @@ class TransactionCoordinator:
         if self.loading:
             return _error(E.COORDINATOR_LOAD_IN_PROGRESS.code)
         meta, busy = self._current(transactional_id)
-        if meta is None or meta.producer_id != producer_id:
+        if meta is None or meta.client_identity[0] != producer_id:
             return _error(E.INVALID_PRODUCER_ID_MAPPING.code)
-        if producer_epoch != meta.producer_epoch:
+        if producer_epoch != meta.client_identity[1]:
             return _error(E.PRODUCER_FENCED.code)
         if busy:
             return _error(E.CONCURRENT_TRANSACTIONS.code)
@@ -347,9 +373,12 @@ class TransactionCoordinator:
         if meta is None or meta.producer_id != producer_id or meta.producer_epoch != producer_epoch \
                 or meta.state not in (PREPARE_COMMIT, PREPARE_ABORT) or transactional_id in self.pending:
             return _error(E.INVALID_TXN_STATE.code)   # already completed (a resumed job raced a live one)
+        client_id, client_epoch = meta.client_identity          # a kept 2PC transaction hands over to its client
         value = dataclasses.replace(meta.value, state=COMPLETE_COMMIT if meta.state is PREPARE_COMMIT else COMPLETE_ABORT,
-                                    partitions=(), last_update_timestamp_ms=now_ms)
-        return self._transition(transactional_id, meta.state, value, producer_id, producer_epoch)
+                                    partitions=(), last_update_timestamp_ms=now_ms, producer_id=client_id,
+                                    producer_epoch=client_epoch, next_producer_id=NO_PRODUCER_ID,
+                                    next_producer_epoch=NO_PRODUCER_EPOCH)
+        return self._transition(transactional_id, meta.state, value, client_id, client_epoch)
 
     # --- timeouts and expiry ---------------------------------------------------------------------
 
@@ -435,7 +464,9 @@ class TransactionCoordinator:
                     producer_id: int, producer_epoch: int) -> TxnOutcome:
         """The record moving ``transactional_id`` to ``value``; the transition is pending until it is replayed."""
         self._check_transition(current, value.state)
-        record = txn_record(transactional_id, value, version=self._value_version)
+        # The next producer id/epoch of a kept 2PC transaction are tagged fields: such a record is written at v1.
+        version = max(self._value_version, 1 if value.next_producer_epoch != NO_PRODUCER_EPOCH else 0)
+        record = txn_record(transactional_id, value, version=version)
         self.pending[transactional_id] = (record[1], value)
         outcome = TxnOutcome(producer_id=producer_id, producer_epoch=producer_epoch, transactional_id=transactional_id)
         outcome.effects.append(record)

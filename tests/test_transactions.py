@@ -422,6 +422,46 @@ def test_2pc_accepts_any_timeout_when_enabled():
     assert out.error == NONE
 
 
+def test_2pc_keep_prepared_transaction_survives_a_producer_restart():
+    """KIP-939: InitProducerId(Enable2Pc, KeepPreparedTxn) keeps the Ongoing transaction and fences the old instance;
+    EndTxn with the new pair completes it with markers in the transaction's own epoch; a restart keeps it all."""
+    h = Harness(two_phase_commit_enable=True)
+    first = h.init(enable_2pc=True)
+    pid, epoch = first.producer_id, first.producer_epoch
+    h.add(TID, pid, epoch, [P1, P2])
+    kept = h.init(enable_2pc=True, keep_prepared_txn=True)
+    assert (kept.error, kept.producer_id, kept.producer_epoch) == (NONE, pid, epoch + 1)
+    assert (kept.ongoing_producer_id, kept.ongoing_producer_epoch) == (pid, epoch)
+    assert h.state() is ONGOING and set(h.meta().value.partitions) == {P1, P2}
+    assert h.meta().value.next_producer_epoch == epoch + 1
+    # The instance before it is fenced; nothing times the transaction out.
+    assert h.coord.end_txn(TID, pid, epoch, True, h.tick()).error == E.PRODUCER_FENCED.code
+    assert h.coord.abort_timed_out(h.now + 10**9) == []
+    # A restart of the coordinator keeps the kept transaction and its next pair (a v1 record).
+    fresh = TransactionCoordinator(h.config)
+    for key, value in h.log:
+        fresh.replay(key, value)
+    fresh.loaded()
+    assert fresh.describe(TID).value == h.meta().value
+    out = h.end(TID, pid, epoch + 1, True)
+    assert out.error == NONE and out.markers.commit
+    assert (out.markers.producer_id, out.markers.producer_epoch) == (pid, epoch)   # the data's epoch
+    h.complete(TID, pid, epoch)
+    assert h.state() is COMPLETE_COMMIT
+    assert (h.meta().producer_id, h.meta().producer_epoch) == (pid, epoch + 1)
+    assert h.meta().value.next_producer_epoch == -1
+
+
+def test_2pc_keep_prepared_needs_enable_2pc_and_without_it_aborts():
+    h = Harness(two_phase_commit_enable=True)
+    first = h.init(enable_2pc=True)
+    h.add(TID, first.producer_id, first.producer_epoch, [P1])
+    assert h.coord.init_producer_id(TID, TIMEOUT, h.tick(), h.alloc, keep_prepared_txn=True).error == \
+        E.INVALID_REQUEST.code
+    fenced = h.coord.init_producer_id(TID, TIMEOUT, h.tick(), h.alloc, enable_2pc=True)
+    assert fenced.error == E.CONCURRENT_TRANSACTIONS.code and fenced.markers is not None and not fenced.markers.commit
+
+
 # --- AddPartitionsToTxn ----------------------------------------------------------------------------------------
 
 def test_add_partitions_unknown_id(h):

@@ -16,8 +16,13 @@ Behaviour / version notes:
   INVALID_TRANSACTION_TIMEOUT, only with a transactional id: idempotent Java producers send
   Integer.MAX_VALUE.
 - v6 (KIP-939): Enable2Pc is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED unless
-  transaction.two.phase.commit.enable is on (as on Kafka); a 2PC transaction never times out, and
-  KeepPreparedTxn keeps a prepared transaction for the external coordinator to complete.
+  transaction.two.phase.commit.enable is on (as on Kafka); a 2PC transaction never times out.
+  KeepPreparedTxn (only with Enable2Pc, else INVALID_REQUEST) keeps an Ongoing ("prepared") transaction
+  for the external coordinator to complete: the transaction keeps its producer id and epoch (its
+  markers use them, reported as OngoingTxnProducerId/Epoch), the client gets the next epoch (stored
+  as NextProducerId/NextProducerEpoch), which fences the instance before it; EndTxn with that pair
+  completes the transaction.  (Kafka 4.3 still answers KeepPreparedTxn with UNSUPPORTED_VERSION,
+  KAFKA-20739; this follows the KIP and the fix planned for 4.4.)
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
@@ -43,6 +48,9 @@ def init_producer_id(ctx, request):
             response.error_code = error_for_version(outcome.error, version, FENCED_SINCE)
             if not outcome.error:
                 response.producer_id, response.producer_epoch = outcome.producer_id, outcome.producer_epoch
+                if version >= 6:
+                    response.ongoing_txn_producer_id = outcome.ongoing_producer_id
+                    response.ongoing_txn_producer_epoch = outcome.ongoing_producer_epoch
             return response
         return Deferred(init)
     if version >= 3 and request.producer_id >= 0 and 0 <= request.producer_epoch < MAX_EPOCH - 1:
