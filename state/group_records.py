@@ -15,9 +15,9 @@ that highest version, which is sound because Kafka only adds tagged fields to th
 """
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
+from trireme.state.coordinator_records import RecordError, decode, encode, split_version
 from trireme.wire.codec import message
 from trireme.wire.primitives import CodecError
 
@@ -30,11 +30,8 @@ GROUP_METADATA_VALUE_VERSION = 3
 NO_EXPIRE_TIMESTAMP = -1
 NO_LEADER_EPOCH = -1
 
-_VERSION = struct.Struct(">h")
 
 
-class RecordError(ValueError):
-    """A record that cannot be read as an offset commit or group metadata record."""
 
 
 # --- typed records ---------------------------------------------------------------------------
@@ -101,20 +98,16 @@ Record = OffsetCommit | OffsetTombstone | GroupMetadata | GroupTombstone
 
 # --- encoding --------------------------------------------------------------------------------
 
-def _encode(name: str, obj, version: int) -> bytes:
-    return _VERSION.pack(version) + message(name).encode_bytes(obj, version)
-
-
 def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
     """The key under which one partition's committed offset for a group is stored."""
     codec = message("OffsetCommitKey")
-    return _encode("OffsetCommitKey", codec.cls(group=group, topic=topic, partition=partition),
+    return encode("OffsetCommitKey", codec.cls(group=group, topic=topic, partition=partition),
                    OFFSET_COMMIT_KEY_VERSION)
 
 
 def group_metadata_key(group: str) -> bytes:
     """The key under which a classic group's metadata is stored."""
-    return _encode("GroupMetadataKey", message("GroupMetadataKey").cls(group=group), GROUP_METADATA_KEY_VERSION)
+    return encode("GroupMetadataKey", message("GroupMetadataKey").cls(group=group), GROUP_METADATA_KEY_VERSION)
 
 
 def offset_commit_record(group: str, topic: str, partition: int, offset: int, leader_epoch: int,
@@ -126,7 +119,7 @@ def offset_commit_record(group: str, topic: str, partition: int, offset: int, le
     value = message("OffsetCommitValue").cls(
         offset=offset, leader_epoch=leader_epoch, metadata=metadata or "",
         commit_timestamp=commit_timestamp, expire_timestamp=expire_timestamp)
-    return offset_commit_key(group, topic, partition), _encode("OffsetCommitValue", value, version)
+    return offset_commit_key(group, topic, partition), encode("OffsetCommitValue", value, version)
 
 
 def offset_commit_tombstone(group: str, topic: str, partition: int) -> tuple[bytes, None]:
@@ -142,7 +135,7 @@ def group_metadata_record(group: GroupMetadata) -> tuple[bytes, bytes]:
         subscription=bytes(m.subscription), assignment=bytes(m.assignment)) for m in group.members]
     value = codec.cls(protocol_type=group.protocol_type, generation=group.generation, protocol=group.protocol,
                       leader=group.leader, current_state_timestamp=group.current_state_timestamp, members=members)
-    return group_metadata_key(group.group), _encode("GroupMetadataValue", value, GROUP_METADATA_VALUE_VERSION)
+    return group_metadata_key(group.group), encode("GroupMetadataValue", value, GROUP_METADATA_VALUE_VERSION)
 
 
 def group_metadata_tombstone(group: str) -> tuple[bytes, None]:
@@ -151,26 +144,9 @@ def group_metadata_tombstone(group: str) -> tuple[bytes, None]:
 
 # --- decoding --------------------------------------------------------------------------------
 
-def _split_version(data: bytes) -> tuple[int, memoryview]:
-    if len(data) < 2:
-        raise RecordError("record shorter than its version prefix")
-    return _VERSION.unpack_from(data)[0], memoryview(data)[2:]
-
-
-def _decode(name: str, body: memoryview, version: int):
-    codec = message(name)
-    if version < codec.min_version:
-        raise RecordError(f"{name} has no version {version}")
-    try:
-        obj, _ = codec.decode(body, min(version, codec.max_version))
-    except CodecError as e:
-        raise RecordError(str(e)) from None
-    return obj
-
-
 def record_type(key: bytes) -> str | None:
     """``"offset"``, ``"group"`` or ``None`` (a record type this coordinator does not keep) for a key."""
-    version, _ = _split_version(key)
+    version, _ = split_version(key)
     if version in (0, 1):
         return "offset"
     if version == GROUP_METADATA_KEY_VERSION:
@@ -183,21 +159,21 @@ def parse_record(key: bytes, value: bytes | None) -> Record | None:
 
     Raises :class:`RecordError` when the bytes do not decode.
     """
-    key_version, key_body = _split_version(key)
+    key_version, key_body = split_version(key)
     if key_version in (0, 1):
-        k = _decode("OffsetCommitKey", key_body, key_version)
+        k = decode("OffsetCommitKey", key_body, key_version)
         if value is None:
             return OffsetTombstone(k.group, k.topic, k.partition)
-        value_version, value_body = _split_version(value)
-        v = _decode("OffsetCommitValue", value_body, value_version)
+        value_version, value_body = split_version(value)
+        v = decode("OffsetCommitValue", value_body, value_version)
         return OffsetCommit(k.group, k.topic, k.partition, v.offset, v.leader_epoch, v.metadata,
                             v.commit_timestamp, v.expire_timestamp)
     if key_version == GROUP_METADATA_KEY_VERSION:
-        k = _decode("GroupMetadataKey", key_body, key_version)
+        k = decode("GroupMetadataKey", key_body, key_version)
         if value is None:
             return GroupTombstone(k.group)
-        value_version, value_body = _split_version(value)
-        v = _decode("GroupMetadataValue", value_body, value_version)
+        value_version, value_body = split_version(value)
+        v = decode("GroupMetadataValue", value_body, value_version)
         members = tuple(MemberMetadata(
             m.member_id, m.group_instance_id, m.client_id, m.client_host,
             # Records older than version 1 have no rebalance timeout; Kafka uses the session timeout.
@@ -215,7 +191,7 @@ def subscribed_topics(subscription: bytes) -> frozenset[str] | None:
     starts with the version 0 layout (a topics array), so that prefix is all that is read, as Kafka does.
     """
     try:
-        version, body = _split_version(subscription)
+        version, body = split_version(subscription)
         if version < 0:
             return None
         obj, _ = message("ConsumerProtocolSubscription").decode(body, 0)

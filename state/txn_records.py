@@ -21,12 +21,11 @@ raises :class:`TxnRecordError` and nothing else.
 from __future__ import annotations
 
 import enum
-import struct
 from dataclasses import dataclass
 from itertools import groupby
 
+from trireme.state.coordinator_records import RecordError, decode, encode, split_version
 from trireme.wire.codec import message
-from trireme.wire.primitives import CodecError
 
 TXN_KEY_VERSION = 0
 TXN_VALUE_MIN_VERSION = 0
@@ -35,10 +34,9 @@ TXN_VALUE_MAX_VERSION = 1
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 
-_VERSION = struct.Struct(">h")
 
 
-class TxnRecordError(ValueError):
+class TxnRecordError(RecordError):
     """A ``__transaction_state`` record that cannot be read, or a value that cannot be written."""
 
 
@@ -94,12 +92,8 @@ def value_version_for(transaction_version_level: int) -> int:
 
 def encode_txn_key(transactional_id: str) -> bytes:
     """The key under which ``transactional_id``'s state is stored."""
-    codec = message("TransactionLogKey")
-    try:
-        body = codec.encode_bytes(codec.cls(transactional_id=transactional_id), TXN_KEY_VERSION)
-    except (struct.error, ValueError, OverflowError) as e:
-        raise TxnRecordError(f"cannot write transaction log key: {e}") from None
-    return _VERSION.pack(TXN_KEY_VERSION) + body
+    return encode("TransactionLogKey", message("TransactionLogKey").cls(transactional_id=transactional_id),
+                  TXN_KEY_VERSION, TxnRecordError)
 
 
 def encode_txn_value(value: TxnLogValue, *, version: int) -> bytes:
@@ -108,7 +102,7 @@ def encode_txn_value(value: TxnLogValue, *, version: int) -> bytes:
     Partitions are written one entry per topic, topics in order and partition ids ascending; the Empty
     state has none and writes a null array, as Kafka does.  At version 0 the tagged fields are dropped.
     """
-    if version not in (0, 1):
+    if not TXN_VALUE_MIN_VERSION <= version <= TXN_VALUE_MAX_VERSION:
         raise TxnRecordError(f"TransactionLogValue has no version {version}")
     if value.state is TxnState.EMPTY and value.partitions:
         raise TxnRecordError("a transaction in the Empty state has no partitions")
@@ -126,11 +120,7 @@ def encode_txn_value(value: TxnLogValue, *, version: int) -> bytes:
         transaction_start_timestamp_ms=value.start_timestamp_ms, previous_producer_id=value.previous_producer_id,
         next_producer_id=value.next_producer_id, client_transaction_version=value.client_transaction_version,
         next_producer_epoch=value.next_producer_epoch)
-    try:
-        body = codec.encode_bytes(obj, version)
-    except (struct.error, ValueError, OverflowError) as e:
-        raise TxnRecordError(f"cannot write TransactionLogValue v{version}: {e}") from None
-    return _VERSION.pack(version) + body
+    return encode("TransactionLogValue", obj, version, TxnRecordError)
 
 
 def txn_record(transactional_id: str, value: TxnLogValue, *, version: int) -> tuple[bytes, bytes]:
@@ -145,31 +135,12 @@ def txn_tombstone(transactional_id: str) -> tuple[bytes, None]:
 
 # --- decoding --------------------------------------------------------------------------------
 
-def _split_version(data) -> tuple[int, memoryview]:
-    try:
-        view = memoryview(data)
-    except TypeError:
-        raise TxnRecordError(f"a record is bytes, not {type(data).__name__}") from None
-    if view.format != "B":
-        try:
-            view = view.cast("B")
-        except TypeError:
-            raise TxnRecordError("a record is a contiguous run of bytes") from None
-    if len(view) < 2:
-        raise TxnRecordError("record shorter than its version prefix")
-    return _VERSION.unpack_from(view)[0], view[2:]
-
-
 def decode_txn_key(data: bytes) -> str:
     """The transactional id a key names.  Raises :class:`TxnRecordError` for anything but a version 0 key."""
-    version, body = _split_version(data)
+    version, body = split_version(data, TxnRecordError)
     if version != TXN_KEY_VERSION:
         raise TxnRecordError(f"transaction log key version {version} is not {TXN_KEY_VERSION}")
-    try:
-        obj, _ = message("TransactionLogKey").decode(body, TXN_KEY_VERSION)
-    except CodecError as e:
-        raise TxnRecordError(str(e)) from None
-    return obj.transactional_id
+    return decode("TransactionLogKey", body, version, TxnRecordError).transactional_id
 
 
 def decode_txn_value(data: bytes | None) -> TxnLogValue | None:
@@ -180,13 +151,8 @@ def decode_txn_value(data: bytes | None) -> TxnLogValue | None:
     """
     if data is None:
         return None
-    version, body = _split_version(data)
-    if version < TXN_VALUE_MIN_VERSION:
-        raise TxnRecordError(f"TransactionLogValue has no version {version}")
-    try:
-        v, _ = message("TransactionLogValue").decode(body, min(version, TXN_VALUE_MAX_VERSION))
-    except CodecError as e:
-        raise TxnRecordError(str(e)) from None
+    version, body = split_version(data, TxnRecordError)
+    v = decode("TransactionLogValue", body, version, TxnRecordError)
     try:
         state = TxnState(v.transaction_status)
     except ValueError:
