@@ -27,6 +27,16 @@ def unique_topic(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
+def create_topics(bootstrap: str, names: Iterable[str], partitions: int) -> list[str]:
+    """Create topics with confluent-kafka's AdminClient (the admin kept alive until every result is in)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    names = list(names)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(n, partitions, 1) for n in names], operation_timeout=30).values():
+        f.result(timeout=30)
+    return names
+
+
 @dataclass(frozen=True)
 class Rec:
     """One record to produce (``index`` is its position in the send order)."""

@@ -64,6 +64,15 @@ def markers(conn: RawConn, pid: int, epoch: int, topic: str, partition: int, coo
     return r.markers[0].topics[0].partitions[0].error_code
 
 
+def open_transaction(conn: RawConn, topic: str) -> tuple[str, int, int]:
+    """A new transactional id with a transaction open on partition 0 of ``topic`` holding one batch → (id, pid, epoch)."""
+    tid = unique("tx")
+    _, pid, epoch = init(conn, tid)
+    assert add_partitions(conn, tid, pid, epoch, topic, [0]) == {(topic, 0): 0}
+    assert produce_txn(conn, tid, topic, 0, txn_batch(pid, epoch)) == 0
+    return tid, pid, epoch
+
+
 @pytest.fixture
 def conn(module_server):
     with RawConn(module_server.bootstrap) as c:
@@ -127,10 +136,7 @@ def test_transactional_batch_for_a_partition_never_added(conn):
 def test_stale_markers_are_refused_and_store_nothing(conn):
     topic = unique("badtx")
     create_topic(conn, topic)
-    tid = unique("tx")
-    _, pid, epoch = init(conn, tid)
-    assert add_partitions(conn, tid, pid, epoch, topic, [0]) == {(topic, 0): 0}
-    assert produce_txn(conn, tid, topic, 0, txn_batch(pid, epoch)) == 0
+    tid, pid, epoch = open_transaction(conn, topic)
     assert end_txn(conn, tid, pid, epoch, True) == 0
     wait_until(lambda: list_offset(conn, topic, 0) == 2, what="the commit marker")
     # A new InitProducerId bumps the epoch; the next transaction's marker carries coordinator epoch 0.
@@ -155,10 +161,7 @@ def test_end_txn_while_the_previous_one_completes(server):
     with RawConn(server.bootstrap) as conn:
         topic = unique("badtx")
         create_topic(conn, topic)
-        tid = unique("tx")
-        _, pid, epoch = init(conn, tid)
-        assert add_partitions(conn, tid, pid, epoch, topic, [0]) == {(topic, 0): 0}
-        assert produce_txn(conn, tid, topic, 0, txn_batch(pid, epoch)) == 0
+        tid, pid, epoch = open_transaction(conn, topic)
         assert end_txn(conn, tid, pid, epoch, True) == 0            # prepared; markers held 1.5 s
         assert end_txn(conn, tid, pid, epoch, False) == E.INVALID_TXN_STATE.code
         assert list_offset(conn, topic, 0) == 1                    # no marker yet, no second one ever

@@ -17,9 +17,9 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.clients import wait_until
+from compat_tests.python_clients import create_topics
 
 PARTITIONS = 2
 FAST = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": 300}
@@ -28,11 +28,7 @@ FAST_RECONNECT = {"reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500, "
 
 
 def make_topics(bootstrap: str, n: int) -> list[str]:
-    names = [f"crash-tx-{i}-{uuid.uuid4().hex[:8]}" for i in range(n)]
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in names], operation_timeout=30).values():
-        f.result(timeout=30)
-    return names
+    return create_topics(bootstrap, [f"crash-tx-{i}-{uuid.uuid4().hex[:8]}" for i in range(n)], PARTITIONS)
 
 
 def producer(bootstrap: str, txn_id: str, **extra) -> Producer:

@@ -14,18 +14,13 @@ import uuid
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat_tests.python_clients import create_topics
 
 
 N = 100_000
 PARTITIONS = 3
 WORKER = Path(__file__).with_name("eos_worker.py")
-
-
-def _topics(bootstrap: str, *names: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(n, PARTITIONS, 1) for n in names], operation_timeout=30).values():
-        f.result(timeout=30)
 
 
 def _read_keys(bootstrap: str, topic: str) -> dict[bytes, int]:
@@ -51,7 +46,7 @@ def _setup(bootstrap: str, prefix: str, n: int) -> tuple[str, str, str, str]:
     """Input and output topics, n keyed input records → (input, output, group, transactional id)."""
     tag = uuid.uuid4().hex[:8]
     source, sink, group, txn_id = f"{prefix}-in-{tag}", f"{prefix}-out-{tag}", f"{prefix}-g-{tag}", f"{prefix}-w-{tag}"
-    _topics(bootstrap, source, sink)
+    create_topics(bootstrap, [source, sink], PARTITIONS)
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
     for i in range(n):
         p.produce(source, key=b"k%06d" % i, value=b"v%d" % i, partition=i % PARTITIONS)

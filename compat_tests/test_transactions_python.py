@@ -18,9 +18,9 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.clients import wait_until
+from compat_tests.python_clients import create_topics
 
 TOPICS = 3
 PARTITIONS = 2
@@ -31,11 +31,18 @@ TIMEOUT_CONFIG = {"transaction.abort.timed.out.transaction.cleanup.interval.ms":
 
 
 def make_topics(bootstrap: str, prefix: str) -> list[str]:
-    names = [f"{prefix}-{i}-{uuid.uuid4().hex[:8]}" for i in range(TOPICS)]
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(n, PARTITIONS, 1) for n in names], operation_timeout=30).values():
-        f.result(timeout=30)
-    return names
+    return create_topics(bootstrap, [f"{prefix}-{i}-{uuid.uuid4().hex[:8]}" for i in range(TOPICS)], PARTITIONS)
+
+
+def open_transaction(bootstrap: str, txn_id: str, topic: str, keys: list[bytes], partition: int) -> Producer:
+    """A confluent-kafka transactional producer with a transaction open, its records written (flushed)."""
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for key in keys:
+        p.produce(topic, key=key, value=b"x", partition=partition)
+    p.flush(30)
+    return p
 
 
 def planned(topics: list[str]) -> list[tuple[bool, list[tuple[str, int, bytes, bytes]]]]:
@@ -219,11 +226,7 @@ def test_zombie_is_fenced(module_server):
     bootstrap = module_server.bootstrap
     (topic,) = make_topics(bootstrap, "zombie")[:1]
     txn_id = "zombie-" + uuid.uuid4().hex[:6]
-    zombie = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
-    zombie.init_transactions(30)
-    zombie.begin_transaction()
-    zombie.produce(topic, key=b"zombie-1", value=b"x", partition=0)
-    zombie.flush(30)
+    zombie = open_transaction(bootstrap, txn_id, topic, [b"zombie-1"], 0)
     fresh = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
     fresh.init_transactions(30)
     with pytest.raises(KafkaException) as err:
@@ -326,12 +329,7 @@ def test_kip664_tooling_with_kafka_python_admin(module_server):
     bootstrap = module_server.bootstrap
     (topic,) = make_topics(bootstrap, "kip664")[:1]
     txn_id = "kip664-" + uuid.uuid4().hex[:6]
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
-    p.init_transactions(30)
-    p.begin_transaction()
-    for i in range(3):
-        p.produce(topic, key=b"open-%d" % i, value=b"x", partition=1)
-    p.flush(30)
+    open_txn = open_transaction(bootstrap, txn_id, topic, [b"open-%d" % i for i in range(3)], 1)
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         listed = [t for ts in admin.list_transactions(state_filters=["Ongoing"]).values() for t in ts]
@@ -358,3 +356,4 @@ def test_kip664_tooling_with_kafka_python_admin(module_server):
         admin.close()
     committed, positions = read_confluent(bootstrap, [(topic, 1)], "read_committed")
     assert committed == {} and positions[(topic, 1)] == (4, 4)
+    del open_txn                      # the producer lived while its transaction was looked at and aborted
