@@ -2,6 +2,7 @@
 and fsynced on the interval; by default every acknowledgement waits for its fsync."""
 import trio
 
+from broker_runner import run_with_broker
 from trireme.server.broker import Broker
 from trireme.server.clock import now_ms
 from trireme.server.config import Config
@@ -20,13 +21,10 @@ def _append(broker, p, n):
     broker.appended(p)
 
 
-def _run(broker, body):
-    async def main():
-        async with trio.open_nursery() as nursery:
-            await nursery.start(broker.run)
-            await body(broker)
-            nursery.cancel_scope.cancel()
-    trio.run(main)
+async def _until_durable(p, offset: int) -> None:
+    with trio.fail_after(5):
+        while p.log.durable_offset < offset:
+            await trio.sleep(0.005)
 
 
 def test_default_acknowledges_only_what_is_fsynced(tmp_path):
@@ -39,7 +37,7 @@ def test_default_acknowledges_only_what_is_fsynced(tmp_path):
         assert p.log.high_watermark == 0            # not visible before the fsync
         assert await b.wait_durable(p, 4)
         assert p.log.high_watermark == p.log.durable_offset == 5
-    _run(broker, body)
+    run_with_broker(broker, body)
     assert not broker.ack_before_flush
 
 
@@ -55,10 +53,8 @@ def test_flush_interval_messages(tmp_path):
         await trio.sleep(0.05)
         assert p.log.durable_offset == 0             # under the interval: no fsync yet
         _append(b, p, 6)                             # 11 unflushed: over the interval
-        with trio.fail_after(5):
-            while p.log.durable_offset < 11:
-                await trio.sleep(0.005)
-    _run(broker, body)
+        await _until_durable(p, 11)
+    run_with_broker(broker, body)
     broker.close()                                   # shutdown flushes too
     assert p.log.durable_offset == p.log.log_end_offset
 
@@ -71,7 +67,5 @@ def test_flush_interval_ms(tmp_path):
     async def body(b):
         _append(b, p, 3)
         assert (p.log.high_watermark, p.log.durable_offset) == (3, 0)
-        with trio.fail_after(5):
-            while p.log.durable_offset < 3:
-                await trio.sleep(0.01)
-    _run(broker, body)
+        await _until_durable(p, 3)
+    run_with_broker(broker, body)

@@ -1,6 +1,7 @@
 """The server's group service: records become durable before answers, timers fire, the offsets log is compacted on load."""
 import trio
 
+from broker_runner import run_with_broker
 from trireme.server.broker import Broker
 from trireme.server.clock import now_ms
 from trireme.server.config import Config
@@ -10,15 +11,6 @@ def _broker(tmp_path, **props) -> Broker:
     config = Config(data_dir=str(tmp_path))
     config.update({"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 100, **props})
     return Broker(config)
-
-
-def _run(broker, body):
-    async def main():
-        async with trio.open_nursery() as nursery:
-            await nursery.start(broker.run)
-            await body(broker)
-            nursery.cancel_scope.cancel()
-    trio.run(main)
 
 
 async def _commit(broker, group, offsets):
@@ -41,7 +33,7 @@ def test_commit_is_visible_once_answered_and_survives_restart(tmp_path):
         await _commit(b, "g", [("t", 0, 5, -1, "m"), ("t", 1, 7, -1, None)])
         assert _fetched(b, "g") == {("t", 0): 5, ("t", 1): 7}
         assert b.groups.partition.log.high_watermark > 0      # durable before the answer
-    _run(broker, body)
+    run_with_broker(broker, body)
     broker.close()
     again = _broker(tmp_path)
     assert _fetched(again, "g") == {("t", 0): 5, ("t", 1): 7}
@@ -55,7 +47,7 @@ def test_offsets_log_is_compacted_on_load(tmp_path):
     async def body(b):
         for i in range(700):
             await _commit(b, "g", [("t", p, i * 10 + p, -1, None) for p in range(3)])
-    _run(broker, body)
+    run_with_broker(broker, body)
     end = broker.groups.partition.log.log_end_offset
     assert end == 2100
     broker.close()
@@ -94,5 +86,5 @@ def test_session_timer_expires_a_silent_member(tmp_path):
         await trio.sleep(0.8)                              # no heartbeats: the 300 ms session expires
         [described] = groups.coordinator.describe_groups(["g"])
         assert described.state == "Empty" and not described.members
-    _run(broker, body)
+    run_with_broker(broker, body)
     broker.close()

@@ -487,15 +487,22 @@ def test_unsafe_no_fsync_mode():
 
 
 _APPEND = st.tuples(st.just("append"), st.lists(st.integers(1, 4), min_size=1, max_size=3), st.integers(1, 300))
-_OPS = st.one_of(
-    _APPEND, _APPEND, _APPEND, _APPEND,
-    st.tuples(st.just("flush"), st.just(0), st.just(0)),
-    st.tuples(st.just("flush"), st.just(0), st.just(0)),
+_FLUSH = st.tuples(st.just("flush"), st.just(0), st.just(0))
+# What the random crash tests do besides appending: flush, begin a flush, crash, inject a failure, trim.
+_CRASH_OPS = (
+    _FLUSH,
     st.tuples(st.just("begin"), st.just(0), st.just(0)),
     st.tuples(st.just("crash"), st.booleans(), st.integers(0, 2**32)),
     st.tuples(st.just("fail"), st.booleans(), st.integers(0, 3)),
     st.tuples(st.just("trim"), st.integers(0, 4), st.just(0)),
 )
+_OPS = st.one_of(_APPEND, _APPEND, _APPEND, _APPEND, _FLUSH, *_CRASH_OPS)
+
+
+def _healthy(storage: MemoryStorage) -> None:
+    """No failure left pending (before a crash or a restart)."""
+    storage.fail_next_write(0)
+    storage.fail_next_sync(0)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -526,10 +533,6 @@ def test_random_append_flush_crash(ops, final_seed):
         event(f"segments after crash: {min(len(log.segment_base_offsets), 3)}+")
         return values[:end]
 
-    def healthy() -> None:
-        storage.fail_next_write(0)
-        storage.fail_next_sync(0)
-
     for op, a, b in ops:
         if op == "append":
             batches = []
@@ -554,7 +557,7 @@ def test_random_append_flush_crash(ops, final_seed):
             except OSError:
                 event("flush failed")
                 log.close()
-                healthy()
+                _healthy(storage)
                 log = open_log(storage, segment_bytes=seg)  # restart after a failed fsync; page cache intact
                 flushed = log.high_watermark
                 assert flushed == len(values)
@@ -577,14 +580,14 @@ def test_random_append_flush_crash(ops, final_seed):
                 assert log.log_start_offset == start
                 ambiguous_starts.append(before)
         else:
-            healthy()
+            _healthy(storage)
             start = log.log_start_offset
             storage = storage.crash(torn_tail=a, rng=random.Random(b))
             log = open_log(storage, segment_bytes=seg)
             pending = None
             values = check_after_crash(log, start)
             flushed = log.high_watermark
-    healthy()
+    _healthy(storage)
     start = log.log_start_offset
     storage = storage.crash(torn_tail=True, rng=random.Random(final_seed))
     log = open_log(storage, segment_bytes=seg)
@@ -1225,16 +1228,9 @@ def test_aborted_txns_matches_brute_force(txns, duplicates, queries):
             bisect.bisect_right(log.segment_base_offsets, txns[-1].last_offset) - 1] else "entries in one segment")
 
 
-_TXN_OPS = st.one_of(
-    st.tuples(st.just("append"), st.integers(1, 3), st.integers(1, 200)),
-    st.tuples(st.just("abort"), st.integers(0, 30), st.integers(0, 9)),
-    st.tuples(st.just("abort"), st.integers(0, 30), st.integers(0, 9)),
-    st.tuples(st.just("flush"), st.just(0), st.just(0)),
-    st.tuples(st.just("begin"), st.just(0), st.just(0)),
-    st.tuples(st.just("crash"), st.booleans(), st.integers(0, 2**32)),
-    st.tuples(st.just("fail"), st.booleans(), st.integers(0, 3)),
-    st.tuples(st.just("trim"), st.integers(0, 4), st.just(0)),
-)
+_ABORT = st.tuples(st.just("abort"), st.integers(0, 30), st.integers(0, 9))
+_TXN_OPS = st.one_of(st.tuples(st.just("append"), st.integers(1, 3), st.integers(1, 200)), _ABORT, _ABORT,
+                     *_CRASH_OPS)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -1255,10 +1251,6 @@ def test_random_aborted_txns_with_flush_crash_and_failures(ops, final_seed):
         target = log.flush_begin()
         planned[target] = set(log.aborted_txns(*EVERYTHING))
         return target
-
-    def healthy() -> None:
-        storage.fail_next_write(0)
-        storage.fail_next_sync(0)
 
     def check_reopened(log: PartitionLog) -> None:
         nonlocal added
@@ -1296,7 +1288,7 @@ def test_random_aborted_txns_with_flush_crash_and_failures(ops, final_seed):
             except OSError:
                 event("flush failed")
                 log.close()
-                healthy()
+                _healthy(storage)
                 log = open_log(storage, segment_bytes=seg)  # restart; page cache intact
                 check_reopened(log)
                 continue
@@ -1314,12 +1306,12 @@ def test_random_aborted_txns_with_flush_crash_and_failures(ops, final_seed):
                 event("delete_records failed")
             assert log.aborted_txns(*EVERYTHING) == [t for t in added if t.last_offset >= log.segment_base_offsets[0]]
         else:
-            healthy()
+            _healthy(storage)
             storage = storage.crash(torn_tail=a, rng=random.Random(b))
             log = open_log(storage, segment_bytes=seg)
             pending = None
             check_reopened(log)
-    healthy()
+    _healthy(storage)
     storage = storage.crash(torn_tail=True, rng=random.Random(final_seed))
     log = open_log(storage, segment_bytes=seg)
     check_reopened(log)
