@@ -85,6 +85,7 @@ class Partition:
     directory: str = ""
     snapshot_offset: int | None = None     # the producer state snapshot start-up began from (None: none)
     snapshot_size: int = 0                 # the log's size when the last snapshot was taken
+    runtime: object = None                 # the coordinator runtime whose internal log this is: it appends here
 
     @property
     def leader_epoch(self) -> int:

@@ -74,6 +74,7 @@ class CoordinatorRuntime:
                  on_timer: Callable[[object, int], Effects] | None = None):
         self.name = name
         self.partition = partition
+        partition.runtime = self           # appends to this log (markers included) go through the runtime
         self.durability = durability
         self.coordinator = coordinator
         self.on_timer = on_timer

@@ -12,9 +12,9 @@ Behaviour / version notes:
   the partition does not know (its state expired) is written: that is what lets an admin abort work.
 - A marker completes the producer's transaction in producer state (the last stable offset moves),
   and an ABORT adds the transaction to the partition's aborted-transaction index, which
-  read_committed fetches return.  In ``__consumer_offsets`` the marker goes through the group
-  coordinator's runtime, so it makes the transaction's pending offsets visible (COMMIT) or drops
-  them (ABORT) when it is replayed.
+  read_committed fetches return.  In a coordinator's own log (``__consumer_offsets``) the marker goes
+  through that coordinator's runtime, so it makes the transaction's pending offsets visible (COMMIT)
+  or drops them (ABORT) when it is replayed.
 - Answered once every marker of the request is durable (fsynced).
 """
 from trireme.server.deferred import Deferred
@@ -74,16 +74,16 @@ def write_txn_markers(ctx, request):
 def _append_marker(broker, partition, marker, now: int):
     """Append one marker and apply it to producer state → an async callable: True once durable; None if not written."""
     commit = marker.transaction_result
-    groups = broker.groups
-    if partition is groups.partition:
-        staged = groups.stage_marker(marker.producer_id, marker.producer_epoch, commit, marker.coordinator_epoch)
+    runtime = partition.runtime
+    if runtime is not None:          # a coordinator's log: the runtime appends it and replays it in log order
+        staged = runtime.stage_marker(marker.producer_id, marker.producer_epoch, commit, marker.coordinator_epoch)
         target, _, failed = staged
         if failed:
             return None
         offset = target
 
         async def wait():
-            return await groups.complete(staged)
+            return await runtime.complete(staged)
     else:
         batch = bytearray(records.build_control_batch(
             commit, producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
