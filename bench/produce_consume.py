@@ -385,7 +385,9 @@ def scrape_metrics(url: str | None) -> dict | None:
     return {"fsyncs": int(re.search(r"^trireme_fsyncs_total (\d+)", text, re.M).group(1)),
             "fsync_seconds": float(re.search(r"^trireme_fsync_seconds_total (\S+)", text, re.M).group(1)),
             "phases": {(api, phase): float(sec) for api, phase, sec in re.findall(
-                r'trireme_request_phase_seconds_total\{api="(\w+)",phase="(\w+)"\} (\S+)', text)},
+                r'trireme_request_phase_seconds_total\{api="(\w+)",phase="(\w+)"\} (\S+)', text)}
+            | {(api, "handle"): float(sec) for api, sec in re.findall(
+                r'trireme_request_handler_seconds_total\{api="(\w+)"\} (\S+)', text)},
             "requests": {api: int(n) for api, n in re.findall(r'trireme_requests_total\{api="(\w+)"\} (\d+)', text)}}
 
 

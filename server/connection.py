@@ -165,14 +165,12 @@ class Connection:
             frame = await reader.read_frame()
             if frame is None:
                 return "closed by client"
-            self.received = time.perf_counter()
-            self.receive_seconds = self.received - reader.started
             self.requests += 1
-            item = await self._dispatch(frame, nursery)
+            item = await self._dispatch(frame, nursery, time.perf_counter() - reader.started)
             if item is not None:
                 await send.send(item)
 
-    async def _dispatch(self, frame: bytearray, nursery):
+    async def _dispatch(self, frame: bytearray, nursery, receive_seconds: float = 0.0):
         """Decode and handle one request → what the writer should send (or None)."""
         try:
             api_key, api_version = headers.peek_api(frame)
@@ -217,8 +215,7 @@ class Connection:
             raise CloseConnection(f"internal error in {handler.name}") from None
         metrics = self.broker.metrics
         metrics.observe_request(handler.name, time.perf_counter() - started)
-        metrics.observe_phase(handler.name, "receive", self.receive_seconds)
-        metrics.observe_phase(handler.name, "handle", time.perf_counter() - started)
+        metrics.observe_phase(handler.name, "receive", receive_seconds)
         if isinstance(result, Deferred):
             pending = _Pending(header, handler.response)
             nursery.start_soon(self._complete, pending, result, handler)

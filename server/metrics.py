@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import collections
 
+from trireme.state.txn_records import TxnState
+
 from .clock import now_ms
 
 
@@ -19,8 +21,8 @@ class Metrics:
         self.connections = 0
 
     def observe_phase(self, api: str, phase: str, seconds: float) -> None:
-        """Time a request spent in one phase: receive (its frame), handle (validate, append), wait (the fsync,
-        a coordinator, a long poll), respond (encode and send)."""
+        """Time a request spent in one phase besides its handler (``observe_request``): receive (its frame), wait
+        (the fsync, a coordinator, a long poll), respond (encode and send)."""
         self.phase_seconds[(api, phase)] += seconds
 
     def observe_request(self, api: str, seconds: float) -> None:
@@ -75,7 +77,6 @@ def render_broker(broker) -> str:
 
 def _transaction_lines(coordinator, now: int) -> list[str]:
     """Transactions per coordinator state and the age of the oldest open one (what pins an LSO longest)."""
-    from trireme.state.txn_records import TxnState
     counts = {state: 0 for state in TxnState}
     oldest = 0
     for meta in coordinator.transactions.values():
