@@ -65,13 +65,11 @@ class TransactionService(CoordinatorRuntime):
         """Make an outcome's records durable and replayed, then start its markers; → the outcome to answer."""
         if outcome.records:
             staged = self.stage(outcome.effects)
-            self._changed.set()              # an operation waiting on this id may build on what was staged
-            self._changed = trio.Event()
+            self._signal_change()            # an operation waiting on this id may build on what was staged
             durable = await self.complete(staged)
             if not durable:
                 self.coordinator.abandon(outcome.transactional_id)
-            self._changed.set()
-            self._changed = trio.Event()
+            self._signal_change()
             if not durable:
                 outcome.error = E.COORDINATOR_NOT_AVAILABLE.code
                 outcome.partition_errors = {tp: outcome.error for tp in outcome.partition_errors}
@@ -79,6 +77,11 @@ class TransactionService(CoordinatorRuntime):
         if outcome.markers is not None:
             self.start_soon(self._write_markers, outcome.markers)
         return outcome
+
+    def _signal_change(self) -> None:
+        """Wake the operations waiting for a transaction record to be staged or made durable."""
+        self._changed.set()
+        self._changed = trio.Event()
 
     async def _when_settled(self, attempt) -> TxnOutcome:
         """Run ``attempt()``; while it is CONCURRENT_TRANSACTIONS (the id's previous transaction is still
@@ -183,6 +186,7 @@ class TransactionService(CoordinatorRuntime):
             if not await self.write_records(records):
                 for key, _ in records:
                     self.coordinator.abandon(decode_txn_key(key))
+            self._signal_change()            # an operation waiting on an expiring id tries again
 
 
 def error_for_version(code: int, version: int, fenced_since: int) -> int:
