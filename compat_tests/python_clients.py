@@ -37,6 +37,16 @@ def create_topics(bootstrap: str, names: Iterable[str], partitions: int) -> list
     return names
 
 
+def describe_transaction(bootstrap: str, transactional_id: str):
+    """DescribeTransactions with kafka-python's admin client → its description of ``transactional_id``."""
+    from kafka import KafkaAdminClient
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        return admin.describe_transactions([transactional_id])[transactional_id]
+    finally:
+        admin.close()
+
+
 @dataclass(frozen=True)
 class Rec:
     """One record to produce (``index`` is its position in the send order)."""

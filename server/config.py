@@ -33,6 +33,10 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
         10000, "How often open transactions past their timeout are looked for and aborted."),
     "transaction.remove.expired.transaction.cleanup.interval.ms": (
         3600000, "How often transactional ids past transactional.id.expiration.ms are removed."),
+    "transaction.version": (
+        2, "Level of the transaction.version feature finalized when the data directory is new (as Kafka's "
+           "`kafka-storage format --feature`): 0 classic, 1 flexible transaction-log records, 2 transactions "
+           "V2 (KIP-890).  Later changes go through UpdateFeatures."),
     "transaction.two.phase.commit.enable": (False, "Allow two-phase-commit transactions (KIP-939)."),
     "group.initial.rebalance.delay.ms": (3000, "Delay before the first rebalance of an empty group."),
     "group.min.session.timeout.ms": (6000, "Smallest session timeout a consumer may ask for."),
