@@ -32,7 +32,7 @@ from compat_tests.python_clients import create_topics, poll_values
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--window-size=1280,1060"]
+                  "--window-size=1280,1180"]
 STATUS = {"trireme.status.listen": "127.0.0.1:0"}
 ACTIONS = {**STATUS, "trireme.status.actions.enable": True}
 
