@@ -59,7 +59,7 @@ def parse_exposition(text: str) -> dict[str, dict]:
             _, _, name, kind = line.split()
             assert current is not None and current["name"] == name, f"TYPE of {name} without its HELP"
             assert kind in ("counter", "gauge", "histogram"), line
-            assert (kind == "counter") == name.endswith("_total"), f"{kind} {name}: counters and only they end in _total"
+            assert (kind == "counter") == name.endswith("_total"), f"{kind} {name}: only counters end in _total"
             current["type"] = kind
             continue
         m = SAMPLE.match(line)

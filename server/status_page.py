@@ -48,7 +48,8 @@ header{background:#1d2330;color:#fff;padding:12px 24px;display:flex;gap:24px;ali
 header h1{font-size:20px;margin:0}header span{color:#c5cad6}
 main{padding:8px 24px 32px}
 .cards{display:flex;gap:12px;flex-wrap:wrap;margin:12px 0}
-.card{color:inherit;text-decoration:none;background:#fff;border:1px solid #dde1e8;border-radius:6px;padding:8px 16px;min-width:110px}
+.card{color:inherit;text-decoration:none;background:#fff;border:1px solid #dde1e8;border-radius:6px;
+padding:8px 16px;min-width:110px}
 .card b{display:block;font-size:22px}.card.bad{border-color:#c62828;background:#fdecea}
 section{margin-top:22px}h2{font-size:16px;margin:0 0 6px}h3{font-size:14px;margin:12px 0 6px}
 table{border-collapse:collapse;background:#fff;border:1px solid #dde1e8;min-width:50%}
@@ -121,7 +122,8 @@ class StatusPage:
         self.started_ms = now_ms()
 
     def routes(self) -> Routes:
-        return {("GET", "/"): self.page, ("POST", ABORT_PATH): self.abort, ("POST", ABORT_HANGING_PATH): self.abort_hanging}
+        return {("GET", "/"): self.page, ("POST", ABORT_PATH): self.abort,
+                ("POST", ABORT_HANGING_PATH): self.abort_hanging}
 
     # --- the page ------------------------------------------------------------------------------
 
@@ -138,7 +140,8 @@ class StatusPage:
         ongoing = sorted((m for m in coordinator.transactions.values() if m.state in overview.OPEN_STATES),
                          key=lambda m: (m.value.start_timestamp_ms, m.transactional_id))
         hanging = [t for t in open_txns if t.hanging]
-        cards = [("topics", len(broker.topics.all()), "partitions"), ("partitions", len(broker.partitions), "partitions"),
+        cards = [("topics", len(broker.topics.all()), "partitions"),
+                 ("partitions", len(broker.partitions), "partitions"),
                  ("consumer groups", len(groups), "groups"), ("open transactions", len(ongoing), "transactions"),
                  ("hanging transactions", len(hanging), "hanging"), ("connections", broker.metrics.connections, "")]
         parts = [
@@ -231,19 +234,19 @@ class StatusPage:
             age = _age(now - v.start_timestamp_ms) if v.start_timestamp_ms >= 0 else ""
             state = m.state.kafka_name
             state_html = f'<span class="tag warn">{_e(state)}</span>' if m.state is TxnState.ONGOING else _e(state)
-            action = ""
-            if self.actions_enabled and m.state is TxnState.ONGOING:
-                action = self._form(ABORT_PATH, "Abort", transactional_id=m.transactional_id,
-                                    producer_id=m.producer_id, producer_epoch=m.producer_epoch)
-            rows.append([_e(m.transactional_id), _e(m.producer_id), _e(m.producer_epoch), state_html, _e(age),
-                         _e(_age(v.transaction_timeout_ms)) if v.transaction_timeout_ms else "none",
-                         ", ".join(_tp(t, p) for t, p in sorted(v.partitions)),
-                         ", ".join(_e(tp) for tp in sorted(pinned.get(m.transactional_id, []))), action])
+            row = [_e(m.transactional_id), _e(m.producer_id), _e(m.producer_epoch), state_html, _e(age),
+                   _e(_age(v.transaction_timeout_ms)) if v.transaction_timeout_ms else "none",
+                   ", ".join(_tp(t, p) for t, p in sorted(v.partitions)),
+                   ", ".join(_e(tp) for tp in sorted(pinned.get(m.transactional_id, [])))]
+            if self.actions_enabled:
+                row.append(self._form(ABORT_PATH, "Abort", transactional_id=m.transactional_id,
+                                      producer_id=m.producer_id, producer_epoch=m.producer_epoch)
+                           if m.state is TxnState.ONGOING else "")
+            rows.append(row)
         columns = ["transactional id", "producer id#", "epoch#", "state", "age#", "timeout#", "partitions",
                    "holds the LSO of"] + (["action"] if self.actions_enabled else [])
         return ('<section id="transactions"><h2>Open transactions</h2>'
-                + _table(columns, [r if self.actions_enabled else r[:-1] for r in rows], "no open transactions")
-                + self._transactional_ids() + "</section>")
+                + _table(columns, rows, "no open transactions") + self._transactional_ids() + "</section>")
 
     def _transactional_ids(self) -> str:
         metas = sorted(self.broker.transactions.coordinator.transactions.values(), key=lambda m: m.transactional_id)
@@ -286,7 +289,8 @@ class StatusPage:
         more = f'<p class="empty">and {total - len(rows)} more</p>' if total > len(rows) else ""
         return ('<section id="producers"><h2>Producer ids</h2>'
                 + _table(["partition", "producer id#", "epoch#", "last sequence#", "last write#",
-                          "open transaction from#", "coordinator epoch#"], rows, "no idempotent or transactional producers")
+                          "open transaction from#", "coordinator epoch#"], rows,
+                         "no idempotent or transactional producers")
                 + more + "</section>")
 
     def _form(self, action: str, label: str, **fields) -> str:
@@ -348,11 +352,12 @@ class StatusPage:
             return self._done(f"abort of the {what}: not done, it is no longer hanging there")
         txn = match[0]
         log.warning("status page: aborting the %s (epoch %d) with a marker", what, txn.producer_epoch)
-        request = _MARKERS(markers=[_MARKERS.WritableTxnMarker(
+        markers = _MARKERS(markers=[_MARKERS.WritableTxnMarker(
             producer_id=txn.producer_id, producer_epoch=txn.producer_epoch, transaction_result=False,
-            topics=[_MARKERS.WritableTxnMarker.WritableTxnMarkerTopic(name=txn.topic, partition_indexes=[txn.partition])],
+            topics=[_MARKERS.WritableTxnMarker.WritableTxnMarkerTopic(name=txn.topic,
+                                                                      partition_indexes=[txn.partition])],
             coordinator_epoch=max(txn.coordinator_epoch, 0))])
-        response = await self.broker.local_peer.call("WriteTxnMarkers", 1, request)
+        response = await self.broker.local_peer.call("WriteTxnMarkers", 1, markers)
         error = response.markers[0].topics[0].partitions[0].error_code
         if error:
             return self._done(f"abort of the {what}: the marker was refused, {E.for_code(error).name}")
