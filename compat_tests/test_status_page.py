@@ -183,7 +183,7 @@ def test_status_page_shows_clients_and_aborts_transactions(server, browser):
     del lost
     server.stop()
     shutil.rmtree(server.data_dir / "logs" / "__transaction_state-0")
-    server.start()
+    server._start_same_port()            # what restart() does after its stop (another port if that one is taken)
     bootstrap = server.bootstrap
 
     producer = Producer({"bootstrap.servers": bootstrap})
@@ -284,16 +284,20 @@ def test_actions_are_off_by_default_and_names_are_escaped(server):
     fields = {"transactional_id": "<img src=x>", "producer_id": "0", "producer_epoch": "0", "token": ""}
     assert post(url + "actions/abort-transaction", fields) == 403
     assert get(url + "nothing-here")[0] == 404
-    assert get(url + "metrics")[0] == 404              # metrics are on their own listener, when configured
+    assert get(url + "metrics")[0] == 404              # trireme.metrics.listen is not set
     writer.commit_transaction(30)                      # nothing aborted it
 
 
 @pytest.mark.server_config({**ACTIONS, "trireme.metrics.listen": "127.0.0.1:0"})
 def test_actions_need_the_token_the_origin_and_a_loopback_host(server):
+    """Also: the same address in trireme.metrics.listen and trireme.status.listen is one listener serving both."""
     bootstrap = server.bootstrap
     create_topics(bootstrap, ["t1"], 1)
     writer = open_transaction(bootstrap, "guarded", "t1", 1)
     url = status_url(server)
+    assert f"metrics on {url}metrics" in server.stderr_path.read_text()
+    status, metrics = get(url + "metrics")
+    assert status == 200 and 'trireme_transactions{state="Ongoing"} 1' in metrics
     page = get(url)[1]
     (token,) = set(re.findall(r'name="token" value="([^"]+)"', page))
     (producer_id,) = re.findall(r'name="producer_id" value="(\d+)"', page)
