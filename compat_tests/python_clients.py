@@ -72,6 +72,18 @@ class Got:
     create_time: bool
 
 
+def poll_values(consumer, count: int, what: str, timeout: float = CONSUME_DEADLINE_S) -> list[bytes | None]:
+    """The values of the next ``count`` records a confluent-kafka consumer polls (fails after ``timeout``)."""
+    values: list[bytes | None] = []
+    deadline = time.monotonic() + timeout
+    while len(values) < count:
+        assert time.monotonic() < deadline, f"{what}: got {len(values)} of {count} records"
+        m = consumer.poll(0.5)
+        if m is not None and not m.error():
+            values.append(m.value())
+    return values
+
+
 def make_records(n: int = N_RECORDS, *, null_header_values: bool = True,
                  null_key_and_value: bool = True, seed: int = 7,
                  partitions: int = N_PARTITIONS, base_ts: int | None = None) -> list[Rec]:

@@ -476,6 +476,15 @@ class TransactionCoordinator:
                     outcomes.append(outcome)
         return outcomes
 
+    def abort_ongoing(self, transactional_id: str, now_ms: int) -> TxnOutcome:
+        """An operator's abort of an Ongoing transaction, done as its timeout would do it (fence, abort)."""
+        meta, busy = self._current(transactional_id)
+        if busy:
+            return _error(E.CONCURRENT_TRANSACTIONS.code)
+        if meta is None or meta.state is not ONGOING:
+            return _error(E.INVALID_TXN_STATE.code)
+        return self._fence_and_abort(meta, now_ms)
+
     def expire_transactional_ids(self, now_ms: int) -> list:
         """Tombstones for ids idle (no open transaction) for longer than transactional.id.expiration.ms."""
         records = []

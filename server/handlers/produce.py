@@ -276,7 +276,7 @@ def _append(broker, partition, data, transactional_id, now, result, waits, added
                   base_offset, append_time if log_append_time else header.max_timestamp,
                   header.is_transactional)
     append.apply()
-    broker.metrics.bytes_in += len(data)
+    broker.metrics.count_bytes_in(partition.topic.name, len(data))
     broker.appended(partition)
     result.base_offset = base_offset
     result.log_append_time_ms = append_time if log_append_time else -1
