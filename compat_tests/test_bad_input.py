@@ -196,10 +196,10 @@ def produce(conn: RawConn, topic: str, batches_by_partition: dict[int, bytes | N
     return resp.responses[0].partition_responses
 
 
-def list_offset(conn: RawConn, topic: str, partition: int, timestamp: int = -1) -> int:
+def list_offset(conn: RawConn, topic: str, partition: int, timestamp: int = -1, isolation_level: int = 0) -> int:
     cls = message("ListOffsetsRequest").cls
     tcls = cls.ListOffsetsTopic
-    resp = conn.request("ListOffsets", 7, cls(replica_id=-1, topics=[tcls(name=topic, partitions=[
+    resp = conn.request("ListOffsets", 7, cls(replica_id=-1, isolation_level=isolation_level, topics=[tcls(name=topic, partitions=[
         tcls.ListOffsetsPartition(partition_index=partition, timestamp=timestamp)])]))
     part = resp.topics[0].partitions[0]
     assert part.error_code == 0, part

@@ -349,7 +349,9 @@ class TransactionCoordinator:
         if self.loading:
             return _error(E.COORDINATOR_LOAD_IN_PROGRESS.code)
         meta, busy = self._current(transactional_id)
-        if epoch_bump and meta is not None and meta.value.next_producer_epoch == NO_PRODUCER_EPOCH:
+        # A prepared 2PC transaction kept for its external coordinator (KIP-939) ends as a classic one.
+        kept_2pc = meta is not None and meta.state is ONGOING and meta.value.next_producer_epoch != NO_PRODUCER_EPOCH
+        if epoch_bump and meta is not None and not kept_2pc:
             return self._end_txn_v2(meta, busy, producer_id, producer_epoch, commit, now_ms, allocate_producer_id)
         if meta is None or meta.client_identity[0] != producer_id:
             return _error(E.INVALID_PRODUCER_ID_MAPPING.code)

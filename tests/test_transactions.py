@@ -1090,3 +1090,131 @@ def test_open_transactions_hold_first_unstable_offset():
     assert state.first_unstable_offset() == 1
     assert state.commit_end_txn(2, 0, 4, 1000) == 1
     assert state.first_unstable_offset() is None
+
+
+# --- transactions V2 (KIP-890 part 2): EndTxn v5 bumps the epoch -------------------------------------------------
+
+def end_v2(h: Harness, pid: int, epoch: int, commit: bool, tid=TID):
+    return h.coord.end_txn(tid, pid, epoch, commit, h.tick(), epoch_bump=True, allocate_producer_id=h.alloc)
+
+
+def v2_ongoing(h: Harness, partitions=(P1, P2)) -> tuple[int, int]:
+    """A V2 transaction: InitProducerId, then partitions added implicitly (Produce v12)."""
+    out = h.init()
+    pid, epoch = out.producer_id, out.producer_epoch
+    assert h.durable(h.coord.add_partitions(TID, pid, epoch, partitions, h.tick(), implicit=True)).error == NONE
+    assert h.meta().value.client_transaction_version == 2
+    return pid, epoch
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_v2_end_txn_bumps_the_epoch_and_its_markers_carry_it(commit):
+    h = Harness(transaction_version=2)
+    pid, epoch = v2_ongoing(h)
+    out = end_v2(h, pid, epoch, commit)
+    assert (out.error, out.producer_id, out.producer_epoch) == (NONE, pid, epoch + 1)
+    _, value = only_record(out)
+    assert value.state is (PREPARE_COMMIT if commit else PREPARE_ABORT)
+    assert (value.producer_epoch, value.client_transaction_version) == (epoch + 1, 2)
+    assert out.markers == MarkerJob(TID, pid, epoch + 1, commit, value.partitions, 0, 2)
+    h.durable(out)
+    assert h.meta().last_producer_epoch == epoch
+    h.complete(TID, pid, epoch + 1)
+    meta = h.meta()
+    assert (meta.state, meta.producer_id, meta.producer_epoch) == \
+        (COMPLETE_COMMIT if commit else COMPLETE_ABORT, pid, epoch + 1)
+    # The next transaction runs at the new epoch; the old one is fenced.
+    assert h.coord.add_partitions(TID, pid, epoch, [P1], h.tick(), implicit=True).error == E.PRODUCER_FENCED.code
+    assert h.durable(h.coord.add_partitions(TID, pid, epoch + 1, [P3], h.tick(), implicit=True)).error == NONE
+    assert end_v2(h, pid, epoch, commit).error == E.PRODUCER_FENCED.code
+    assert h.durable(end_v2(h, pid, epoch + 1, commit)).producer_epoch == epoch + 2
+
+
+def test_v2_retry_gets_the_same_new_epoch_back():
+    h = Harness(transaction_version=2)
+    pid, epoch = v2_ongoing(h)
+    first = h.durable(end_v2(h, pid, epoch, True))
+    # While the markers are written the retry (the epoch before the bump) waits: CONCURRENT_TRANSACTIONS.
+    again = end_v2(h, pid, epoch, True)
+    assert again.error == E.CONCURRENT_TRANSACTIONS.code
+    no_change(again)
+    assert end_v2(h, pid, epoch, False).error == E.INVALID_TXN_STATE.code
+    h.complete(TID, pid, epoch + 1)
+    retry = end_v2(h, pid, epoch, True)
+    assert (retry.error, retry.producer_id, retry.producer_epoch) == (NONE, first.producer_id, first.producer_epoch)
+    no_change(retry)
+    assert end_v2(h, pid, epoch, False).error == E.INVALID_TXN_STATE.code     # the other result of a retry
+    # The epoch the state has names the next transaction: committing nothing is refused, aborting it bumps.
+    assert end_v2(h, pid, epoch + 1, True).error == E.INVALID_TXN_STATE.code
+    empty_abort = end_v2(h, pid, epoch + 1, False)
+    assert (empty_abort.error, empty_abort.producer_epoch) == (NONE, epoch + 2)
+    assert only_record(empty_abort)[1].partitions == () and empty_abort.markers.partitions == ()
+
+
+def test_v2_an_older_or_newer_epoch_is_fenced_and_another_producer_id_unknown():
+    h = Harness(transaction_version=2)
+    pid, epoch = v2_ongoing(h)
+    assert end_v2(h, pid, epoch + 1, True).error == E.PRODUCER_FENCED.code
+    assert end_v2(h, pid + 1, epoch, True).error == E.INVALID_PRODUCER_ID_MAPPING.code
+    assert end_v2(h, pid, epoch, True, tid="nobody").error == E.INVALID_PRODUCER_ID_MAPPING.code
+
+
+def test_v2_abort_with_nothing_open_bumps_the_epoch():
+    h = Harness(transaction_version=2)
+    out = h.init()
+    pid, epoch = out.producer_id, out.producer_epoch
+    assert end_v2(h, pid, epoch, True).error == E.INVALID_TXN_STATE.code
+    aborted = h.durable(end_v2(h, pid, epoch, False))
+    assert (aborted.error, aborted.producer_epoch, h.state()) == (NONE, epoch + 1, PREPARE_ABORT)
+    h.complete(TID, pid, epoch + 1)
+    assert h.state() is COMPLETE_ABORT
+
+
+def test_v2_exhausted_epoch_moves_the_client_to_a_new_producer_id():
+    h = Harness(transaction_version=2)
+    _force(h, TID, producer_id=500, producer_epoch=MAX_PRODUCER_EPOCH - 1, state=ONGOING, partitions=(P1,),
+           start_timestamp_ms=T0, client_transaction_version=2)
+    out = end_v2(h, 500, MAX_PRODUCER_EPOCH - 1, True)
+    assert (out.error, out.producer_id, out.producer_epoch) == (NONE, 1000, 0)
+    assert h.allocated == [1000]
+    # The markers take the last epoch of the old producer id.
+    assert (out.markers.producer_id, out.markers.producer_epoch) == (500, MAX_PRODUCER_EPOCH)
+    h.durable(out)
+    retry = end_v2(h, 500, MAX_PRODUCER_EPOCH - 1, True)
+    assert retry.error == E.CONCURRENT_TRANSACTIONS.code
+    h.complete(TID, 500, MAX_PRODUCER_EPOCH)
+    meta = h.meta()
+    assert (meta.state, meta.producer_id, meta.producer_epoch, meta.value.previous_producer_id) == \
+        (COMPLETE_COMMIT, 1000, 0, 500)
+    retry = end_v2(h, 500, MAX_PRODUCER_EPOCH - 1, True)                  # retryOnOverflow
+    assert (retry.error, retry.producer_id, retry.producer_epoch) == (NONE, 1000, 0)
+    assert h.durable(h.coord.add_partitions(TID, 1000, 0, [P1], h.tick(), implicit=True)).error == NONE
+
+
+def test_v2_fence_bumps_twice_so_the_fenced_end_txn_is_no_retry():
+    h = Harness(transaction_version=2)
+    pid, epoch = v2_ongoing(h)
+    fence = h.coord.init_producer_id(TID, TIMEOUT, h.tick(), h.alloc)
+    assert fence.error == E.CONCURRENT_TRANSACTIONS.code
+    assert fence.markers.producer_epoch == epoch + 2 and fence.markers.transaction_version == 2
+    h.durable(fence)
+    h.complete(TID, pid, epoch + 2)
+    assert h.state() is COMPLETE_ABORT
+    assert end_v2(h, pid, epoch, True).error == E.PRODUCER_FENCED.code
+    assert end_v2(h, pid, epoch, False).error == E.PRODUCER_FENCED.code
+
+
+def test_classic_end_txn_at_level_2_writes_v1_markers():
+    """A librdkafka producer (EndTxn v1) on a broker at transaction.version 2: its markers keep its epoch, so they
+    must not be checked by V2's strictly-newer rule."""
+    h = Harness(transaction_version=2)
+    pid, epoch = h.to_state(ONGOING)
+    out = h.end(TID, pid, epoch, True)
+    assert (out.producer_epoch, out.markers.producer_epoch, out.markers.transaction_version) == (epoch, epoch, 1)
+
+
+def test_transaction_version_level_follows_update_features():
+    h = Harness(transaction_version=0)
+    assert h.init().records[0][1][:2] == (0).to_bytes(2, "big")
+    h.coord.transaction_version = 2
+    assert h.init(tid="other").records[0][1][:2] == (1).to_bytes(2, "big")

@@ -24,7 +24,7 @@ RESULTS_UNTIL = 1
 def update_features(ctx, request):
     broker = ctx.broker
     version = ctx.api_version
-    response = ctx.response()
+    response = ctx.response(error_message=None)
     updates = [FeatureUpdate(u.feature, u.max_version_level,
                              u.upgrade_type if version >= 1 else (SAFE_DOWNGRADE if u.allow_downgrade else UPGRADE))
                for u in request.feature_updates]
