@@ -206,9 +206,12 @@ class ServerProcess:
                         raise
                 time.sleep(0.5)
 
-    def restart(self) -> None:
-        """Graceful stop, then start on the same data dir and port."""
+    def restart(self, between: Callable[[], None] | None = None) -> None:
+        """Graceful stop, then start on the same data dir and port; ``between`` runs while it is stopped (e.g. to
+        damage the data directory as an operator might)."""
         self.stop()
+        if between is not None:
+            between()
         self._start_same_port()
 
     def kill9(self) -> None:

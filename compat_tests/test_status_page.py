@@ -181,9 +181,7 @@ def test_status_page_shows_clients_and_aborts_transactions(server, browser):
     # A hanging transaction: open on payments-0 when the coordinator's state is lost.
     lost = open_transaction(bootstrap, "lost-coordinator", "payments", 2)
     del lost
-    server.stop()
-    shutil.rmtree(server.data_dir / "logs" / "__transaction_state-0")
-    server._start_same_port()            # what restart() does after its stop (another port if that one is taken)
+    server.restart(between=lambda: shutil.rmtree(server.data_dir / "logs" / "__transaction_state-0"))
     bootstrap = server.bootstrap
 
     producer = Producer({"bootstrap.servers": bootstrap})

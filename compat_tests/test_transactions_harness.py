@@ -70,12 +70,22 @@ protocol; each test runs once per client kind (ids ``java-3.9.0``,
   commits; the output topic read_committed holds every transformed record
   exactly once.
 
+* ``test_kip664_tooling_with_java_admin`` (Java): listTransactions,
+  describeTransactions, describeProducers of an open transaction, find-hanging
+  (listTransactions + describeProducers, as kafka-transactions.sh) finds
+  nothing, and the Admin's abortTransaction (WriteTxnMarkers with the epochs
+  DescribeProducers gave) releases the last stable offset.
+* ``test_find_hanging_and_abort_with_java_admin``: a transaction whose
+  coordinator state was lost (``__transaction_state`` removed while the broker
+  was down) hangs; find-hanging reports it and the Admin abort clears it.
+
 One broker (with a short abort-cleanup interval) and one harness process per
 client kind serve the whole module; every test uses its own topics,
 transactional ids and handles.
 """
 from __future__ import annotations
 
+import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -565,3 +575,80 @@ def test_consume_transform_produce(h, kind):
     assert len(got) == len(out1 + out2)
     assert sorted((k, v) for _, _, k, v in got) == sorted((k, b"OUT " + v) for _, _, k, v in round1 + round2)
     assert rc["position"] == [[p, hw[p]] for p in range(2)]
+
+
+def find_hanging(h: clients.HarnessProcess, topic: str, partitions: list[int]) -> list[dict]:
+    """What ``kafka-transactions.sh find-hanging`` does with the Admin API: every producer with an open transaction
+    on the partitions whose producer id the coordinators list as Ongoing on none of them."""
+    ongoing = {t["producer_id"] for t in h.ok("list_transactions", states=["Ongoing"])["transactions"]}
+    out = []
+    for p in partitions:
+        for producer in h.ok("describe_producers", topic=topic, partition=p)["producers"]:
+            if producer["txn_start_offset"] is not None and producer["producer_id"] not in ongoing:
+                out.append({"partition": p, **producer})
+    return out
+
+
+@pytest.mark.parametrize("kind", params(JAVA_KINDS))
+def test_kip664_tooling_with_java_admin(h, kind):
+    """listTransactions, describeTransactions, describeProducers, find-hanging (none) and abortTransaction (the
+    Admin sends WriteTxnMarkers with the epochs DescribeProducers gave) of an open transaction."""
+    u = uid()
+    topic, tid, handle = f"kip664-{kind.id}-{u}", f"kip664-{kind.id}-{u}", f"kip664-{u}"
+    h.ok("create_topic", topic=topic, partitions=2)
+    h.ok("init_producer", handle=handle, config=kind.txn_config(tid))
+    try:
+        h.ok("begin_txn", handle=handle)
+        produce_in_txn(h, handle, topic, keyed("open", topic, 1, 3))
+        listed = [t for t in h.ok("list_transactions", states=["Ongoing"])["transactions"]
+                  if t["transactional_id"] == tid]
+        assert len(listed) == 1 and listed[0]["state"] == "Ongoing", listed
+        assert not [t for t in h.ok("list_transactions", states=["CompleteCommit"])["transactions"]
+                    if t["transactional_id"] == tid]
+        desc = h.ok("describe_transactions", ids=[tid])["transactions"][tid]
+        assert desc["state"] == "Ongoing" and desc["producer_id"] == listed[0]["producer_id"]
+        assert desc["partitions"] == [[topic, 1]] and desc["start_time_ms"] > 0 and desc["coordinator"] == 1
+        (producer,) = [p for p in h.ok("describe_producers", topic=topic, partition=1)["producers"]
+                       if p["producer_id"] == desc["producer_id"]]
+        assert (producer["txn_start_offset"], producer["last_sequence"], producer["producer_epoch"]) == \
+            (0, 2, desc["producer_epoch"])
+        assert find_hanging(h, topic, [0, 1]) == []          # the coordinator knows it: not hanging
+        assert end_offsets(h, topic, [1], "read_committed") == {1: 0}
+        h.ok("abort_transaction", topic=topic, partition=1, producer_id=producer["producer_id"],
+             producer_epoch=producer["producer_epoch"], coordinator_epoch=producer["coordinator_epoch"] or 0)
+        (producer,) = [p for p in h.ok("describe_producers", topic=topic, partition=1)["producers"]
+                       if p["producer_id"] == desc["producer_id"]]
+        assert producer["txn_start_offset"] is None
+        assert end_offsets(h, topic, [1], "read_committed") == {1: 4}       # three records and the marker
+        rc = read_to_end(h, kind, topic, [1], "read_committed")
+        assert rc["records"] == []
+    finally:
+        close_producers(h, handle)
+
+
+def test_find_hanging_and_abort_with_java_admin(server):
+    """A transaction the coordinator lost (its log removed while the broker was down, as an operator might) hangs
+    on its partition: find-hanging (Admin listTransactions + describeProducers) reports it, and the Admin's
+    abortTransaction writes the marker that releases the last stable offset."""
+    clients.require_java("4.3.0")
+    u = uid()
+    topic, tid = f"hanging-{u}", f"hanging-{u}"
+    h = clients.java_harness("4.3.0", server.bootstrap)
+    try:
+        h.ok("create_topic", topic=topic, partitions=1)
+        h.ok("init_producer", handle="p", config={"transactional.id": tid, "acks": "all"})
+        h.ok("begin_txn", handle="p")
+        produce_in_txn(h, "p", topic, keyed("lost", topic, 0, 2))
+    finally:
+        h.kill()                  # no clean close: it would abort the transaction
+    server.restart(between=lambda: shutil.rmtree(server.data_dir / "logs" / "__transaction_state-0"))
+    with clients.java_harness("4.3.0", server.bootstrap) as h:
+        assert end_offsets(h, topic, [0], "read_committed") == {0: 0}
+        (hanging,) = find_hanging(h, topic, [0])
+        assert hanging["txn_start_offset"] == 0 and hanging["last_sequence"] == 1
+        assert tid not in {t["transactional_id"] for t in h.ok("list_transactions")["transactions"]}
+        h.ok("abort_transaction", topic=topic, partition=0, producer_id=hanging["producer_id"],
+             producer_epoch=hanging["producer_epoch"], coordinator_epoch=hanging["coordinator_epoch"] or 0)
+        assert find_hanging(h, topic, [0]) == []
+        assert end_offsets(h, topic, [0], "read_committed") == {0: 3}
+        assert read_to_end(h, java_kind("4.3.0"), topic, [0], "read_committed")["records"] == []
