@@ -380,3 +380,23 @@ def test_find_hanging_and_abort(server):
     assert state["current_transaction_start_offset"] is None and state["latest_coordinator_epoch"] == 0
     assert run_json(server, "transactions", "find-hanging", "--topic", topic, "--max-transaction-timeout", "0") == []
     known.commit_transaction(30)
+
+
+# --------------------------------------------------------------------------- errors
+
+def test_errors_exit_non_zero_with_a_message(tmp_path):
+    """No broker, or a command line that does not make sense: a message on stderr and a non-zero exit."""
+    import socket
+    with socket.socket() as s:                       # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = subprocess.run(TRIREME + ["topics", "--list", "--bootstrap-server", f"127.0.0.1:{port}"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.startswith(f"trireme topics: cannot connect to 127.0.0.1:{port}")
+    out = subprocess.run(TRIREME + ["groups", "--topic", "t"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "one of the arguments --list --describe --delete --reset-offsets is required" \
+        in out.stderr
+    out = subprocess.run(TRIREME + ["transactions", "abort", "--topic", "t"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2 and "--partition" in out.stderr

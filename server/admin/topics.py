@@ -114,13 +114,7 @@ def _create(client: Client, args) -> Report:
              replication_factor=-1 if args.replication_factor is None else args.replication_factor,
              configs=[tcls.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()]) for n in names]),
         (2, 7))
-    created = []
-    for t in response.topics:
-        if t.error_code == E.TOPIC_ALREADY_EXISTS.code and args.if_not_exists:
-            continue
-        check(t.error_code, f"creating topic {t.name!r}", t.error_message)
-        created.append(t.name)
-    return Report(notes=[f"Created topic {n}." for n in created], data={"created": created})
+    return _outcome(response.topics, "creating", "created", E.TOPIC_ALREADY_EXISTS if args.if_not_exists else None)
 
 
 def _delete(client: Client, args) -> Report:
@@ -129,13 +123,17 @@ def _delete(client: Client, args) -> Report:
     response = client.call("DeleteTopics", cls(
         topic_names=names, topics=[cls.DeleteTopicState(name=n) for n in names],
         timeout_ms=int(args.timeout * 1000)), (1, 6))
-    deleted = []
-    for t in response.responses:
-        if t.error_code == E.UNKNOWN_TOPIC_OR_PARTITION.code and args.if_exists:
-            continue
-        check(t.error_code, f"deleting topic {t.name!r}", t.error_message)
-        deleted.append(t.name)
-    return Report(notes=[f"Deleted topic {n}." for n in deleted], data={"deleted": deleted})
+    return _outcome(response.responses, "deleting", "deleted", E.UNKNOWN_TOPIC_OR_PARTITION if args.if_exists else None)
+
+
+def _outcome(results, doing: str, done: str, tolerated: E.KafkaError | None) -> Report:
+    """Per-topic results checked (an error ``tolerated`` skips its topic) → "Created topic T." and {"created": [T]}."""
+    names = []
+    for t in results:
+        if tolerated is None or t.error_code != tolerated.code:
+            check(t.error_code, f"{doing} topic {t.name!r}", t.error_message)
+            names.append(t.name)
+    return Report(notes=[f"{done.capitalize()} topic {n}." for n in names], data={done: names})
 
 
 def _alter(client: Client, args) -> Report:
