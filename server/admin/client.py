@@ -17,6 +17,7 @@ from trireme import __version__
 from trireme.wire import error_codes as E
 from trireme.wire import headers
 from trireme.wire.codec import message
+from trireme.wire.primitives import CodecError
 from trireme.wire.schema import api_names
 
 CLIENT_ID = "trireme-admin"
@@ -112,10 +113,13 @@ class Connection:
         except OSError as e:
             raise AdminError(f"connection to {self.address} failed during {api} v{version}: {e}") from None
         header_version = headers.response_header_version(API_KEYS[api], resp.is_flexible(version))
-        got, end = headers.decode_response_header(frame, header_version)
-        if got != correlation_id:
-            raise AdminError(f"{self.address} answered correlation id {got}, expected {correlation_id}")
-        return resp.decode(memoryview(frame), version, end)[0]
+        try:
+            got, end = headers.decode_response_header(frame, header_version)
+            if got != correlation_id:
+                raise AdminError(f"{self.address} answered correlation id {got}, expected {correlation_id}")
+            return resp.decode(memoryview(frame), version, end)[0]
+        except CodecError as e:
+            raise AdminError(f"{self.address} sent a malformed {api} v{version} response: {e}") from None
 
     def _read(self, n: int) -> bytes:
         buf = bytearray()
@@ -199,18 +203,22 @@ class Client:
         self.brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
         return response
 
-    def leaders(self, partitions: Iterable[tuple[str, int]]) -> dict[int, list[tuple[str, int]]]:
-        """Leader node → the given partitions it leads; an unknown topic or partition is an error."""
+    def leaders(self, partitions: Iterable[tuple[str, int]],
+                skip_unknown: bool = False) -> dict[int, list[tuple[str, int]]]:
+        """Leader node → the given partitions it leads; an unknown topic or partition is an error (or left out)."""
         partitions = list(partitions)
         response = self.metadata(sorted({t for t, _ in partitions}))
         leader = {}
         for t in response.topics:
-            check(t.error_code, f"topic {t.name!r}")
+            if not (skip_unknown and t.error_code == E.UNKNOWN_TOPIC_OR_PARTITION.code):
+                check(t.error_code, f"topic {t.name!r}")
             for p in t.partitions:
                 leader[(t.name, p.partition_index)] = p.leader_id
         out: dict[int, list[tuple[str, int]]] = {}
         for tp in partitions:
             if tp not in leader:
+                if skip_unknown:
+                    continue
                 raise KafkaCodeError(f"partition {tp[0]}-{tp[1]}", E.UNKNOWN_TOPIC_OR_PARTITION.code)
             if leader[tp] < 0:
                 raise KafkaCodeError(f"partition {tp[0]}-{tp[1]}", E.LEADER_NOT_AVAILABLE.code)
@@ -231,17 +239,17 @@ class Client:
     # --- offsets ------------------------------------------------------------------------------
 
     def list_offsets(self, partitions: Iterable[tuple[str, int]], timestamp: int,
-                     isolation_level: int = 0) -> dict[tuple[str, int], int]:
-        """ListOffsets at each partition's leader: ``timestamp`` -2 earliest, -1 latest, else the first offset
-        with a timestamp at or after it (-1 when there is none)."""
+                     skip_unknown: bool = False) -> dict[tuple[str, int], int]:
+        """ListOffsets (read_uncommitted) at each partition's leader: ``timestamp`` -2 earliest, -1 latest, else the
+        first offset with a timestamp at or after it (-1 when there is none)."""
         cls = request_class("ListOffsets")
         tcls = cls.ListOffsetsTopic
         out = {}
-        for node, tps in self.leaders(partitions).items():
+        for node, tps in self.leaders(partitions, skip_unknown).items():
             by_topic: dict[str, list[int]] = {}
             for t, p in tps:
                 by_topic.setdefault(t, []).append(p)
-            response = self.call("ListOffsets", cls(replica_id=-1, isolation_level=isolation_level, topics=[
+            response = self.call("ListOffsets", cls(replica_id=-1, isolation_level=0, topics=[
                 tcls(name=t, partitions=[tcls.ListOffsetsPartition(partition_index=p, timestamp=timestamp,
                                                                    current_leader_epoch=-1) for p in ps])
                 for t, ps in by_topic.items()]), (2, 9), node)

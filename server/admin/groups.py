@@ -138,12 +138,13 @@ def _describe(client: Client, args) -> Report:
         members.extend(member_rows)
         committed = client.retry(lambda: _committed(client, node, group))
         partitions = sorted(set(committed) | set(owner))
-        end = client.list_offsets(partitions, LATEST) if partitions else {}
+        # A topic deleted since the group committed to it has no log end offset: "-", as Kafka's tool shows.
+        end = client.list_offsets(partitions, LATEST, skip_unknown=True) if partitions else {}
         rows = []
         for tp in partitions:
-            m = owner.get(tp)
-            current = committed.get(tp)
-            rows.append((group, tp[0], tp[1], current, end[tp], None if current is None else end[tp] - current,
+            m, current, log_end = owner.get(tp), committed.get(tp), end.get(tp)
+            rows.append((group, tp[0], tp[1], current, log_end,
+                         None if current is None or log_end is None else log_end - current,
                          m and m.member_id, m and m.client_host, m and m.client_id))
         rows.extend((group, None, None, None, None, None, m_id, m_host, m_client)
                     for _, m_id, m_host, m_client, count in member_rows if count == 0)
