@@ -3,7 +3,8 @@
 #   make venv     - .venv with the package (editable) and the test extras
 #   make clients  - every stock client the compat tests drive: kcat, the
 #                   Apache Kafka Java clients 3.9.0 / 4.3.0 (+ compiled
-#                   harness), kafkajs.  Cached under .cache/ and
+#                   harness), kafkajs; chromium + chromedriver for the
+#                   status page's browser test.  Cached under .cache/ and
 #                   compat_tests/js/node_modules; a warm run needs no network.
 #   make serve    - run a broker on 127.0.0.1:9092 with data in ./data
 #   make test     - venv + clients, then the whole test suite (2 workers)
@@ -58,6 +59,8 @@ sysdeps:
 	command -v javac >/dev/null 2>&1 || pkgs="$$pkgs openjdk-17-jdk-headless"; \
 	command -v node >/dev/null 2>&1 || pkgs="$$pkgs nodejs"; \
 	command -v npm >/dev/null 2>&1 || pkgs="$$pkgs npm"; \
+	command -v chromium >/dev/null 2>&1 || pkgs="$$pkgs chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || pkgs="$$pkgs chromium-driver"; \
 	if [ -n "$$pkgs" ]; then \
 	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	        echo "installing:$$pkgs" >&2; \
@@ -68,7 +71,8 @@ sysdeps:
 	        exit 1; \
 	    fi; \
 	fi
-	@kcat -V >/dev/null && javac -version >/dev/null 2>&1 && node --version >/dev/null && npm --version >/dev/null
+	@kcat -V >/dev/null && javac -version >/dev/null 2>&1 && node --version >/dev/null && npm --version >/dev/null \
+	    && chromedriver --version >/dev/null
 
 java-clients: $(JAVA_STAMPS)
 

@@ -37,6 +37,16 @@ def create_topics(bootstrap: str, names: Iterable[str], partitions: int) -> list
     return names
 
 
+def describe_transaction(bootstrap: str, transactional_id: str):
+    """DescribeTransactions with kafka-python's admin client → its description of ``transactional_id``."""
+    from kafka import KafkaAdminClient
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        return admin.describe_transactions([transactional_id])[transactional_id]
+    finally:
+        admin.close()
+
+
 @dataclass(frozen=True)
 class Rec:
     """One record to produce (``index`` is its position in the send order)."""
@@ -60,6 +70,18 @@ class Got:
     headers: tuple[tuple[str, bytes | None], ...]
     timestamp: int
     create_time: bool
+
+
+def poll_values(consumer, count: int, what: str, timeout: float = CONSUME_DEADLINE_S) -> list[bytes | None]:
+    """The values of the next ``count`` records a confluent-kafka consumer polls (fails after ``timeout``)."""
+    values: list[bytes | None] = []
+    deadline = time.monotonic() + timeout
+    while len(values) < count:
+        assert time.monotonic() < deadline, f"{what}: got {len(values)} of {count} records"
+        m = consumer.poll(0.5)
+        if m is not None and not m.error():
+            values.append(m.value())
+    return values
 
 
 def make_records(n: int = N_RECORDS, *, null_header_values: bool = True,

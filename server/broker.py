@@ -15,6 +15,7 @@ import time
 
 import trio
 
+from trireme.state.features import TRANSACTION_VERSION, FeatureLevels
 from trireme.state.log import AbortedTxn, PartitionLog
 from trireme.state.producer_ids import ProducerIdManager
 from trireme.state.producer_state import ProducerStateError, ProducerStateManager
@@ -124,6 +125,8 @@ class Broker:
         self.topics = TopicRegistry(self.storage, "topics.json")
         self.topics.load()
         self.producer_ids = ProducerIdManager(self.storage, "producer_ids")
+        self.features = FeatureLevels(self.storage, "features.json")
+        self.features.load_or_create({TRANSACTION_VERSION: config["transaction.version"]})
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.fsync = bool(config["trireme.fsync.enable"])
         # Kafka's flush policy, when either property is set: acknowledge after the write, fsync on the interval.
@@ -145,7 +148,8 @@ class Broker:
         self.local_peer = LocalPeer(self)
         self.groups = GroupService(config, self, self.open_internal_partition)
         self.transactions = TransactionService(config, self, self.open_internal_partition,
-                                               self.producer_ids.next_id, self.local_peer)
+                                               self.producer_ids.next_id, self.local_peer,
+                                               self.features.level(TRANSACTION_VERSION))
         self._sweep_orphans()
 
     # --- partitions --------------------------------------------------------------------------

@@ -2,18 +2,17 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
 import signal
 import sys
 
 import trio
 
-from . import admin, dispatch
+from . import admin, dispatch, metrics, web
 from .broker import Broker
 from .config import PROPERTIES, Config, ConfigError, parse_host_port, read_config_file
 from .listener import Listener
-from .metrics import serve_metrics
+from .status_page import StatusPage
 
 log = logging.getLogger("trireme")
 
@@ -67,10 +66,14 @@ async def run_broker(config: Config) -> None:
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)
-            if config["trireme.metrics.listen"]:
-                host, port = parse_host_port(config["trireme.metrics.listen"])
-                bound = await nursery.start(functools.partial(serve_metrics, broker, host, port))
-                log.info("metrics on http://%s:%d/metrics", host, bound)
+            sites = web.sites(config, {"trireme.metrics.listen": metrics.routes(broker),
+                                       "trireme.status.listen": StatusPage(broker).routes()})
+            for (host, port), routes in sites.items():
+                bound = await nursery.start(web.serve, routes, host, port)
+                if ("GET", "/metrics") in routes:
+                    log.info("metrics on http://%s:%d/metrics", host, bound)
+                if ("GET", "/") in routes:
+                    log.info("status page on http://%s:%d/", host, bound)
             async with trio.open_nursery() as serving:
                 port = await serving.start(listener.serve)
                 if config.listen_port == 0 or broker.advertised_port == 0:

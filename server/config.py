@@ -33,6 +33,10 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
         10000, "How often open transactions past their timeout are looked for and aborted."),
     "transaction.remove.expired.transaction.cleanup.interval.ms": (
         3600000, "How often transactional ids past transactional.id.expiration.ms are removed."),
+    "transaction.version": (
+        2, "Level of the transaction.version feature finalized when the data directory is new (as Kafka's "
+           "`kafka-storage format --feature`): 0 classic, 1 flexible transaction-log records, 2 transactions "
+           "V2 (KIP-890).  Later changes go through UpdateFeatures."),
     "transaction.two.phase.commit.enable": (False, "Allow two-phase-commit transactions (KIP-939)."),
     "group.initial.rebalance.delay.ms": (3000, "Delay before the first rebalance of an empty group."),
     "group.min.session.timeout.ms": (6000, "Smallest session timeout a consumer may ask for."),
@@ -53,7 +57,15 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
                                    "crash safety of acknowledged data for speed (Kafka's own default)."),
     "trireme.shutdown.grace.ms": (5000, "On SIGTERM, how long in-flight requests may take to finish."),
     "trireme.log.level": ("INFO", "Log level of the structured logs on stderr."),
-    "trireme.metrics.listen": ("", "HOST:PORT for a Prometheus endpoint (GET /metrics); empty: off."),
+    "trireme.metrics.listen": ("", "HOST:PORT for a Prometheus endpoint (GET /metrics); :PORT binds 127.0.0.1; "
+                                   "empty: off."),
+    "trireme.metrics.group.lag.max.groups": (
+        100, "trireme_group_lag reports the consumer groups with the largest lag, at most this many."),
+    "trireme.status.listen": ("", "HOST:PORT for the status page (open http://HOST:PORT/ in a browser); :PORT "
+                                  "binds 127.0.0.1; the same address as trireme.metrics.listen serves both; "
+                                  "empty: off."),
+    "trireme.status.actions.enable": (
+        False, "Let the status page abort transactions (POST with the page's per-process token)."),
 }
 
 
@@ -136,8 +148,8 @@ class Config:
         return unknown
 
 
-def parse_host_port(text: str) -> tuple[str, int]:
+def parse_host_port(text: str, default_host: str = "0.0.0.0") -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
         raise ConfigError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    return host.strip("[]") or default_host, int(port)

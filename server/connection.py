@@ -61,13 +61,14 @@ class CloseConnection(Exception):
 class _Pending:
     """A response slot in the in-order queue whose value a Deferred fills later."""
 
-    __slots__ = ("event", "value", "header", "codec")
+    __slots__ = ("event", "value", "header", "codec", "started")
 
-    def __init__(self, header, codec):
+    def __init__(self, header, codec, started: float):
         self.event = trio.Event()
         self.value = None
         self.header = header
         self.codec = codec
+        self.started = started
 
 
 class FrameReader:
@@ -166,12 +167,14 @@ class Connection:
             if frame is None:
                 return "closed by client"
             self.requests += 1
-            item = await self._dispatch(frame, nursery, time.perf_counter() - reader.started)
+            item = await self._dispatch(frame, nursery, reader.started)
             if item is not None:
                 await send.send(item)
 
-    async def _dispatch(self, frame: bytearray, nursery, receive_seconds: float = 0.0):
-        """Decode and handle one request → what the writer should send (or None)."""
+    async def _dispatch(self, frame: bytearray, nursery, received: float):
+        """Decode and handle one request → what the writer should send (or None); ``received`` is when its frame
+        began to arrive (``time.perf_counter()``)."""
+        dispatched = time.perf_counter()
         try:
             api_key, api_version = headers.peek_api(frame)
         except CodecError as e:
@@ -215,14 +218,15 @@ class Connection:
             raise CloseConnection(f"internal error in {handler.name}") from None
         metrics = self.broker.metrics
         metrics.observe_request(handler.name, time.perf_counter() - started)
-        metrics.observe_phase(handler.name, "receive", receive_seconds)
+        metrics.observe_phase(handler.name, "receive", dispatched - received)
         if isinstance(result, Deferred):
-            pending = _Pending(header, handler.response)
+            pending = _Pending(header, handler.response, received)
             nursery.start_soon(self._complete, pending, result, handler)
             return pending
         if result is None:
+            metrics.observe_latency(handler.name, time.perf_counter() - received)
             return None
-        return (header, result, handler.response)
+        return (header, result, handler.response, received)
 
     async def _complete(self, pending: _Pending, deferred: Deferred, handler) -> None:
         started = time.perf_counter()
@@ -249,12 +253,12 @@ class Connection:
                     await item.event.wait()
                     if item.value is None:
                         continue
-                    item = (item.header, item.value, item.codec)
+                    item = (item.header, item.value, item.codec, item.started)
                 ready = time.perf_counter()
                 if item[0] == "raw":
                     _, correlation_id, header_version, body = item
                 else:
-                    header, response, codec = item
+                    header, response, codec, _ = item
                     correlation_id = header.correlation_id
                     header_version = headers.response_header_version(
                         header.api_key, codec.is_flexible(header.api_version))
@@ -270,8 +274,9 @@ class Connection:
                     body[0] = b"".join((INT32.pack(size), head, body[0]))
                     await self._send_vectored(body)
                 if item[0] != "raw":
-                    self.broker.metrics.observe_phase(item[2].name[:-len("Response")], "respond",
-                                                      time.perf_counter() - ready)
+                    api, sent = item[2].name[:-len("Response")], time.perf_counter()
+                    self.broker.metrics.observe_phase(api, "respond", sent - ready)
+                    self.broker.metrics.observe_latency(api, sent - item[3])
 
     async def _send_vectored(self, buffers: list) -> None:
         """Send header pieces and stored record bytes with sendmsg, without joining them first."""

@@ -1,11 +1,42 @@
-"""Counters and latency summaries the broker keeps about itself, printable as Prometheus text."""
+"""Counters and latency histograms the broker keeps about itself, and their Prometheus text exposition.
+
+Updates on the request path are O(1): a counter increment, or a histogram's bucket found by
+bisection over a fixed list of bounds.  Everything read from the broker's state (offsets, groups,
+transactions) is computed at scrape time.  ``docs/operations.md`` lists every metric.
+"""
 from __future__ import annotations
 
+import bisect
 import collections
 
 from trireme.state.txn_records import TxnState
 
+from . import overview
 from .clock import now_ms
+from .web import Request, Response, Routes
+
+# Request latency from the first byte of the request frame to the last byte of the answer sent.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+
+class Histogram:
+    """Observations counted in buckets by upper bound (Prometheus' ``le``), plus their sum."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]):
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)        # the last one is +Inf
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
 
 
 class Metrics:
@@ -13,11 +44,13 @@ class Metrics:
         self.requests = collections.Counter()
         self.request_seconds = collections.Counter()
         self.phase_seconds: collections.Counter = collections.Counter()
-        self.fsyncs = 0
-        self.fsync_seconds = 0.0
+        self.latency: dict[str, Histogram] = {}
+        self.fsync = Histogram(FSYNC_BUCKETS)
         self.fsync_partitions = 0
         self.bytes_in = 0
         self.bytes_out = 0
+        self.topic_bytes_in: collections.Counter = collections.Counter()
+        self.topic_bytes_out: collections.Counter = collections.Counter()
         self.connections = 0
 
     def observe_phase(self, api: str, phase: str, seconds: float) -> None:
@@ -29,94 +62,176 @@ class Metrics:
         self.requests[api] += 1
         self.request_seconds[api] += seconds
 
+    def observe_latency(self, api: str, seconds: float) -> None:
+        """A request's whole time, from its frame's first byte to its answer sent (or handled, for acks=0)."""
+        histogram = self.latency.get(api)
+        if histogram is None:
+            histogram = self.latency[api] = Histogram(LATENCY_BUCKETS)
+        histogram.observe(seconds)
+
     def observe_fsync(self, seconds: float, partitions: int) -> None:
-        self.fsyncs += 1
-        self.fsync_seconds += seconds
+        self.fsync.observe(seconds)
         self.fsync_partitions += partitions
 
-    def render(self) -> str:
-        lines = ["# TYPE trireme_requests_total counter"]
-        for api, n in sorted(self.requests.items()):
-            lines.append(f'trireme_requests_total{{api="{api}"}} {n}')
-        lines.append("# TYPE trireme_request_handler_seconds_total counter")
-        for api, s in sorted(self.request_seconds.items()):
-            lines.append(f'trireme_request_handler_seconds_total{{api="{api}"}} {s:.6f}')
-        lines.append("# TYPE trireme_request_phase_seconds_total counter")
-        for (api, phase), sec in sorted(self.phase_seconds.items()):
-            lines.append(f'trireme_request_phase_seconds_total{{api="{api}",phase="{phase}"}} {sec:.6f}')
-        lines += [f"trireme_fsyncs_total {self.fsyncs}",
-                  f"trireme_fsync_seconds_total {self.fsync_seconds:.6f}",
-                  f"trireme_fsync_partitions_total {self.fsync_partitions}",
-                  f"trireme_bytes_in_total {self.bytes_in}",
-                  f"trireme_bytes_out_total {self.bytes_out}"]
-        return "\n".join(lines) + "\n"
+    def count_bytes_in(self, topic: str, size: int) -> None:
+        """Record batch bytes appended to a topic by Produce."""
+        self.bytes_in += size
+        self.topic_bytes_in[topic] += size
+
+    def count_bytes_out(self, by_topic: dict[str, int]) -> None:
+        """Record batch bytes a Fetch response carries, per topic."""
+        for topic, size in by_topic.items():
+            self.bytes_out += size
+            self.topic_bytes_out[topic] += size
+
+    def forget_deleted_topics(self, exists) -> None:
+        """Drop the per-topic counters of topics ``exists(name)`` denies (deleted): their label values go away."""
+        for counter in (self.topic_bytes_in, self.topic_bytes_out):
+            for topic in [t for t in counter if not exists(t)]:
+                del counter[topic]
+
+
+def _label_value(value) -> str:
+    return str(value).replace("\\", r"\\").replace('"', r"\"").replace("\n", r"\n")
+
+
+def _number(value) -> str:
+    if isinstance(value, float):
+        return "+Inf" if value == float("inf") else repr(value)
+    return str(value)
+
+
+class Exposition:
+    """Prometheus text format 0.0.4: every family once, with HELP and TYPE, its samples right under it."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def family(self, name: str, kind: str, text: str) -> None:
+        self.lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+
+    def sample(self, name: str, value, labels: dict | None = None) -> None:
+        if labels:
+            body = ",".join(f'{k}="{_label_value(v)}"' for k, v in labels.items())
+            self.lines.append(f"{name}{{{body}}} {_number(value)}")
+        else:
+            self.lines.append(f"{name} {_number(value)}")
+
+    def metric(self, name: str, kind: str, text: str, samples) -> None:
+        """A family and its samples: ``samples`` is a value, or an iterable of (labels, value)."""
+        self.family(name, kind, text)
+        if isinstance(samples, (int, float)):
+            self.sample(name, samples)
+        else:
+            for labels, value in samples:
+                self.sample(name, value, labels)
+
+    def histogram(self, name: str, text: str, series) -> None:
+        """``series``: (labels, Histogram) pairs; buckets are written cumulative, as Prometheus reads them."""
+        self.family(name, "histogram", text)
+        for labels, h in series:
+            running = 0
+            for bound, n in zip(h.bounds + (float("inf"),), h.counts):
+                running += n
+                self.sample(name + "_bucket", running, {**labels, "le": _number(float(bound))})
+            self.sample(name + "_sum", h.sum, labels)
+            self.sample(name + "_count", running, labels)
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
 
 
 def render_broker(broker) -> str:
-    """The broker's counters plus gauges read from its state at scrape time."""
-    lines = [broker.metrics.render().rstrip("\n"),
-             "# TYPE trireme_partition_log_end_offset gauge",
-             "# TYPE trireme_partition_high_watermark gauge",
-             "# TYPE trireme_partition_lso_lag gauge",
-             "# TYPE trireme_partition_producers gauge"]
-    for (topic, index), p in sorted(broker.partitions.items()):
-        labels = f'topic="{topic}",partition="{index}"'
-        hw = p.log.high_watermark
-        lines.append(f"trireme_partition_log_end_offset{{{labels}}} {p.log.log_end_offset}")
-        lines.append(f"trireme_partition_high_watermark{{{labels}}} {hw}")
-        # HW - LSO: how far read_committed consumers are held back by open transactions.
-        lines.append(f"trireme_partition_lso_lag{{{labels}}} {hw - p.last_stable_offset()}")
-        lines.append(f"trireme_partition_producers{{{labels}}} {len(p.producers)}")
-        lines.append(f"trireme_partition_log_start_offset{{{labels}}} {p.log.log_start_offset}")
-        lines.append(f"trireme_partition_size_bytes{{{labels}}} {p.log.size_bytes}")
-    lines.append(f"trireme_groups {len(broker.groups.coordinator.groups)}")
-    lines += _transaction_lines(broker.transactions.coordinator, now_ms())
-    lines.append(f"trireme_connections {broker.metrics.connections}")
-    return "\n".join(lines) + "\n"
+    """Every metric: the broker's counters and histograms plus gauges read from its state now."""
+    m = broker.metrics
+    out = Exposition()
+    out.metric("trireme_requests_total", "counter", "Requests handled, per API.",
+               [({"api": api}, n) for api, n in sorted(m.requests.items())])
+    out.metric("trireme_request_handler_seconds_total", "counter",
+               "Time spent in request handlers (validate, append; not waiting), per API.",
+               [({"api": api}, s) for api, s in sorted(m.request_seconds.items())])
+    out.metric("trireme_request_phase_seconds_total", "counter",
+               "Time requests spent receiving their frame, waiting (fsync, coordinator, long poll) and responding.",
+               [({"api": api, "phase": phase}, s) for (api, phase), s in sorted(m.phase_seconds.items())])
+    out.histogram("trireme_request_duration_seconds",
+                  "Request latency from the first byte of the request to the last byte of the response, per API.",
+                  [({"api": api}, h) for api, h in sorted(m.latency.items())])
+    out.metric("trireme_fsyncs_total", "counter", "Group-commit fsyncs (each covers every dirty partition).",
+               m.fsync.count)
+    out.metric("trireme_fsync_seconds_total", "counter", "Time spent in group-commit fsyncs.", m.fsync.sum)
+    out.histogram("trireme_fsync_duration_seconds", "Duration of each group-commit fsync.", [({}, m.fsync)])
+    out.metric("trireme_fsync_partitions_total", "counter", "Partitions covered by group-commit fsyncs.",
+               m.fsync_partitions)
+    m.forget_deleted_topics(lambda name: broker.topics.get(name) is not None)
+    out.metric("trireme_bytes_in_total", "counter", "Record batch bytes appended by Produce.", m.bytes_in)
+    out.metric("trireme_bytes_out_total", "counter", "Record batch bytes sent in Fetch responses.", m.bytes_out)
+    out.metric("trireme_topic_bytes_in_total", "counter", "Record batch bytes appended by Produce, per topic.",
+               [({"topic": t}, n) for t, n in sorted(m.topic_bytes_in.items())])
+    out.metric("trireme_topic_bytes_out_total", "counter", "Record batch bytes sent in Fetch responses, per topic.",
+               [({"topic": t}, n) for t, n in sorted(m.topic_bytes_out.items())])
+    out.metric("trireme_connections", "gauge", "Open client connections.", m.connections)
+    _partition_metrics(out, broker)
+    _group_metrics(out, broker)
+    _transaction_metrics(out, broker, now_ms())
+    return out.text()
 
 
-def _transaction_lines(coordinator, now: int) -> list[str]:
-    """Transactions per coordinator state and the age of the oldest open one (what pins an LSO longest)."""
+# (name, help, value of a partition)
+_PARTITION_GAUGES = (
+    ("trireme_partition_log_start_offset", "First offset of the partition's log.", lambda p: p.log.log_start_offset),
+    ("trireme_partition_log_end_offset", "Offset the next appended record gets.", lambda p: p.log.log_end_offset),
+    ("trireme_partition_high_watermark", "End of the durable records consumers may read.",
+     lambda p: p.log.high_watermark),
+    ("trireme_partition_last_stable_offset", "End of what read_committed consumers may read.",
+     lambda p: p.last_stable_offset()),
+    ("trireme_partition_lso_lag", "High watermark minus last stable offset: what open transactions hold back.",
+     lambda p: p.log.high_watermark - p.last_stable_offset()),
+    ("trireme_partition_producers", "Producer ids the partition's producer state knows.", lambda p: len(p.producers)),
+    ("trireme_partition_size_bytes", "Bytes of the partition's log segments.", lambda p: p.log.size_bytes),
+)
+
+
+def _partition_metrics(out: Exposition, broker) -> None:
+    partitions = sorted(broker.partitions.items())
+    for name, text, value in _PARTITION_GAUGES:
+        out.metric(name, "gauge", text, [({"topic": topic, "partition": index}, value(p))
+                                          for (topic, index), p in partitions])
+
+
+def _group_metrics(out: Exposition, broker) -> None:
+    views = overview.groups(broker)
+    out.metric("trireme_groups", "gauge", "Consumer groups the coordinator holds.",
+               len(broker.groups.coordinator.groups))
+    most = sorted(views, key=lambda g: (-g.lag, g.group_id))[:broker.config["trireme.metrics.group.lag.max.groups"]]
+    out.metric("trireme_group_lag", "gauge",
+               "Sum over a group's committed partitions of high watermark minus committed offset; only the groups "
+               "with the largest lag (trireme.metrics.group.lag.max.groups).",
+               [({"group": g.group_id}, g.lag) for g in most])
+
+
+def _transaction_metrics(out: Exposition, broker, now: int) -> None:
+    """Transactions per coordinator state, the age of the oldest open one (what pins an LSO longest), hanging ones."""
+    coordinator = broker.transactions.coordinator
     counts = {state: 0 for state in TxnState}
     oldest = 0
     for meta in coordinator.transactions.values():
         counts[meta.state] += 1
         if meta.state is TxnState.ONGOING and meta.value.start_timestamp_ms >= 0:
             oldest = max(oldest, now - meta.value.start_timestamp_ms)
-    lines = ["# TYPE trireme_transactions gauge"]
-    lines += [f'trireme_transactions{{state="{state.kafka_name}"}} {n}' for state, n in counts.items()]
-    lines += ["# TYPE trireme_transaction_oldest_open_age_seconds gauge",
-              f"trireme_transaction_oldest_open_age_seconds {oldest / 1000:.3f}",
-              f"trireme_transactions_timed_out_total {coordinator.timed_out}",
-              f"trireme_transactions_fenced_total {coordinator.fenced}"]
-    return lines
+    out.metric("trireme_transactions", "gauge", "Transactional ids per transaction coordinator state.",
+               [({"state": state.kafka_name}, n) for state, n in counts.items()])
+    out.metric("trireme_transaction_oldest_open_age_seconds", "gauge", "Age of the oldest Ongoing transaction.",
+               oldest / 1000)
+    out.metric("trireme_transactions_timed_out_total", "counter", "Transactions aborted at their timeout.",
+               coordinator.timed_out)
+    out.metric("trireme_transactions_fenced_total", "counter",
+               "Open transactions fenced by InitProducerId of the same transactional id.", coordinator.fenced)
+    out.metric("trireme_hanging_transactions", "gauge",
+               "Transactions open on a partition that the coordinator has no open transaction for (KIP-664).",
+               sum(t.hanging for t in overview.open_transactions(broker)))
 
 
-async def serve_metrics(broker, host: str, port: int, *, task_status) -> None:
-    """A minimal HTTP endpoint: ``GET /metrics`` answers Prometheus text; anything else 404."""
-    import trio
-
-    async def handle(stream):
-        try:
-            with trio.move_on_after(5):
-                request = b""
-                while b"\r\n\r\n" not in request and len(request) < 8192:
-                    data = await stream.receive_some(4096)
-                    if not data:
-                        return
-                    request += data
-                path = request.split(b" ", 2)[1] if request.count(b" ") >= 2 else b""
-                if path == b"/metrics":
-                    body, status = render_broker(broker).encode(), b"200 OK"
-                else:
-                    body, status = b"not found\n", b"404 Not Found"
-                await stream.send_all(b"HTTP/1.0 " + status + b"\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
-        finally:
-            await stream.aclose()
-
-    listeners = await trio.open_tcp_listeners(port, host=host)
-    task_status.started(listeners[0].socket.getsockname()[1])
-    await trio.serve_listeners(handle, listeners)
+def routes(broker) -> Routes:
+    def metrics(request: Request) -> Response:
+        return Response(200, render_broker(broker).encode(), "text/plain; version=0.0.4; charset=utf-8")
+    return {("GET", "/metrics"): metrics}

@@ -38,7 +38,8 @@ _MARKERS = message("WriteTxnMarkersRequest").cls
 
 
 class TransactionService(CoordinatorRuntime):
-    def __init__(self, config, durability: Durability, open_internal_partition, allocate_producer_id, peer):
+    def __init__(self, config, durability: Durability, open_internal_partition, allocate_producer_id, peer,
+                 transaction_version: int = 0):
         self.config = config
         self.allocate_producer_id = allocate_producer_id
         self.peer = peer
@@ -46,6 +47,7 @@ class TransactionService(CoordinatorRuntime):
             max_timeout_ms=config["transaction.max.timeout.ms"],
             id_expiration_ms=config["transactional.id.expiration.ms"],
             two_phase_commit_enable=config["transaction.two.phase.commit.enable"],
+            transaction_version=transaction_version,
         ))
         topic = Topic(name=TRANSACTION_STATE_TOPIC, topic_id=TRANSACTION_STATE_TOPIC_ID, partitions=1, configs={},
                       created_order=-1, leader_epoch=0)
@@ -109,14 +111,20 @@ class TransactionService(CoordinatorRuntime):
             return outcome
         return await self._when_settled(attempt)
 
-    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions) -> TxnOutcome:
-        return await self._when_settled(lambda: self.coordinator.add_partitions(
-            transactional_id, producer_id, producer_epoch, partitions, now_ms()))
+    def set_transaction_version(self, level: int) -> None:
+        """The finalized transaction.version changed (UpdateFeatures): records and classic transactions follow it."""
+        self.coordinator.transaction_version = level
 
-    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> TxnOutcome:
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions, *, implicit: bool = False) -> TxnOutcome:
+        return await self._when_settled(lambda: self.coordinator.add_partitions(
+            transactional_id, producer_id, producer_epoch, partitions, now_ms(), implicit=implicit))
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool, *,
+                      epoch_bump: bool = False) -> TxnOutcome:
         outcome = await self._when_settled(lambda: self.coordinator.end_txn(
-            transactional_id, producer_id, producer_epoch, commit, now_ms()))
+            transactional_id, producer_id, producer_epoch, commit, now_ms(), epoch_bump=epoch_bump,
+            allocate_producer_id=self.allocate_producer_id))
         if outcome.error == 0 and outcome.markers is not None:
             log.debug("transaction %s prepared %s", transactional_id, "commit" if commit else "abort")
         return outcome
@@ -196,21 +204,39 @@ def error_for_version(code: int, version: int, fenced_since: int) -> int:
     return code
 
 
-_VERIFY = message("AddPartitionsToTxnRequest").cls
-VERIFY_VERSION = 5
+_ADD = message("AddPartitionsToTxnRequest").cls
+BROKER_ADD_VERSION = 5              # the broker-to-coordinator form (several transactions, VerifyOnly)
+
+
+def _partitions_request(transactional_id: str, producer_id: int, producer_epoch: int,
+                        partitions: list[tuple[str, int]], verify_only: bool):
+    topics: dict[str, list[int]] = {}
+    for topic, index in partitions:
+        topics.setdefault(topic, []).append(index)
+    return _ADD(transactions=[_ADD.AddPartitionsToTxnTransaction(
+        transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
+        verify_only=verify_only,
+        topics=[_ADD.AddPartitionsToTxnTopic(name=t, partitions=p) for t, p in topics.items()])])
+
+
+def _partition_errors(response) -> dict[tuple[str, int], int]:
+    return {(t.name, p.partition_index): p.partition_error_code
+            for result in response.results_by_transaction for t in result.topic_results
+            for p in t.results_by_partition}
 
 
 def verify_in_transaction(peer, transactional_id: str, producer_id: int, producer_epoch: int,
                           partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
     """KIP-890 part 1, the partition side: ask the coordinator (an encoded AddPartitionsToTxn VerifyOnly) whether
     each partition is in the producer's ongoing transaction → error code per partition (0: it is)."""
-    topics: dict[str, list[int]] = {}
-    for topic, index in partitions:
-        topics.setdefault(topic, []).append(index)
-    request = _VERIFY(transactions=[_VERIFY.AddPartitionsToTxnTransaction(
-        transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch, verify_only=True,
-        topics=[_VERIFY.AddPartitionsToTxnTopic(name=t, partitions=p) for t, p in topics.items()])])
-    response = peer.call_now("AddPartitionsToTxn", VERIFY_VERSION, request)
-    return {(t.name, p.partition_index): p.partition_error_code
-            for result in response.results_by_transaction for t in result.topic_results
-            for p in t.results_by_partition}
+    return _partition_errors(peer.call_now("AddPartitionsToTxn", BROKER_ADD_VERSION, _partitions_request(
+        transactional_id, producer_id, producer_epoch, partitions, verify_only=True)))
+
+
+async def add_to_transaction(peer, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """KIP-890 part 2 (transactions V2), the partition side: the coordinator adds the partitions to the producer's
+    transaction (an encoded AddPartitionsToTxn, VerifyOnly false), starting it if none is open → error code per
+    partition (0: added, or already in it)."""
+    return _partition_errors(await peer.call("AddPartitionsToTxn", BROKER_ADD_VERSION, _partitions_request(
+        transactional_id, producer_id, producer_epoch, partitions, verify_only=False)))

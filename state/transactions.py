@@ -48,7 +48,8 @@ VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
     EMPTY: frozenset({EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT}),
     ONGOING: frozenset({ONGOING, EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT}),
     PREPARE_COMMIT: frozenset({ONGOING}),
-    PREPARE_ABORT: frozenset({ONGOING, PREPARE_EPOCH_FENCE}),
+    # Transactions V2 may abort with no transaction open (EndTxn v5 abort in Empty or Complete*).
+    PREPARE_ABORT: frozenset({ONGOING, PREPARE_EPOCH_FENCE, EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT}),
     COMPLETE_COMMIT: frozenset({PREPARE_COMMIT}),
     COMPLETE_ABORT: frozenset({PREPARE_ABORT}),
     DEAD: frozenset({EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT}),
@@ -64,7 +65,7 @@ class IllegalTransition(Exception):
 class TxnConfig:
     max_timeout_ms: int = 900_000                       # transaction.max.timeout.ms
     id_expiration_ms: int = 604_800_000                 # transactional.id.expiration.ms
-    transaction_version: int = 0                        # finalized transaction.version feature level
+    transaction_version: int = 0                        # finalized transaction.version level at start-up
     two_phase_commit_enable: bool = False               # transaction.two.phase.commit.enable (KIP-939)
 
 
@@ -139,6 +140,7 @@ def _error(code: int) -> TxnOutcome:
 class TransactionCoordinator:
     def __init__(self, config: TxnConfig | None = None) -> None:
         self.config = config or TxnConfig()
+        self.transaction_version = self.config.transaction_version   # the finalized level; UpdateFeatures sets it
         self.transactions: dict[str, TxnMetadata] = {}
         # id → (the record's value bytes, the value meant) being written; (None, None) for a tombstone
         self.pending: dict[str, tuple[bytes | None, TxnLogValue | None]] = {}
@@ -216,7 +218,7 @@ class TransactionCoordinator:
             value = TxnLogValue(producer_id=producer_id, producer_epoch=0,
                                 transaction_timeout_ms=0 if enable_2pc else timeout_ms,
                                 state=EMPTY, last_update_timestamp_ms=now_ms, start_timestamp_ms=-1,
-                                client_transaction_version=self.config.transaction_version)
+                                client_transaction_version=self.transaction_version)
             return self._transition(transactional_id, None, value, producer_id, 0)
         expected = expected_producer_id != NO_PRODUCER_ID
         if expected and not self._is_valid_retry_or_current(meta, expected_producer_id, expected_producer_epoch):
@@ -251,7 +253,7 @@ class TransactionCoordinator:
             next_producer_id=NO_PRODUCER_ID, next_producer_epoch=NO_PRODUCER_EPOCH,
             transaction_timeout_ms=0 if enable_2pc else timeout_ms, state=EMPTY, partitions=(),
             last_update_timestamp_ms=now_ms, start_timestamp_ms=-1,
-            client_transaction_version=self.config.transaction_version)
+            client_transaction_version=self.transaction_version)
         return self._transition(transactional_id, meta.state, value, producer_id, epoch)
 
     def _keep_prepared(self, meta: TxnMetadata, now_ms: int, allocate_producer_id) -> TxnOutcome:
@@ -280,8 +282,9 @@ class TransactionCoordinator:
     # --- AddPartitionsToTxn / AddOffsetsToTxn ----------------------------------------------------
 
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                       partitions: Iterable[tuple[str, int]], now_ms: int) -> TxnOutcome:
-        """Add partitions to the producer's transaction, starting it if none is open."""
+                       partitions: Iterable[tuple[str, int]], now_ms: int, *, implicit: bool = False) -> TxnOutcome:
+        """Add partitions to the producer's transaction, starting it if none is open.  ``implicit``: added by a
+        Produce v12+ or TxnOffsetCommit v5+ of a transactions V2 client, which the transaction then records."""
         partitions = tuple(partitions)
         meta, error = self._check_producer(transactional_id, producer_id, producer_epoch)
         if error:
@@ -297,7 +300,8 @@ class TransactionCoordinator:
             return outcome_ok
         value = dataclasses.replace(
             meta.value, state=ONGOING, partitions=tuple(current | set(partitions)), last_update_timestamp_ms=now_ms,
-            start_timestamp_ms=meta.value.start_timestamp_ms if meta.state is ONGOING else now_ms)
+            start_timestamp_ms=meta.value.start_timestamp_ms if meta.state is ONGOING else now_ms,
+            client_transaction_version=2 if implicit else self._classic_version)
         outcome = self._transition(transactional_id, meta.state, value, meta.producer_id, meta.producer_epoch)
         outcome.partition_errors = outcome_ok.partition_errors
         return outcome
@@ -336,11 +340,17 @@ class TransactionCoordinator:
     # --- EndTxn ----------------------------------------------------------------------------------
 
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
-                now_ms: int) -> TxnOutcome:
-        """EndTxn: PREPARE_COMMIT/PREPARE_ABORT (the commit point) and the markers to write after it."""
+                now_ms: int, *, epoch_bump: bool = False,
+                allocate_producer_id: Callable[[], int] | None = None) -> TxnOutcome:
+        """EndTxn: PREPARE_COMMIT/PREPARE_ABORT (the commit point) and the markers to write after it.
+
+        ``epoch_bump``: EndTxn v5+ (transactions V2), where ending a transaction bumps the producer epoch
+        (a new producer id from ``allocate_producer_id`` when it is exhausted) and the answer names it."""
         if self.loading:
             return _error(E.COORDINATOR_LOAD_IN_PROGRESS.code)
         meta, busy = self._current(transactional_id)
+        if epoch_bump and meta is not None and meta.value.next_producer_epoch == NO_PRODUCER_EPOCH:
+            return self._end_txn_v2(meta, busy, producer_id, producer_epoch, commit, now_ms, allocate_producer_id)
         if meta is None or meta.client_identity[0] != producer_id:
             return _error(E.INVALID_PRODUCER_ID_MAPPING.code)
         if producer_epoch != meta.client_identity[1]:
@@ -350,7 +360,8 @@ class TransactionCoordinator:
         state = meta.state
         if state is ONGOING:
             value = dataclasses.replace(meta.value, state=PREPARE_COMMIT if commit else PREPARE_ABORT,
-                                        last_update_timestamp_ms=now_ms)
+                                        last_update_timestamp_ms=now_ms,
+                                        client_transaction_version=self._classic_version)
             outcome = self._transition(transactional_id, state, value, meta.producer_id, meta.producer_epoch)
             outcome.markers = self._marker_job(TxnMetadata(transactional_id, value), commit)
             return outcome
@@ -366,6 +377,71 @@ class TransactionCoordinator:
             return _error(E.INVALID_TXN_STATE.code if commit else E.CONCURRENT_TRANSACTIONS.code)
         return _error(E.INVALID_TXN_STATE.code)         # Empty (nothing to end), Dead
 
+    def _end_txn_v2(self, meta: TxnMetadata, busy: bool, producer_id: int, producer_epoch: int, commit: bool,
+                    now_ms: int, allocate_producer_id) -> TxnOutcome:
+        """Kafka's EndTxn for transactions V2: the PREPARE record carries the bumped epoch, so a retry names the
+        epoch before it (``retry_on_bump``), or after an exhausted epoch the previous producer id at the last
+        epoch (``retry_on_overflow``); the same epoch as the state's means the next transaction's EndTxn."""
+        v = meta.value
+        retry_on_overflow = v.previous_producer_id == producer_id and producer_epoch == MAX_PRODUCER_EPOCH - 1 \
+            and v.producer_epoch == 0
+        retry_on_bump = v.producer_epoch == producer_epoch + 1
+        if v.producer_id != producer_id and not retry_on_overflow:
+            return _error(E.INVALID_PRODUCER_ID_MAPPING.code)
+        state = meta.state
+        if state in (PREPARE_COMMIT, PREPARE_ABORT):
+            valid = retry_on_bump
+        elif state in (COMPLETE_COMMIT, COMPLETE_ABORT):
+            valid = retry_on_bump or retry_on_overflow or producer_epoch == v.producer_epoch
+        else:
+            valid = producer_epoch == v.producer_epoch
+        if not valid:
+            return _error(E.PRODUCER_FENCED.code)
+        if busy:
+            return _error(E.CONCURRENT_TRANSACTIONS.code)
+        is_retry = retry_on_bump or retry_on_overflow
+        done = TxnOutcome(producer_id=v.producer_id, producer_epoch=v.producer_epoch)
+        if state is ONGOING:
+            return self._prepare_v2(meta, commit, now_ms, allocate_producer_id)
+        if state is COMPLETE_COMMIT:
+            if commit:
+                return done if is_retry else _error(E.INVALID_TXN_STATE.code)
+            return _error(E.INVALID_TXN_STATE.code) if is_retry else self._prepare_v2(meta, False, now_ms,
+                                                                                    allocate_producer_id)
+        if state is COMPLETE_ABORT:
+            if commit:
+                return _error(E.INVALID_TXN_STATE.code)
+            return done if is_retry else self._prepare_v2(meta, False, now_ms, allocate_producer_id)
+        if state is PREPARE_COMMIT:
+            return _error(E.CONCURRENT_TRANSACTIONS.code if commit else E.INVALID_TXN_STATE.code)
+        if state is PREPARE_ABORT:
+            return _error(E.INVALID_TXN_STATE.code if commit else E.CONCURRENT_TRANSACTIONS.code)
+        if state is EMPTY and not commit:
+            return self._prepare_v2(meta, False, now_ms, allocate_producer_id)
+        return _error(E.INVALID_TXN_STATE.code)
+
+    def _prepare_v2(self, meta: TxnMetadata, commit: bool, now_ms: int, allocate_producer_id) -> TxnOutcome:
+        """PREPARE with the epoch bumped; an abort with no transaction open (Empty, Complete*) has no partitions.
+        At the last epoch the markers take it and the client gets a new producer id at epoch 0 (kept as the next
+        producer id/epoch until the COMPLETE record makes it the transactional id's)."""
+        v = meta.value
+        open_txn = meta.state is ONGOING
+        next_id, next_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+        if v.producer_epoch >= MAX_PRODUCER_EPOCH - 1:
+            if allocate_producer_id is None:
+                raise ValueError("an exhausted epoch needs a producer id allocator")
+            next_id, next_epoch = allocate_producer_id(), 0
+        value = dataclasses.replace(
+            v, producer_epoch=v.producer_epoch + 1, next_producer_id=next_id, next_producer_epoch=next_epoch,
+            state=PREPARE_COMMIT if commit else PREPARE_ABORT, partitions=v.partitions if open_txn else (),
+            last_update_timestamp_ms=now_ms, start_timestamp_ms=v.start_timestamp_ms if open_txn else now_ms,
+            client_transaction_version=2)
+        self._next_last[meta.transactional_id] = (v.producer_epoch, meta.last_producer_id)
+        prepared = TxnMetadata(meta.transactional_id, value)
+        outcome = self._transition(meta.transactional_id, meta.state, value, *prepared.client_identity)
+        outcome.markers = self._marker_job(prepared, commit)
+        return outcome
+
     def markers_written(self, transactional_id: str, producer_id: int, producer_epoch: int,
                         now_ms: int) -> TxnOutcome:
         """Every marker of a prepared transaction is written: the COMPLETE record ends it."""
@@ -373,11 +449,16 @@ class TransactionCoordinator:
         if meta is None or meta.producer_id != producer_id or meta.producer_epoch != producer_epoch \
                 or meta.state not in (PREPARE_COMMIT, PREPARE_ABORT) or transactional_id in self.pending:
             return _error(E.INVALID_TXN_STATE.code)   # already completed (a resumed job raced a live one)
-        client_id, client_epoch = meta.client_identity          # a kept 2PC transaction hands over to its client
+        # A kept 2PC transaction, or a V2 one whose epoch ran out, hands over to its client's id and epoch.
+        client_id, client_epoch = meta.client_identity
+        rotated = client_id != meta.producer_id
+        if rotated:
+            self._next_last[transactional_id] = (meta.last_producer_epoch, meta.producer_id)
         value = dataclasses.replace(meta.value, state=COMPLETE_COMMIT if meta.state is PREPARE_COMMIT else COMPLETE_ABORT,
                                     partitions=(), last_update_timestamp_ms=now_ms, producer_id=client_id,
                                     producer_epoch=client_epoch, next_producer_id=NO_PRODUCER_ID,
-                                    next_producer_epoch=NO_PRODUCER_EPOCH)
+                                    next_producer_epoch=NO_PRODUCER_EPOCH,
+                                    previous_producer_id=meta.producer_id if rotated else meta.value.previous_producer_id)
         return self._transition(transactional_id, meta.state, value, client_id, client_epoch)
 
     # --- timeouts and expiry ---------------------------------------------------------------------
@@ -395,6 +476,15 @@ class TransactionCoordinator:
                     outcomes.append(outcome)
         return outcomes
 
+    def abort_ongoing(self, transactional_id: str, now_ms: int) -> TxnOutcome:
+        """An operator's abort of an Ongoing transaction, done as its timeout would do it (fence, abort)."""
+        meta, busy = self._current(transactional_id)
+        if busy:
+            return _error(E.CONCURRENT_TRANSACTIONS.code)
+        if meta is None or meta.state is not ONGOING:
+            return _error(E.INVALID_TXN_STATE.code)
+        return self._fence_and_abort(meta, now_ms)
+
     def expire_transactional_ids(self, now_ms: int) -> list:
         """Tombstones for ids idle (no open transaction) for longer than transactional.id.expiration.ms."""
         records = []
@@ -407,7 +497,10 @@ class TransactionCoordinator:
 
     def _fence_and_abort(self, meta: TxnMetadata, now_ms: int) -> TxnOutcome:
         """PrepareEpochFence then PrepareAbort: the bumped epoch aborts the open transaction."""
-        epoch = meta.producer_epoch + 1 if meta.producer_epoch < MAX_PRODUCER_EPOCH else meta.producer_epoch
+        # Under transactions V2 the PREPARE bumps the fenced epoch once more, as Kafka's does, so that the fenced
+        # producer's EndTxn (epoch + 1 would look like its retry) is refused.
+        bump = 2 if meta.value.client_transaction_version >= 2 else 1
+        epoch = min(meta.producer_epoch + bump, MAX_PRODUCER_EPOCH)
         self._check_transition(meta.state, PREPARE_EPOCH_FENCE)
         value = dataclasses.replace(meta.value, producer_epoch=epoch, state=PREPARE_ABORT,
                                     last_update_timestamp_ms=now_ms)
@@ -452,8 +545,14 @@ class TransactionCoordinator:
         return durable, True
 
     @property
+    def _classic_version(self) -> int:
+        """The transaction version a classic (V1) request leaves on a transaction: markers of a V1 transaction
+        keep the producer's epoch, so they must not be checked by V2's strictly-newer rule."""
+        return min(self.transaction_version, 1)
+
+    @property
     def _value_version(self) -> int:
-        return value_version_for(self.config.transaction_version)
+        return value_version_for(self.transaction_version)
 
     @staticmethod
     def _check_transition(current: TxnState | None, target: TxnState) -> None:
@@ -465,7 +564,8 @@ class TransactionCoordinator:
         """The record moving ``transactional_id`` to ``value``; the transition is pending until it is replayed."""
         self._check_transition(current, value.state)
         # The next producer id/epoch of a kept 2PC transaction are tagged fields: such a record is written at v1.
-        version = max(self._value_version, 1 if value.next_producer_epoch != NO_PRODUCER_EPOCH else 0)
+        version = max(self._value_version, 1 if value.next_producer_epoch != NO_PRODUCER_EPOCH
+                      or value.client_transaction_version >= 2 else 0)
         record = txn_record(transactional_id, value, version=version)
         self.pending[transactional_id] = (record[1], value)
         outcome = TxnOutcome(producer_id=producer_id, producer_epoch=producer_epoch, transactional_id=transactional_id)

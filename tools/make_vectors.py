@@ -42,7 +42,7 @@ APIS = [
     "DescribeTopicPartitions", "DeleteRecords", "InitProducerId", "FindCoordinator", "JoinGroup", "SyncGroup",
     "Heartbeat", "LeaveGroup", "OffsetCommit", "OffsetFetch", "DescribeGroups", "ListGroups", "DeleteGroups",
     "OffsetDelete", "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "WriteTxnMarkers", "TxnOffsetCommit",
-    "DescribeProducers", "DescribeTransactions", "ListTransactions",
+    "DescribeProducers", "DescribeTransactions", "ListTransactions", "UpdateFeatures",
 ]
 
 # Versions below the JSON definition's range that brokers still advertise: Kafka 4 advertises Produce
@@ -603,6 +603,14 @@ def examples(api: str, version: int) -> tuple[dict, dict]:
             {"ThrottleTimeMs": 0, "ErrorCode": 0, "UnknownStateFilters": ["Bogus"],
              "TransactionStates": [{"TransactionalId": "orders-txn-1", "ProducerId": 4000,
                                     "TransactionState": "Ongoing"}]},
+        )
+    if api == "UpdateFeatures":
+        return (
+            {"timeoutMs": 60000, "FeatureUpdates": [{"Feature": "transaction.version", "MaxVersionLevel": 2,
+                                                     "AllowDowngrade": False, "UpgradeType": 1}],
+             "ValidateOnly": False},
+            {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None,
+             "Results": [{"Feature": "transaction.version", "ErrorCode": 0, "ErrorMessage": None}]},
         )
     raise KeyError(api)
 

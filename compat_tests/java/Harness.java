@@ -216,6 +216,12 @@ public class Harness {
             case "describe_group": return describeGroup(c);
             case "group_offsets": return groupOffsets(c);
             case "delete_group": return deleteGroup(c);
+            case "list_transactions": return listTransactions(c);
+            case "describe_transactions": return describeTransactions(c);
+            case "describe_producers": return describeProducers(c);
+            case "abort_transaction": return abortTransaction(c);
+            case "describe_features": return describeFeatures(c);
+            case "update_features": return updateFeatures(c);
             case "produce": return produce(c);
             case "close_producer": return closeProducer(c);
             case "init_producer": return initProducer(c);
@@ -512,6 +518,83 @@ public class Harness {
 
     Map<String, Object> deleteGroup(Map<String, Object> c) throws Exception {
         get(admin().deleteConsumerGroups(Collections.singleton(str(c, "group", null))).all());
+        return obj("ok", true);
+    }
+
+    // ------------------------------------------- transactions (KIP-664), features
+
+    @SuppressWarnings("unchecked")
+    static List<String> strs(Map<String, Object> c, String k) {
+        Object v = c.get(k);
+        if (v == null) return new ArrayList<>();
+        if (!(v instanceof List)) throw new BadCommand("\"" + k + "\" must be a list");
+        return (List<String>) v;
+    }
+
+    Map<String, Object> listTransactions(Map<String, Object> c) throws Exception {
+        ListTransactionsOptions o = new ListTransactionsOptions();
+        List<TransactionState> states = new ArrayList<>();
+        for (String st : strs(c, "states")) states.add(TransactionState.parse(st));
+        if (!states.isEmpty()) o.filterStates(states);
+        List<Object> out = new ArrayList<>();
+        for (TransactionListing l : get(admin().listTransactions(o).all()))
+            out.add(obj("transactional_id", l.transactionalId(), "producer_id", l.producerId(),
+                    "state", l.state().toString()));
+        return obj("ok", true, "transactions", out);
+    }
+
+    Map<String, Object> describeTransactions(Map<String, Object> c) throws Exception {
+        Map<String, Object> out = new LinkedHashMap<>();
+        for (Map.Entry<String, TransactionDescription> e :
+                get(admin().describeTransactions(strs(c, "ids")).all()).entrySet()) {
+            TransactionDescription d = e.getValue();
+            List<Object> tps = new ArrayList<>();
+            for (TopicPartition tp : d.topicPartitions()) tps.add(Arrays.asList(tp.topic(), tp.partition()));
+            out.put(e.getKey(), obj("state", d.state().toString(), "producer_id", d.producerId(),
+                    "producer_epoch", (int) d.producerEpoch(), "timeout_ms", d.transactionTimeoutMs(),
+                    "start_time_ms", d.transactionStartTimeMs().isPresent() ? d.transactionStartTimeMs().getAsLong() : null,
+                    "coordinator", d.coordinatorId(), "partitions", tps));
+        }
+        return obj("ok", true, "transactions", out);
+    }
+
+    Map<String, Object> describeProducers(Map<String, Object> c) throws Exception {
+        TopicPartition tp = new TopicPartition(str(c, "topic", null), (int) lng(c, "partition", 0));
+        DescribeProducersResult.PartitionProducerState st = get(admin().describeProducers(Collections.singleton(tp)).all()).get(tp);
+        List<Object> out = new ArrayList<>();
+        for (ProducerState p : st.activeProducers())
+            out.add(obj("producer_id", p.producerId(), "producer_epoch", p.producerEpoch(),
+                    "last_sequence", p.lastSequence(), "last_timestamp", p.lastTimestamp(),
+                    "coordinator_epoch", p.coordinatorEpoch().isPresent() ? p.coordinatorEpoch().getAsInt() : null,
+                    "txn_start_offset", p.currentTransactionStartOffset().isPresent()
+                            ? p.currentTransactionStartOffset().getAsLong() : null));
+        return obj("ok", true, "producers", out);
+    }
+
+    Map<String, Object> abortTransaction(Map<String, Object> c) throws Exception {
+        TopicPartition tp = new TopicPartition(str(c, "topic", null), (int) lng(c, "partition", 0));
+        get(admin().abortTransaction(new AbortTransactionSpec(tp, lng(c, "producer_id", -1),
+                (short) lng(c, "producer_epoch", -1), (int) lng(c, "coordinator_epoch", -1))).all());
+        return obj("ok", true);
+    }
+
+    Map<String, Object> describeFeatures(Map<String, Object> c) throws Exception {
+        FeatureMetadata m = get(admin().describeFeatures().featureMetadata());
+        Map<String, Object> fin = new LinkedHashMap<>();
+        for (Map.Entry<String, FinalizedVersionRange> e : m.finalizedFeatures().entrySet())
+            fin.put(e.getKey(), (int) e.getValue().maxVersionLevel());
+        Map<String, Object> sup = new LinkedHashMap<>();
+        for (Map.Entry<String, SupportedVersionRange> e : m.supportedFeatures().entrySet())
+            sup.put(e.getKey(), Arrays.asList((int) e.getValue().minVersion(), (int) e.getValue().maxVersion()));
+        return obj("ok", true, "finalized", fin, "supported", sup,
+                "epoch", m.finalizedFeaturesEpoch().isPresent() ? m.finalizedFeaturesEpoch().get() : null);
+    }
+
+    Map<String, Object> updateFeatures(Map<String, Object> c) throws Exception {
+        FeatureUpdate.UpgradeType type = FeatureUpdate.UpgradeType.valueOf(str(c, "upgrade_type", "UPGRADE"));
+        Map<String, FeatureUpdate> updates = Collections.singletonMap(str(c, "feature", null),
+                new FeatureUpdate((short) lng(c, "level", 0), type));
+        get(admin().updateFeatures(updates, new UpdateFeaturesOptions().validateOnly(bool(c, "validate_only", false))).all());
         return obj("ok", true);
     }
 

@@ -4,7 +4,9 @@ Behaviour / version notes:
 - v0-3 are the client form (one transaction; librdkafka sends v0, Java 3.9 and kafka-python up
   to v3).  v4-5 are the broker form: several transactions, each with VerifyOnly; Trireme's own
   produce path sends v5 VerifyOnly through server/local_peer.py to check that a transactional
-  batch's partition is in the producer's ongoing transaction (KIP-890 part 1).
+  batch's partition is in the producer's ongoing transaction (KIP-890 part 1), and v5 without
+  VerifyOnly to add it (Produce v12+ and TxnOffsetCommit v5+ of a transactions V2 client, KIP-890
+  part 2); such an add marks the transaction as a V2 one.
 - Errors: unknown transactional id or another producer id → INVALID_PRODUCER_ID_MAPPING; another
   epoch → PRODUCER_FENCED (v2+; INVALID_PRODUCER_EPOCH below v2); a transition still being written
   or a transaction being committed/aborted → CONCURRENT_TRANSACTIONS (the client retries); a
@@ -76,7 +78,7 @@ def add_partitions_to_txn(ctx, request):
                                                             txn.producer_epoch, pairs)
             elif errors is None:
                 errors = (await txns.add_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch,
-                                                    pairs)).partition_errors
+                                                    pairs, implicit=True)).partition_errors
             response.results_by_transaction.append(xcls(transactional_id=txn.transactional_id,
                                                         topic_results=results(txn.topics, errors)))
         return response

@@ -6,14 +6,20 @@ Behaviour / version notes:
   (see server/connection.py), so the client retries at a version we have.
 - v3+ carries the client's software name and version; they must match Kafka's pattern, else
   INVALID_REQUEST; they are remembered on the connection for the logs.
-- No SupportedFeatures/FinalizedFeatures are listed: we advertise no feature levels, so Java
-  4.x clients stay on transactions V1 (KIP-890 part 2 is not offered).
+- v3+ list the features this node supports (``transaction.version`` 0-2) and the finalized levels
+  above 0 with their epoch (state/features.py).  As Kafka since KAFKA-17492, a supported feature
+  whose minimum is 0 is left out below v4 (older clients refuse a range starting at 0).  The Java
+  4.x client runs transactions V2 once it sees transaction.version >= 2 finalized; a level change
+  raises the epoch, which it notices on its next ApiVersions (a new connection).
 """
 import re
 
 from trireme.server.connection import api_version_entries
 from trireme.server.dispatch import handles
+from trireme.state.features import SUPPORTED
 from trireme.wire import error_codes as E
+
+ZERO_MIN_FEATURES_SINCE = 4
 
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
@@ -30,4 +36,14 @@ def api_versions(ctx, request):
             response.error_code = E.INVALID_REQUEST.code
             return response
     response.api_keys = api_version_entries(type(response).ApiVersion)
+    if ctx.api_version >= 3:
+        cls = type(response)
+        response.supported_features = [
+            cls.SupportedFeatureKey(name=name, min_version=low, max_version=high)
+            for name, (low, high) in SUPPORTED.items() if low > 0 or ctx.api_version >= ZERO_MIN_FEATURES_SINCE]
+        features = ctx.broker.features
+        response.finalized_features_epoch = features.epoch
+        response.finalized_features = [cls.FinalizedFeatureKey(name=name, max_version_level=level,
+                                                                min_version_level=level)
+                                       for name, level in features.finalized().items()]
     return response

@@ -1,30 +1,40 @@
 """EndTxn: commit or abort the producer's transaction; answered once the PREPARE record (the commit point) is durable.
 
 Behaviour / version notes:
-- v0-4 (the classic protocol; v5, transactions V2 with an epoch bump per transaction, is not
-  offered while the transaction.version feature is not finalized at 2).  librdkafka sends v0-1.
-- Ongoing → PrepareCommit/PrepareAbort, written and fsynced, then the answer; the markers are
-  written to every partition of the transaction afterwards (WriteTxnMarkers), then CompleteCommit
-  /CompleteAbort.  A retried EndTxn of a completed transaction with the same result → NONE.
+- v0-5.  librdkafka sends v0-1, Java 3.9 up to v4; v5 is transactions V2 (KIP-890 part 2), which the
+  Java 4.x client uses once ApiVersions lists transaction.version >= 2 as finalized.
+- v0-4 (classic): Ongoing → PrepareCommit/PrepareAbort, written and fsynced, then the answer; the
+  markers are written to every partition of the transaction afterwards (WriteTxnMarkers), then
+  CompleteCommit/CompleteAbort.  A retried EndTxn of a completed transaction with the same result →
+  NONE.
+- v5 (V2): the PREPARE record carries the producer epoch + 1 (at the last epoch: a new producer id at
+  epoch 0), the markers carry it too, and the answer names the new id and epoch, which the client
+  uses for its next transaction.  A retry names the epoch before the bump and gets the same new id
+  and epoch back (NONE); an abort with no transaction open is allowed (it bumps the epoch).  Kafka's
+  retry rules apply: the epoch the state already has is the next transaction's EndTxn.
 - Errors: INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED (v2+; INVALID_PRODUCER_EPOCH below v2),
-  CONCURRENT_TRANSACTIONS while the previous one's markers are still being written (the client
-  retries), INVALID_TXN_STATE for the opposite result of a prepared/completed transaction or
-  for an Empty one.
+  CONCURRENT_TRANSACTIONS while the previous one's markers are still being written (after waiting up
+  to 5 s for them), INVALID_TXN_STATE for the opposite result of a prepared/completed transaction or
+  for committing an Empty one.  Errors answer producer id and epoch -1.
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.server.transactions import error_for_version
 
 FENCED_SINCE = 2
+EPOCH_BUMP_SINCE = 5
 
 
-@handles("EndTxn", 0, 4)
+@handles("EndTxn", 0, 5)
 def end_txn(ctx, request):
     response = ctx.response(producer_id=-1, producer_epoch=-1)
 
     async def end():
-        outcome = await ctx.broker.transactions.end_txn(request.transactional_id, request.producer_id,
-                                                        request.producer_epoch, request.committed)
+        outcome = await ctx.broker.transactions.end_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.committed,
+            epoch_bump=ctx.api_version >= EPOCH_BUMP_SINCE)
         response.error_code = error_for_version(outcome.error, ctx.api_version, FENCED_SINCE)
+        if outcome.error == 0:
+            response.producer_id, response.producer_epoch = outcome.producer_id, outcome.producer_epoch
         return response
     return Deferred(end)

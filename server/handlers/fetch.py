@@ -39,8 +39,9 @@ def fetch(ctx, request):
         response.error_code = E.FETCH_SESSION_ID_NOT_FOUND.code
         return response
     moved = broker.data_event()          # taken before reading, so no flush in between is missed
-    size = _fill(ctx, request, response)
+    size, by_topic = _fill(ctx, request, response)
     if size >= request.min_bytes or request.max_wait_ms <= 0:
+        broker.metrics.count_bytes_out(by_topic)
         return response
     deadline = trio.current_time() + request.max_wait_ms / 1000
 
@@ -50,14 +51,15 @@ def fetch(ctx, request):
             await broker.wait_for_data(deadline, moved)
             moved = broker.data_event()
             response = ctx.response()
-            got = _fill(ctx, request, response)
+            got, by_topic = _fill(ctx, request, response)
             if got >= request.min_bytes or trio.current_time() >= deadline:
+                broker.metrics.count_bytes_out(by_topic)
                 return response
     return Deferred(long_poll)
 
 
-def _fill(ctx, request, response) -> int:
-    """Read every requested partition into ``response``; return the record bytes gathered."""
+def _fill(ctx, request, response) -> tuple[int, dict[str, int]]:
+    """Read every requested partition into ``response`` → the record bytes gathered, in all and per topic."""
     broker = ctx.broker
     by_id = ctx.api_version >= 13
     cls = type(response).FetchableTopicResponse
@@ -66,11 +68,13 @@ def _fill(ctx, request, response) -> int:
     budget = request.max_bytes if ctx.api_version >= 3 else 0x7FFFFFFF
     budget = min(budget, broker.config["fetch.max.bytes"])
     gathered = 0
+    by_topic: dict[str, int] = {}
     read_committed = request.isolation_level == READ_COMMITTED
     for fetch_topic in request.topics:
         topic = broker.topics.by_id(fetch_topic.topic_id) if by_id else broker.topics.get(fetch_topic.topic)
         out = cls(topic=fetch_topic.topic, topic_id=fetch_topic.topic_id)
         response.responses.append(out)
+        before = gathered
         for fp in fetch_topic.partitions:
             result = pcls(partition_index=fp.partition, high_watermark=-1, last_stable_offset=-1,
                           log_start_offset=-1, records=None)
@@ -105,5 +109,6 @@ def _fill(ctx, request, response) -> int:
                 result.aborted_transactions = [
                     acls(producer_id=a.producer_id, first_offset=a.first_offset)
                     for a in plog.aborted_txns(fp.fetch_offset, lso)] if data else []
-    broker.metrics.bytes_out += gathered
-    return gathered
+        if gathered > before:
+            by_topic[topic.name] = by_topic.get(topic.name, 0) + gathered - before
+    return gathered, by_topic

@@ -20,6 +20,11 @@ Behaviour / version notes:
   an old epoch → INVALID_PRODUCER_EPOCH; the coordinator still completing the previous
   transaction → NOT_ENOUGH_REPLICAS (retriable).  So a late batch of a fenced or finished
   transaction never opens a transaction that would pin the last stable offset.
+- Transactions V2 (KIP-890 part 2): from v12 such a partition is *added* instead (AddPartitionsToTxn
+  v5 without VerifyOnly, through the same path), and the batch is appended once the coordinator made
+  that durable.  The request then waits, and so do the produce requests pipelined after it on the
+  same connection (:func:`_in_connection_order`), so that a producer's batches are appended in the
+  order it sent them.
 - Idempotence: check-then-commit against the partition's producer state; an exact duplicate
   of one of the producer's last 5 batches answers NONE with the original base offset and is
   not appended again.
@@ -32,18 +37,90 @@ Behaviour / version notes:
 """
 from __future__ import annotations
 
+import weakref
+
+import trio
+
 from trireme.server.clock import now_ms
 from trireme.server.connection import CloseConnection
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles, handles_legacy
-from trireme.server.transactions import verify_in_transaction
+from trireme.server.transactions import add_to_transaction, verify_in_transaction
 from trireme.wire import error_codes as E
 from trireme.wire import records
 from trireme.wire.primitives import CodecError
 
 
+IMPLICIT_ADD_SINCE = 12
+
+
 @handles("Produce", 3, 13, advertised_min=0)
 def produce(ctx, request):
+    adds = _implicit_adds(ctx, request) if ctx.api_version >= IMPLICIT_ADD_SINCE else {}
+    previous = _ORDER.get(ctx.connection) if ctx.connection is not None else None
+    if not adds and (previous is None or previous.is_set()):
+        return _produce_now(ctx, request, {})
+    return _in_connection_order(ctx, request, adds, previous)
+
+
+# connection → set once its last produce that had to wait (for an implicit add) has appended
+_ORDER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _in_connection_order(ctx, request, adds, previous):
+    """Transactions V2: add the partitions to the producer's transaction first, then append — after the
+    produce requests before this one on the connection appended, and before those after it."""
+    appended = trio.Event()
+    _ORDER[ctx.connection] = appended
+    tid = request.transactional_id
+
+    async def add_then_append():
+        try:
+            added = {}
+            for (producer_id, producer_epoch), partitions in adds.items():
+                errors = await add_to_transaction(ctx.broker.local_peer, tid, producer_id, producer_epoch, partitions)
+                added.update({(tp, producer_id, producer_epoch): error for tp, error in errors.items()})
+            if previous is not None:
+                await previous.wait()
+            result = _produce_now(ctx, request, added, close_on_acks0_error=False)
+        finally:
+            appended.set()
+        return await result.wait() if isinstance(result, Deferred) else result
+    return Deferred(add_then_append)
+
+
+def _implicit_adds(ctx, request) -> dict[tuple[int, int], list[tuple[str, int]]]:
+    """(producer id, epoch) → the partitions whose transactional batch would open a transaction here."""
+    if request.transactional_id is None:
+        return {}
+    broker = ctx.broker
+    adds: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    for topic_data in request.topic_data:
+        topic = broker.topics.by_id(topic_data.topic_id) if ctx.api_version >= 13 else broker.topics.get(topic_data.name)
+        for data in topic_data.partition_data:
+            partition = broker.partition(topic.name, data.index) if topic is not None else None
+            if partition is None or not data.records:
+                continue
+            try:
+                batches = records.validate_batches(data.records)
+            except CodecError:
+                continue                    # refused when it is appended
+            header = batches[0][1]
+            if header.is_transactional and not header.is_control and not _open_here(partition, header):
+                adds.setdefault((header.producer_id, header.producer_epoch), []).append(
+                    (partition.topic.name, partition.index))
+    return adds
+
+
+def _open_here(partition, header) -> bool:
+    entry = partition.producers.entry(header.producer_id)
+    return entry is not None and entry.current_txn_first_offset is not None \
+        and entry.producer_epoch == header.producer_epoch
+
+
+def _produce_now(ctx, request, added, *, close_on_acks0_error: bool = True):
+    """Validate and append every partition's batch → the response (None for acks=0), or a Deferred waiting for
+    durability.  ``added``: the coordinator's answers to implicit adds, by ((topic, partition), id, epoch)."""
     broker = ctx.broker
     version = ctx.api_version
     response = ctx.response()
@@ -72,7 +149,7 @@ def produce(ctx, request):
                 result.error_code = missing if topic is None else E.UNKNOWN_TOPIC_OR_PARTITION.code
                 continue
             error, message = _append(broker, partition, data.records, request.transactional_id, now, result,
-                                     waits)
+                                     waits, added)
             if error:
                 result.error_code = error
                 result.error_message = message
@@ -83,7 +160,7 @@ def produce(ctx, request):
     if acks == 0:
         failed = [(t.name, p.index, p.error_code) for t in response.responses for p in t.partition_responses
                   if p.error_code]
-        if failed:
+        if failed and close_on_acks0_error:
             # As Kafka: the only way to tell an acks=0 producer is to close, so it refreshes metadata.
             raise CloseConnection(f"acks=0 produce failed for {failed}")
         return None
@@ -119,18 +196,19 @@ _VERIFY_ERRORS = {
 }
 
 
-def _verify_transaction(broker, partition, header, transactional_id) -> tuple[int, str] | None:
+def _verify_transaction(broker, partition, header, transactional_id, added) -> tuple[int, str] | None:
     """A transactional batch opens (or continues) a transaction here only if the coordinator has this partition
-    in the producer's ongoing transaction (KIP-890 part 1); asked once per transaction and partition."""
+    in the producer's ongoing transaction (KIP-890 part 1; or added it, part 2); asked once per transaction and
+    partition."""
     if transactional_id is None:
         return E.INVALID_TXN_STATE.code, "a transactional batch needs the request's transactional id"
-    entry = partition.producers.entry(header.producer_id)
-    if entry is not None and entry.current_txn_first_offset is not None \
-            and entry.producer_epoch == header.producer_epoch:
+    if _open_here(partition, header):
         return None       # its transaction is open here: verified when it began
     tp = (partition.topic.name, partition.index)
-    error = verify_in_transaction(broker.local_peer, transactional_id, header.producer_id, header.producer_epoch,
-                                  [tp])[tp]
+    error = added.get((tp, header.producer_id, header.producer_epoch))
+    if error is None:
+        error = verify_in_transaction(broker.local_peer, transactional_id, header.producer_id,
+                                      header.producer_epoch, [tp])[tp]
     if error:
         return _VERIFY_ERRORS.get(error, error), (f"partition is not in the ongoing transaction of producer "
                                                   f"{header.producer_id} epoch {header.producer_epoch}: "
@@ -138,7 +216,7 @@ def _verify_transaction(broker, partition, header, transactional_id) -> tuple[in
     return None
 
 
-def _append(broker, partition, data, transactional_id, now, result, waits) -> tuple[int, str | None]:
+def _append(broker, partition, data, transactional_id, now, result, waits, added) -> tuple[int, str | None]:
     """Validate and append one partition's batch; fills ``result``; returns (error code, message)."""
     if data is None or len(data) == 0:
         return E.INVALID_RECORD.code, "produce requests must carry one record batch per partition"
@@ -183,7 +261,7 @@ def _append(broker, partition, data, transactional_id, now, result, waits) -> tu
     if not check.accepted:
         return check.error_code, check.message or None
     if header.is_transactional:
-        error = _verify_transaction(broker, partition, header, transactional_id)
+        error = _verify_transaction(broker, partition, header, transactional_id, added)
         if error:
             return error
     log_append_time = config.log_append_time
@@ -198,7 +276,7 @@ def _append(broker, partition, data, transactional_id, now, result, waits) -> tu
                   base_offset, append_time if log_append_time else header.max_timestamp,
                   header.is_transactional)
     append.apply()
-    broker.metrics.bytes_in += len(data)
+    broker.metrics.count_bytes_in(partition.topic.name, len(data))
     broker.appended(partition)
     result.base_offset = base_offset
     result.log_append_time_ms = append_time if log_append_time else -1

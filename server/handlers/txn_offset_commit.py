@@ -1,13 +1,13 @@
 """TxnOffsetCommit: a transactional producer stages a group's offsets in its transaction (KIP-98, KIP-447).
 
 Behaviour / version notes:
-- v0-4 (v5, transactions V2 without AddOffsetsToTxn, is not offered while transaction.version is
-  not finalized at 2).  v3+ carry the consumer's generation, member id and instance id (KIP-447),
+- v0-5.  v3+ carry the consumer's generation, member id and instance id (KIP-447),
   checked as an OffsetCommit's would be (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
   FENCED_INSTANCE_ID); a generation of -1 skips the check.
 - The group's offsets partition must be in the producer's ongoing transaction (AddOffsetsToTxn):
-  checked with the coordinator as a transactional produce is (KIP-890 part 1); otherwise the
-  coordinator's error (INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED /
+  checked with the coordinator as a transactional produce is (KIP-890 part 1).  v5 (transactions
+  V2, no AddOffsetsToTxn) asks the coordinator to add it instead (AddPartitionsToTxn without
+  VerifyOnly), as a Produce v12 does.  Otherwise the coordinator's error (INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED /
   INVALID_PRODUCER_EPOCH below v2, CONCURRENT_TRANSACTIONS) for every partition.
 - The offsets are appended to ``__consumer_offsets`` as a transactional batch of the producer and
   stay pending (invisible to OffsetFetch; UNSTABLE_OFFSET_COMMIT with RequireStable) until the
@@ -17,16 +17,16 @@ Behaviour / version notes:
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.server.groups import OFFSETS_TOPIC
-from trireme.server.transactions import error_for_version, verify_in_transaction
+from trireme.server.transactions import add_to_transaction, error_for_version, verify_in_transaction
 from trireme.wire import error_codes as E
 
 FENCED_SINCE = 2
+IMPLICIT_ADD_SINCE = 5
 
 
-@handles("TxnOffsetCommit", 0, 4)
+@handles("TxnOffsetCommit", 0, 5)
 def txn_offset_commit(ctx, request):
     broker = ctx.broker
-    groups = broker.groups
     version = ctx.api_version
     response = ctx.response()
     tcls = type(response).TxnOffsetCommitResponseTopic
@@ -42,10 +42,26 @@ def txn_offset_commit(ctx, request):
             for p in t.partitions]) for t in request.topics]
         return response
 
-    verified = verify_in_transaction(broker.local_peer, request.transactional_id, request.producer_id,
-                                     request.producer_epoch, [(OFFSETS_TOPIC, 0)])[(OFFSETS_TOPIC, 0)]
-    if verified:
-        return answer({(t, p): verified for t, p, *_ in offsets})
+    def stage(in_transaction: int):
+        if in_transaction:
+            return answer({(t, p): in_transaction for t, p, *_ in offsets})
+        return _stage_offsets(ctx, request, offsets, answer)
+
+    ids = (broker.local_peer, request.transactional_id, request.producer_id, request.producer_epoch,
+           [(OFFSETS_TOPIC, 0)])
+    if version < IMPLICIT_ADD_SINCE:
+        return stage(verify_in_transaction(*ids)[(OFFSETS_TOPIC, 0)])
+
+    async def add_then_stage():
+        result = stage((await add_to_transaction(*ids))[(OFFSETS_TOPIC, 0)])
+        return await result.wait() if isinstance(result, Deferred) else result
+    return Deferred(add_then_stage)
+
+
+def _stage_offsets(ctx, request, offsets, answer):
+    """Stage the offsets as a transactional batch in ``__consumer_offsets`` → the answer, or a Deferred of it."""
+    groups = ctx.broker.groups
+    version = ctx.api_version
     generation = request.generation_id if version >= 3 else -1
     member_id = request.member_id if version >= 3 else ""
     instance_id = request.group_instance_id if version >= 3 else None

@@ -1,0 +1,42 @@
+"""UpdateFeatures: change a finalized feature level (KIP-584), e.g. ``transaction.version`` for transactions V2.
+
+Behaviour / version notes:
+- v0-2, as a KRaft controller answers it: every update is checked first and nothing changes unless
+  all are valid (one durable write of state/features.py's file, then the new levels and a raised
+  finalized-features epoch show in ApiVersions).  v0's AllowDowngrade is upgrade type 2 (safe
+  downgrade) when true; v1+ carry UpgradeType (1 upgrade, 2 safe, 3 unsafe downgrade) and
+  ValidateOnly.  A level below 1 removes the feature (level 0).
+- Errors: an unknown feature, a level outside what this node supports, or a lower level with upgrade
+  type 1 → INVALID_UPDATE_VERSION as the top-level error with a message (v2 prefixes it with the
+  feature's name, as Kafka).  On success v0-1 list each feature with NONE; v2 has no per-feature
+  results.
+- Changing transaction.version applies to transactions from then on: a Java 4.x producer switches
+  protocol between transactions once a new connection's ApiVersions shows the level; a transaction
+  in progress ends under the protocol it started with.
+"""
+from trireme.server.dispatch import handles
+from trireme.state.features import SAFE_DOWNGRADE, TRANSACTION_VERSION, UPGRADE, FeatureUpdate
+
+RESULTS_UNTIL = 1
+
+
+@handles("UpdateFeatures", 0, 2)
+def update_features(ctx, request):
+    broker = ctx.broker
+    version = ctx.api_version
+    response = ctx.response()
+    updates = [FeatureUpdate(u.feature, u.max_version_level,
+                             u.upgrade_type if version >= 1 else (SAFE_DOWNGRADE if u.allow_downgrade else UPGRADE))
+               for u in request.feature_updates]
+    failed = [(feature, problem) for feature, problem in broker.features.validate(updates).items() if problem]
+    if failed:
+        feature, (code, message) = failed[0]
+        response.error_code = code
+        response.error_message = f"{feature}:{message}" if version > RESULTS_UNTIL else message
+        return response
+    if not (version >= 1 and request.validate_only) and broker.features.apply(updates):
+        broker.transactions.set_transaction_version(broker.features.level(TRANSACTION_VERSION))
+    if version <= RESULTS_UNTIL:
+        cls = type(response).UpdatableFeatureResult
+        response.results = [cls(feature=u.feature, error_code=0, error_message=None) for u in updates]
+    return response

@@ -1,0 +1,107 @@
+"""What the broker holds, read for people and scrapers (the status page, the metrics): partitions and what pins their last stable offset, consumer group lag, hanging transactions.
+
+Everything here only reads the broker's state, at the moment it is asked (a page view, a scrape),
+so the produce and fetch paths pay nothing for it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from trireme.state.txn_records import TxnState
+
+# Coordinator states in which a transaction may still be open on its partitions (markers not all written).
+OPEN_STATES = (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenTxn:
+    """A transaction open on one partition (in that partition's producer state)."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int                 # of the producer's last marker here (-1: none yet)
+    first_offset: int
+    last_timestamp: int
+    transactional_id: str | None           # the coordinator's transaction it belongs to; None: hanging
+
+    @property
+    def hanging(self) -> bool:
+        """KIP-664: open here, but the coordinator has no open transaction of this producer with this partition."""
+        return self.transactional_id is None
+
+
+def open_transactions(broker) -> list[OpenTxn]:
+    """Every transaction open on a partition, matched with the coordinator's open transactions, oldest first."""
+    by_producer = {meta.producer_id: meta for meta in broker.transactions.coordinator.transactions.values()
+                   if meta.state in OPEN_STATES}
+    out = []
+    for (topic, index), partition in broker.partitions.items():
+        for entry in partition.producers.entries():
+            if entry.current_txn_first_offset is None:
+                continue
+            meta = by_producer.get(entry.producer_id)
+            known = meta is not None and (topic, index) in meta.value.partitions
+            out.append(OpenTxn(topic, index, entry.producer_id, entry.producer_epoch, entry.coordinator_epoch,
+                               entry.current_txn_first_offset, entry.last_timestamp,
+                               meta.transactional_id if known else None))
+    return sorted(out, key=lambda t: (t.last_timestamp, t.topic, t.partition, t.producer_id))
+
+
+def lso_pins(open_txns: list[OpenTxn]) -> dict[tuple[str, int], OpenTxn]:
+    """Per partition, the open transaction with the smallest first offset: the one that holds its LSO back."""
+    pins: dict[tuple[str, int], OpenTxn] = {}
+    for txn in open_txns:
+        tp = (txn.topic, txn.partition)
+        if tp not in pins or txn.first_offset < pins[tp].first_offset:
+            pins[tp] = txn
+    return pins
+
+
+@dataclasses.dataclass(frozen=True)
+class OffsetLag:
+    topic: str
+    partition: int
+    committed: int
+    high_watermark: int
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.high_watermark - self.committed)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupView:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple                          # state.groups.Member, in join order
+    offsets: tuple[OffsetLag, ...]          # committed offsets of partitions that exist
+
+    @property
+    def lag(self) -> int:
+        return sum(o.lag for o in self.offsets)
+
+
+def groups(broker) -> list[GroupView]:
+    """Every live classic group and every group id with committed offsets, with each offset's lag behind the
+    high watermark (as ``kafka-consumer-groups.sh --describe`` reports it), by group id."""
+    coordinator = broker.groups.coordinator
+    out = []
+    for group_id in sorted(set(coordinator.groups) | set(coordinator.offsets)):
+        group = coordinator.groups.get(group_id)
+        if group is not None and group.state == "Dead":
+            continue
+        offsets = []
+        for (topic, index), committed in sorted(coordinator.offsets.get(group_id, {}).items()):
+            partition = broker.partition(topic, index)
+            if partition is not None:
+                offsets.append(OffsetLag(topic, index, committed.offset, partition.log.high_watermark))
+        if group is None:
+            out.append(GroupView(group_id, "Empty", "", "", (), tuple(offsets)))
+        else:
+            out.append(GroupView(group_id, str(group.state), group.protocol_type or "", group.protocol_name or "",
+                                 tuple(group.members.values()), tuple(offsets)))
+    return out
