@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -386,7 +387,6 @@ def test_find_hanging_and_abort(server):
 
 def test_errors_exit_non_zero_with_a_message(tmp_path):
     """No broker, or a command line that does not make sense: a message on stderr and a non-zero exit."""
-    import socket
     with socket.socket() as s:                       # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
