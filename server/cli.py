@@ -1,4 +1,4 @@
-"""The ``trireme`` command: ``trireme serve`` runs a broker on a local data directory."""
+"""The ``trireme`` command: ``trireme serve`` runs a broker on a local data directory; ``trireme topics|groups|transactions`` administer one (server/admin)."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,7 @@ import sys
 
 import trio
 
-from . import dispatch, metrics, web
+from . import admin, dispatch, metrics, web
 from .broker import Broker
 from .config import PROPERTIES, Config, ConfigError, parse_host_port, read_config_file
 from .listener import Listener
@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a flat TOML file (quoted Kafka keys) or a Java server.properties file")
     serve.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                        help="set one broker property; overrides --config")
+    admin.add_parsers(sub)
     return parser
 
 
@@ -95,6 +96,8 @@ async def _shutdown_on_signal(listener: Listener) -> None:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in admin.TOOLS:
+        return admin.run(args)
     try:
         config = load_config(args)
     except (ConfigError, OSError) as e:

@@ -1,0 +1,59 @@
+"""The admin command line: ``trireme topics``, ``trireme groups`` and ``trireme transactions`` do the jobs of Kafka's
+kafka-topics.sh, kafka-consumer-groups.sh and kafka-transactions.sh against any Kafka-protocol broker.
+
+One client, ours: the ``wire`` codec over a plain socket (``client.py``), not kafka-python's admin
+client.  It adds no dependency, each call names the request, version and fields it sends (so the
+tool does exactly what Kafka's tools do, request by request: FindCoordinator, ListOffsets,
+DescribeProducers then WriteTxnMarkers, ...), and every run exercises the same codec the broker
+uses, from the other side of the socket.
+
+Option names are the Kafka tools' (``--bootstrap-server``, ``--topic``, ``--group``,
+``--reset-offsets``, ``--transactional-id``, ...); topics and groups take an action flag
+(``--list``, ``--describe``, ...) as kafka-topics.sh and kafka-consumer-groups.sh do, transactions a
+sub-command as kafka-transactions.sh does.  Output is a table, or JSON with ``--json``; an error
+prints ``trireme <tool>: <message>`` on stderr and exits 1 (usage errors exit 2).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import groups, topics, transactions
+from .client import AdminError, Client
+from .output import render
+
+TOOLS = {"topics": topics, "groups": groups, "transactions": transactions}
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def add_connection_options(parser: argparse.ArgumentParser, nested: bool = False) -> None:
+    """--bootstrap-server, --json and --timeout; ``nested`` parsers (kafka-transactions.sh's sub-commands) accept
+    them too, without overriding what was given before the sub-command."""
+    default = (lambda value: argparse.SUPPRESS) if nested else (lambda value: value)
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT...]", default=default(DEFAULT_BOOTSTRAP),
+                        help=f"broker(s) to connect to (default {DEFAULT_BOOTSTRAP})")
+    parser.add_argument("--json", action="store_true", default=default(False),
+                        help="print JSON instead of a table")
+    parser.add_argument("--timeout", type=float, metavar="SECONDS", default=default(30.0),
+                        help="socket timeout, and how long to retry while a coordinator is unavailable (default 30)")
+
+
+def add_parsers(sub) -> None:
+    """Add the admin tools to ``trireme``'s sub-command parsers."""
+    for name, module in TOOLS.items():
+        parser = sub.add_parser(name, help=module.HELP, description=module.__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+        add_connection_options(parser)
+        module.add_arguments(parser, lambda p: add_connection_options(p, nested=True))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the admin command ``args`` selects; → the exit status."""
+    try:
+        with Client(args.bootstrap_server, args.timeout) as client:
+            report = args.run(client, args)
+    except AdminError as e:
+        print(f"trireme {args.command}: {e}", file=sys.stderr)
+        return 1
+    render(report, args.json, f"trireme {args.command}")
+    return 0
