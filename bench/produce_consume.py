@@ -1,4 +1,4 @@
-"""Produce then consume throughput benchmark for Trireme (or any Kafka broker) with confluent-kafka.
+"""Produce then consume throughput benchmark for Trireme (or any Kafka broker) with confluent-kafka (or, for the produce phase, the Java client).
 
     .venv/bin/python bench/produce_consume.py [--bytes 1GiB] [--record-size 1024] [--partitions 1]
         [--acks all] [--linger-ms 5] [--compression none] [--idempotent] [--transactional N]
@@ -15,7 +15,9 @@ Message.latency()), and the server's CPU time (/proc/PID/stat utime+stime) and p
 --transactional N produces in transactions of N records (every K-th aborted with --abort-every K)
 and reports, per transaction, the wall time spent producing and in commit_transaction, and from the
 broker's own metrics (the bench starts it with a metrics listener) the fsyncs and requests per API
-per transaction.  --isolation read_committed consumes as a read_committed consumer.
+per transaction.  --isolation read_committed consumes as a read_committed consumer.  --client
+java-4.3.0 (or java-3.9.0) produces with the Apache Kafka Java client instead (up to 5 requests in
+flight when idempotent, where librdkafka keeps one); its latencies are send() to acknowledgement.
 
 See bench/README.md.
 """
@@ -254,6 +256,53 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 
 
 def produce_phase(args, bootstrap: str, topic: str, stats: ServerStats) -> dict:
+    """Produce with the chosen client; the broker's breakdown comes from its metrics before and after."""
+    before = scrape_metrics(stats.metrics_url)
+    clock = PhaseClock(stats)
+    sent = (_send_java if args.client.startswith("java-") else _send_confluent)(args, bootstrap, topic, clock)
+    times = clock.stop()
+    after = scrape_metrics(stats.metrics_url)
+    elapsed = max(sent.get("seconds") or times["seconds"], 1e-9)
+    delivered = sent["records"]
+    result = {
+        **times,
+        "client": args.client,
+        "records": delivered,
+        "bytes": delivered * args.record_size,
+        "seconds": elapsed,
+        "mb_per_s": delivered * args.record_size / elapsed / 1e6,
+        "records_per_s": delivered / elapsed,
+        "latency_ms": sent["latency_ms"],
+        "errors": sent["errors"],
+        "first_errors": sent["first_errors"],
+        "undelivered": sent["undelivered"],
+        "backpressure_retries": sent["backpressure_retries"],
+        "server_peak_rss_mib": stats.peak_rss_mib(),
+    }
+    if before is not None and after is not None:
+        requests = after["requests"].get("Produce", 0) - before["requests"].get("Produce", 0)
+        if requests:
+            result["produce_request_ms"] = {
+                phase: round((after["phases"].get(("Produce", phase), 0) - before["phases"].get(("Produce", phase), 0))
+                             / requests * 1000, 3) for phase in ("receive", "handle", "wait", "respond")}
+            result["produce_request_ms"]["requests"] = requests
+            fsyncs = after["fsyncs"] - before["fsyncs"]
+            result["produce_request_ms"]["fsync_mean"] = round(
+                (after["fsync_seconds"] - before["fsync_seconds"]) / max(1, fsyncs) * 1000, 3)
+    txn = sent.get("transactions")
+    if txn:
+        n = max(1, txn["count"])
+        result["transactions"] = dict(txn)
+        if before is not None and after is not None:
+            result["transactions"]["fsyncs_per_txn"] = (after["fsyncs"] - before["fsyncs"]) / n
+            result["transactions"]["requests_per_txn"] = {
+                api: round((c - before["requests"].get(api, 0)) / n, 2)
+                for api, c in sorted(after["requests"].items()) if c - before["requests"].get(api, 0)}
+    return result
+
+
+def _send_confluent(args, bootstrap: str, topic: str, clock) -> dict:
+    """confluent-kafka (librdkafka): produce() as fast as its queue takes records, delivery-callback latencies."""
     conf = {
         "bootstrap.servers": bootstrap,
         "acks": args.acks,
@@ -295,8 +344,6 @@ def produce_phase(args, bootstrap: str, topic: str, stats: ServerStats) -> dict:
     txn_times = {"produce": 0.0, "commit": 0.0, "transactions": 0, "aborted": 0}
     if txn_size:
         producer.init_transactions(60)
-    before = scrape_metrics(stats.metrics_url)
-    clock = PhaseClock(stats)
     clock.start()
     txn_started = 0.0
     for i in range(count):
@@ -329,51 +376,45 @@ def produce_phase(args, bootstrap: str, topic: str, stats: ServerStats) -> dict:
                 producer.commit_transaction(600)
             txn_times["commit"] += time.perf_counter() - ended
     remaining = producer.flush(600)
-    times = clock.stop()
-    after = scrape_metrics(stats.metrics_url)
-    elapsed = max(times["seconds"], 1e-9)
-
     latencies = sorted(latencies)
-    delivered = counts[0]
-    result = {
-        "records": delivered,
-        "bytes": delivered * args.record_size,
-        "seconds": elapsed,
-        "mb_per_s": delivered * args.record_size / elapsed / 1e6,
-        "records_per_s": delivered / elapsed,
+    sent = {
+        "records": counts[0], "errors": counts[1], "first_errors": errors, "undelivered": remaining,
+        "backpressure_retries": backpressure,
         "latency_ms": {name: (None if v is None else v * 1000) for name, v in (
             ("p50", percentile(latencies, 0.50)), ("p99", percentile(latencies, 0.99)),
             ("p999", percentile(latencies, 0.999)), ("max", latencies[-1] if latencies else None))},
-        "errors": counts[1],
-        "first_errors": errors,
-        "undelivered": remaining,
-        "backpressure_retries": backpressure,
-        **times,
-        "server_peak_rss_mib": stats.peak_rss_mib(),
     }
-    if before is not None and after is not None:
-        requests = after["requests"].get("Produce", 0) - before["requests"].get("Produce", 0)
-        if requests:
-            result["produce_request_ms"] = {
-                phase: round((after["phases"].get(("Produce", phase), 0) - before["phases"].get(("Produce", phase), 0))
-                             / requests * 1000, 3) for phase in ("receive", "handle", "wait", "respond")}
-            result["produce_request_ms"]["requests"] = requests
-            fsyncs = after["fsyncs"] - before["fsyncs"]
-            result["produce_request_ms"]["fsync_mean"] = round(
-                (after["fsync_seconds"] - before["fsync_seconds"]) / max(1, fsyncs) * 1000, 3)
     if txn_size:
         n = max(1, txn_times["transactions"])
-        result["transactions"] = {
-            "count": txn_times["transactions"], "aborted": txn_times["aborted"],
-            "produce_ms_per_txn": txn_times["produce"] / n * 1000,
-            "commit_ms_per_txn": txn_times["commit"] / n * 1000,
-        }
-        if before is not None and after is not None:
-            result["transactions"]["fsyncs_per_txn"] = (after["fsyncs"] - before["fsyncs"]) / n
-            result["transactions"]["requests_per_txn"] = {
-                api: round((c - before["requests"].get(api, 0)) / n, 2)
-                for api, c in sorted(after["requests"].items()) if c - before["requests"].get(api, 0)}
-    return result
+        sent["transactions"] = {"count": txn_times["transactions"], "aborted": txn_times["aborted"],
+                                "produce_ms_per_txn": txn_times["produce"] / n * 1000,
+                                "commit_ms_per_txn": txn_times["commit"] / n * 1000}
+    return sent
+
+
+def _send_java(args, bootstrap: str, topic: str, clock) -> dict:
+    """The Apache Kafka Java client (compat_tests/java/Harness.java, op bench_produce): the same records, timed by
+    the client from its first send to its last acknowledgement."""
+    sys.path.insert(0, REPO)
+    from compat_tests import clients
+    version = args.client.removeprefix("java-")
+    conf = {"acks": args.acks, "linger.ms": str(int(args.linger_ms)), "compression.type": args.compression,
+            "enable.idempotence": str(bool(args.idempotent or args.transactional)).lower(),
+            **({"transactional.id": "bench-" + uuid.uuid4().hex[:8]} if args.transactional else {}),
+            **{k: str(v) for k, v in parse_props(args.producer_prop).items()}}
+    count = max(1, args.bytes // args.record_size)
+    with clients.java_harness(version, bootstrap) as harness:
+        clock.start()
+        r = harness.ok("bench_produce", timeout=3600, topic=topic, count=count, size=args.record_size,
+                       txn_size=args.transactional, abort_every=args.abort_every, config=conf)
+    sent = {"records": r["records"], "errors": r["failed"], "first_errors": [r["first_error"]] if r["first_error"]
+            else [], "undelivered": count - r["records"] - r["failed"], "backpressure_retries": 0,
+            "seconds": r["seconds"],
+            "latency_ms": {"p50": r["p50_ms"], "p99": r["p99_ms"], "p999": r["p999_ms"], "max": r["max_ms"]}}
+    if args.transactional:
+        sent["transactions"] = {"count": r["transactions"], "aborted": r["aborted"],
+                                "produce_ms_per_txn": r["send_ms_per_txn"], "commit_ms_per_txn": r["commit_ms_per_txn"]}
+    return sent
 
 
 def scrape_metrics(url: str | None) -> dict | None:
@@ -521,6 +562,8 @@ def main(argv=None) -> int:
     ap.add_argument("--linger-ms", type=float, default=5)
     ap.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
     ap.add_argument("--idempotent", action="store_true", help="enable.idempotence=true")
+    ap.add_argument("--client", default="confluent", choices=["confluent", "java-3.9.0", "java-4.3.0"],
+                    help="producer client: confluent-kafka (default) or the Apache Kafka Java client (`make clients`)")
     ap.add_argument("--transactional", type=int, default=0, metavar="N",
                     help="produce in transactions of N records (a transactional producer)")
     ap.add_argument("--abort-every", type=int, default=0, metavar="K",
@@ -575,7 +618,8 @@ def main(argv=None) -> int:
             bootstrap = server.bootstrap
             stats = ServerStats(server.proc.pid)
             stats.metrics_url = server.metrics_url()
-        config = {"bytes": args.bytes, "record_size": args.record_size, "partitions": args.partitions,
+        config = {"client": args.client, "bytes": args.bytes, "record_size": args.record_size,
+                  "partitions": args.partitions,
                   "acks": args.acks, "linger_ms": args.linger_ms, "compression": args.compression,
                   "idempotent": args.idempotent, "transactional": args.transactional,
                   "abort_every": args.abort_every, "isolation": args.isolation,

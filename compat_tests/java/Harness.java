@@ -222,6 +222,7 @@ public class Harness {
             case "abort_transaction": return abortTransaction(c);
             case "describe_features": return describeFeatures(c);
             case "update_features": return updateFeatures(c);
+            case "bench_produce": return benchProduce(c);
             case "produce": return produce(c);
             case "close_producer": return closeProducer(c);
             case "init_producer": return initProducer(c);
@@ -682,6 +683,53 @@ public class Harness {
             }
         }
         return producer;
+    }
+
+    /** For bench/produce_consume.py: send "count" records of "size" bytes as fast as the producer takes them (in
+     *  transactions of "txn_size" records when > 0, every "abort_every"-th aborted); time from the first send to the
+     *  last acknowledgement, with send-to-ack latency percentiles and time spent in send vs commit. */
+    Map<String, Object> benchProduce(Map<String, Object> c) throws Exception {
+        String topic = str(c, "topic", null);
+        long count = lng(c, "count", 0);
+        int size = (int) lng(c, "size", 1024);
+        long txnSize = lng(c, "txn_size", 0);
+        long abortEvery = lng(c, "abort_every", 0);
+        byte[][] payloads = new byte[64][];
+        Random rnd = new Random(42);
+        for (int i = 0; i < payloads.length; i++) { payloads[i] = new byte[size]; rnd.nextBytes(payloads[i]); }
+        long[] latencies = new long[(int) count];
+        long[] failed = {0};
+        String[] firstError = {null};
+        try (KafkaProducer<byte[], byte[]> producer = newProducer(c)) {
+            producer.partitionsFor(topic);
+            long started = System.nanoTime(), sending = 0, committing = 0, txns = 0, aborted = 0, txnStart = 0;
+            for (long i = 0; i < count; i++) {
+                if (txnSize > 0 && i % txnSize == 0) { producer.beginTransaction(); txnStart = System.nanoTime(); }
+                final int idx = (int) i;
+                final long sent = System.nanoTime();
+                producer.send(new ProducerRecord<>(topic, payloads[idx & 63]), (md, e) -> {
+                    if (e != null) { failed[0]++; if (firstError[0] == null) firstError[0] = e.toString(); }
+                    else latencies[idx] = System.nanoTime() - sent;
+                });
+                if (txnSize > 0 && (i % txnSize == txnSize - 1 || i == count - 1)) {
+                    long ended = System.nanoTime();
+                    sending += ended - txnStart;
+                    txns++;
+                    if (abortEvery > 0 && txns % abortEvery == 0) { producer.flush(); producer.abortTransaction(); aborted++; }
+                    else producer.commitTransaction();
+                    committing += System.nanoTime() - ended;
+                }
+            }
+            producer.flush();
+            long elapsed = System.nanoTime() - started;
+            long[] ok = Arrays.stream(latencies).filter(x -> x > 0).sorted().toArray();
+            java.util.function.IntFunction<Double> pct = q -> ok.length == 0 ? null : ok[Math.min(ok.length - 1, (int) (ok.length * q / 1000.0))] / 1e6;
+            return obj("ok", true, "seconds", elapsed / 1e9, "records", (long) ok.length, "failed", failed[0],
+                    "first_error", firstError[0], "p50_ms", pct.apply(500), "p99_ms", pct.apply(990),
+                    "p999_ms", pct.apply(999), "max_ms", ok.length == 0 ? null : ok[ok.length - 1] / 1e6,
+                    "transactions", txns, "aborted", aborted, "send_ms_per_txn", txns == 0 ? null : sending / 1e6 / txns,
+                    "commit_ms_per_txn", txns == 0 ? null : committing / 1e6 / txns);
+        }
     }
 
     Map<String, Object> initProducer(Map<String, Object> c) {
