@@ -298,6 +298,18 @@ def produce_phase(args, bootstrap: str, topic: str, stats: ServerStats) -> dict:
             result["transactions"]["requests_per_txn"] = {
                 api: round((c - before["requests"].get(api, 0)) / n, 2)
                 for api, c in sorted(after["requests"].items()) if c - before["requests"].get(api, 0)}
+            # Broker time per transaction by API (request read → response queued), the transaction's phases.
+            result["transactions"]["broker_ms_per_txn"] = {
+                api: round(sum(after["phases"].get((api, ph), 0) - before["phases"].get((api, ph), 0)
+                               for ph in ("handle", "wait")) / n * 1000, 2)
+                for api in ("AddPartitionsToTxn", "AddOffsetsToTxn", "Produce", "EndTxn", "TxnOffsetCommit",
+                            "WriteTxnMarkers")
+                if after["requests"].get(api, 0) - before["requests"].get(api, 0)}
+            # What the broker sent itself: markers (PREPARE durable → every marker durable), implicit adds.
+            for api in ("WriteTxnMarkers", "AddPartitionsToTxn"):
+                peer = after["phases"].get((api, "peer"), 0) - before["phases"].get((api, "peer"), 0)
+                if peer:
+                    result["transactions"]["broker_ms_per_txn"][f"{api} (broker to itself)"] = round(peer / n * 1000, 2)
     return result
 
 
@@ -530,6 +542,8 @@ def report_produce(r: dict) -> None:
         print(f"transactions: {t['count']} ({t['aborted']} aborted); per transaction: produce "
               f"{t['produce_ms_per_txn']:.1f} ms, commit {t['commit_ms_per_txn']:.1f} ms, "
               f"fsyncs {_fmt(t.get('fsyncs_per_txn'), '.1f')}; requests {t.get('requests_per_txn')}")
+        if "broker_ms_per_txn" in t:
+            print(f"  broker ms per transaction by API (handle + wait): {t['broker_ms_per_txn']}")
     print(f"produce: {r['mb_per_s']:.1f} MB/s, {r['records_per_s']:,.0f} records/s "
           f"({r['records']:,} records in {r['seconds']:.2f} s)")
     print(f"  latency ms: p50 {_fmt(lat['p50'], '.2f')}  p99 {_fmt(lat['p99'], '.2f')}  "
