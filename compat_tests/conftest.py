@@ -214,12 +214,15 @@ class ServerProcess:
             between()
         self._start_same_port()
 
-    def kill9(self) -> None:
+    def kill9(self, between: Callable[[], None] | None = None) -> None:
         """SIGKILL (no shutdown work at all), then start again on the same
-        data dir (and port when possible)."""
+        data dir (and port when possible); ``between`` runs while it is down
+        (e.g. to cut the unsynced tail a power loss would have taken)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=10)
+        if between is not None:
+            between()
         self._start_same_port()
 
     def stderr_tail(self, n: int = 80) -> str:

@@ -211,3 +211,43 @@ def test_kill_during_transactional_retries(server):
     counts = read_all(bootstrap, topics)
     want = {k: 1 for txn, ok in outcome.items() if ok for _, _, k in keys(txn, topics, 5)}
     assert counts == want
+
+
+def test_lost_add_partitions_record_aborts_the_orphaned_transaction(server):
+    """AddPartitionsToTxn is answered once its record is staged (its fsync overlaps the producer's Produce).  A power
+    loss can then keep the transaction's data (its Produce was answered after its own fsync) but lose the record
+    that added the partition: here the broker is killed and the transaction log's tail after the InitProducerId
+    record is cut, as the unsynced tail would be.  At start-up the broker finds the producer's transaction open on
+    a partition its coordinator never recorded, aborts it (the last stable offset reaches the high watermark,
+    read_committed sees nothing), and the producer's commit is refused (INVALID_TXN_STATE)."""
+    import struct
+
+    from compat_tests.test_bad_input import RawConn, create_topic, list_offset, unique
+    from compat_tests.test_bad_transactions import add_partitions, end_txn, init, produce_txn, txn_batch
+    from trireme.wire import error_codes as E
+
+    with RawConn(server.bootstrap) as conn:
+        topic = unique("orphan")
+        create_topic(conn, topic, partitions=PARTITIONS)
+        tid = unique("tx")
+        _, pid, epoch = init(conn, tid)
+        assert add_partitions(conn, tid, pid, epoch, topic, [0]) == {(topic, 0): 0}
+        assert produce_txn(conn, tid, topic, 0, txn_batch(pid, epoch, values=(b"a", b"b"))) == 0
+        assert list_offset(conn, topic, 0) == 2 and list_offset(conn, topic, 0, isolation_level=1) == 0
+
+    def lose_the_add_record():
+        segment = server.data_dir / "logs" / "__transaction_state-0" / "00000000000000000000.log"
+        data = segment.read_bytes()
+        first_batch = 12 + struct.unpack_from(">i", data, 8)[0]     # the InitProducerId record's batch
+        assert len(data) > first_batch, "the AddPartitionsToTxn record should follow it"
+        segment.write_bytes(data[:first_batch])
+        (segment.parent / "producer-state.snapshot").unlink(missing_ok=True)
+    server.kill9(between=lose_the_add_record)
+
+    with RawConn(server.bootstrap) as conn:
+        wait_until(lambda: list_offset(conn, topic, 0, isolation_level=1) == 3, timeout=20,
+                   what="the orphaned transaction's ABORT marker")
+        assert list_offset(conn, topic, 0) == 3
+        assert end_txn(conn, tid, pid, epoch, True) == E.INVALID_TXN_STATE.code
+    assert read_all(server.bootstrap, [topic]) == {}
+    assert "never recorded" in server.stderr_tail(200)

@@ -150,6 +150,9 @@ class Broker:
         self.transactions = TransactionService(config, self, self.open_internal_partition,
                                                self.producer_ids.next_id, self.local_peer,
                                                self.features.level(TRANSACTION_VERSION))
+        self.transactions.abort_orphans([((p.topic.name, p.index), pid, epoch)
+                                         for p in self.partitions.values()
+                                         for pid, epoch, _ in p.producers.open_transactions()])
         self._sweep_orphans()
 
     # --- partitions --------------------------------------------------------------------------

@@ -58,20 +58,21 @@ class TransactionService(CoordinatorRuntime):
         loaded = self.load()
         self.compact(self.coordinator.compact_records(), loaded)
         self._resume = self.coordinator.loaded()
+        self._orphans: list[MarkerJob] = []
         log.info("loaded transaction coordinator records=%d transactional_ids=%d prepared=%d in %.3fs", loaded,
                  len(self.coordinator.transactions), len(self._resume), time.perf_counter() - started)
 
     # --- operations the handlers call ------------------------------------------------------
 
-    async def run_operation(self, outcome: TxnOutcome) -> TxnOutcome:
-        """Make an outcome's records durable and replayed, then start its markers; → the outcome to answer."""
+    async def run_operation(self, outcome: TxnOutcome, *, answer_when_staged: bool = False) -> TxnOutcome:
+        """Make an outcome's records durable and replayed, then start its markers; → the outcome to answer.
+        ``answer_when_staged``: answer once the records are staged and make them durable in the background."""
         if outcome.records:
             staged = self.stage(outcome.effects)
             self._signal_change()            # an operation waiting on this id may build on what was staged
-            durable = await self.complete(staged)
-            if not durable:
-                self.coordinator.abandon(outcome.transactional_id)
-            self._signal_change()
+            if answer_when_staged and self.start_soon(self._make_durable, outcome, staged):
+                return outcome
+            durable = await self._make_durable(outcome, staged)
             if not durable:
                 outcome.error = E.COORDINATOR_NOT_AVAILABLE.code
                 outcome.partition_errors = {tp: outcome.error for tp in outcome.partition_errors}
@@ -80,12 +81,19 @@ class TransactionService(CoordinatorRuntime):
             self.start_soon(self._write_markers, outcome.markers)
         return outcome
 
+    async def _make_durable(self, outcome: TxnOutcome, staged) -> bool:
+        durable = await self.complete(staged)
+        if not durable:
+            self.coordinator.abandon(outcome.transactional_id)
+        self._signal_change()
+        return durable
+
     def _signal_change(self) -> None:
         """Wake the operations waiting for a transaction record to be staged or made durable."""
         self._changed.set()
         self._changed = trio.Event()
 
-    async def _when_settled(self, attempt) -> TxnOutcome:
+    async def _when_settled(self, attempt, *, answer_when_staged: bool = False) -> TxnOutcome:
         """Run ``attempt()``; while it is CONCURRENT_TRANSACTIONS (the id's previous transaction is still
         writing its markers, or a record of it is in flight), wait for that to finish and try again instead
         of making the client back off and retry (librdkafka waits retry.backoff.ms, 100 ms by default).
@@ -93,7 +101,7 @@ class TransactionService(CoordinatorRuntime):
         deadline = trio.current_time() + CONCURRENT_WAIT_S
         while True:
             changed = self._changed
-            outcome = await self.run_operation(attempt())
+            outcome = await self.run_operation(attempt(), answer_when_staged=answer_when_staged)
             if outcome.error != E.CONCURRENT_TRANSACTIONS.code or trio.current_time() >= deadline:
                 return outcome
             with trio.move_on_at(deadline):
@@ -116,9 +124,14 @@ class TransactionService(CoordinatorRuntime):
         self.coordinator.transaction_version = level
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions, *, implicit: bool = False) -> TxnOutcome:
+                             partitions, *, implicit: bool = False, answer_when_staged: bool = False) -> TxnOutcome:
+        """AddPartitionsToTxn.  ``answer_when_staged`` (data partitions only): the answer does not wait for the
+        record's fsync — the producer's next request (Produce) waits for its own, and a crash that loses the record
+        but keeps data leaves a transaction :meth:`abort_orphans` aborts at start-up.  This takes one fsync off
+        the critical path of every transaction."""
         return await self._when_settled(lambda: self.coordinator.add_partitions(
-            transactional_id, producer_id, producer_epoch, partitions, now_ms(), implicit=implicit))
+            transactional_id, producer_id, producer_epoch, partitions, now_ms(), implicit=implicit),
+            answer_when_staged=answer_when_staged)
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool, *,
                       epoch_bump: bool = False) -> TxnOutcome:
@@ -131,8 +144,24 @@ class TransactionService(CoordinatorRuntime):
 
     # --- markers ---------------------------------------------------------------------------
 
+    def abort_orphans(self, open_transactions) -> None:
+        """At start-up: abort the transactions open in data partitions whose AddPartitionsToTxn record a crash lost
+        (see :meth:`TransactionCoordinator.orphaned`); their markers go out once the service runs."""
+        for job in self.coordinator.orphaned(open_transactions):
+            log.warning("transaction %s: producer id %d epoch %d has a transaction open on %s-%d that the "
+                        "coordinator never recorded (its AddPartitionsToTxn record was lost in a crash): aborting it",
+                        job.transactional_id, job.producer_id, job.producer_epoch, *job.partitions[0])
+            self._orphans.append(job)
+
     async def _write_markers(self, job: MarkerJob) -> None:
         """WriteTxnMarkers for every partition of a prepared transaction until each is written; then COMPLETE."""
+        await self._send_markers(job)
+        await self.wait_replayed()
+        await self.run_operation(self.coordinator.markers_written(
+            job.transactional_id, job.producer_id, job.producer_epoch, now_ms()))
+
+    async def _send_markers(self, job: MarkerJob) -> None:
+        """WriteTxnMarkers for every partition of ``job`` until each is written."""
         remaining = set(job.partitions)
         delay_ms = self.config["trireme.debug.transaction.marker.delay.ms"]
         while remaining:
@@ -157,9 +186,6 @@ class TransactionService(CoordinatorRuntime):
                                         t.name, p.partition_index, E.for_code(p.error_code).name)
             if remaining and not delay_ms:
                 await trio.sleep(MARKER_RETRY_BACKOFF_S)
-        await self.wait_replayed()
-        await self.run_operation(self.coordinator.markers_written(
-            job.transactional_id, job.producer_id, job.producer_epoch, now_ms()))
 
     # --- background work -------------------------------------------------------------------
 
@@ -171,6 +197,9 @@ class TransactionService(CoordinatorRuntime):
                          "commit" if job.commit else "abort")
                 self.start_soon(self._write_markers, job)
             self._resume = []
+            for job in self._orphans:
+                self.start_soon(self._send_markers, job)
+            self._orphans = []
             nursery.start_soon(self._run_timeouts)
             nursery.start_soon(self._run_id_expiry)
             task_status.started()

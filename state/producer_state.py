@@ -184,6 +184,10 @@ class ProducerStateManager:
     def __len__(self) -> int:
         return len(self._producers)
 
+    def open_transactions(self) -> list[tuple[int, int, int]]:
+        """(producer id, producer epoch, first offset) of every open transaction."""
+        return [(pid, self._producers[pid].producer_epoch, first) for pid, first in self._open_txns.items()]
+
     def first_unstable_offset(self) -> int | None:
         """The first offset of the oldest open transaction, or None when none is open."""
         return min(self._open_txns.values()) if self._open_txns else None

@@ -310,7 +310,8 @@ class TransactionCoordinator:
                           partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """KIP-890 part 1: whether each partition is in the producer's ongoing transaction (nothing changes)."""
         partitions = tuple(partitions)
-        meta, error = self._check_producer(transactional_id, producer_id, producer_epoch)
+        # A partition whose add is staged counts: AddPartitionsToTxn is answered once its record is staged.
+        meta, error = self._check_producer(transactional_id, producer_id, producer_epoch, staged=True)
         if error:
             return {tp: error for tp in partitions}
         if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
@@ -321,10 +322,10 @@ class TransactionCoordinator:
         return {tp: NONE if tp in current else E.INVALID_TXN_STATE.code for tp in partitions}
 
     def _check_producer(self, transactional_id: str, producer_id: int,
-                        producer_epoch: int) -> tuple[TxnMetadata | None, int]:
+                        producer_epoch: int, *, staged: bool = False) -> tuple[TxnMetadata | None, int]:
         if self.loading:
             return None, E.COORDINATOR_LOAD_IN_PROGRESS.code
-        meta, busy = self._current(transactional_id)
+        meta, busy = self._current(transactional_id, staged=staged)
         if meta is None or meta.client_identity[0] != producer_id:
             return None, E.INVALID_PRODUCER_ID_MAPPING.code
         if producer_epoch != meta.client_identity[1]:
@@ -511,6 +512,30 @@ class TransactionCoordinator:
         outcome.markers = self._marker_job(TxnMetadata(meta.transactional_id, value), False)
         return outcome
 
+    # --- recovery --------------------------------------------------------------------------------
+
+    def orphaned(self, open_transactions: Iterable[tuple[tuple[str, int], int, int]]) -> list[MarkerJob]:
+        """At start-up, for the transactions open in data partitions ((topic, partition), producer id, epoch): the
+        ABORT markers of those whose AddPartitionsToTxn record a crash lost.
+
+        AddPartitionsToTxn is answered once its record is staged, so a crash can keep a transaction's data (its
+        produce was answered after its own fsync) but lose the record that added the partition: the coordinator
+        then has the producer's id and epoch in a state without that partition (Empty, Complete*, or Ongoing
+        with other partitions).  Its EndTxn can never reach the partition, so it is aborted here, as its
+        producer's next request would have it (INVALID_TXN_STATE, abortable).  A producer the coordinator does
+        not know at all is left alone: that is a hanging transaction in KIP-664's sense, for an operator.
+        """
+        by_producer = {m.producer_id: m for m in self.transactions.values()}
+        jobs = []
+        for tp, producer_id, producer_epoch in open_transactions:
+            meta = by_producer.get(producer_id)
+            if meta is None or meta.producer_epoch != producer_epoch or meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                continue
+            if meta.state is ONGOING and tp in meta.value.partitions:
+                continue
+            jobs.append(MarkerJob(meta.transactional_id, producer_id, producer_epoch, False, (tp,)))
+        return jobs
+
     # --- reading ---------------------------------------------------------------------------------
 
     def describe(self, transactional_id: str) -> TxnMetadata | None:
@@ -535,13 +560,15 @@ class TransactionCoordinator:
 
     # --- helpers ---------------------------------------------------------------------------------
 
-    def _current(self, transactional_id: str) -> tuple[TxnMetadata | None, bool]:
-        """(the state an operation builds on, whether a transition still being written forbids it)."""
+    def _current(self, transactional_id: str, *, staged: bool = False) -> tuple[TxnMetadata | None, bool]:
+        """(the state an operation builds on, whether a transition still being written forbids it).  ``staged``:
+        a read-only check (produce verification) may also rely on a staged Ongoing value."""
         durable = self.transactions.get(transactional_id)
         if transactional_id not in self.pending:
             return durable, False
         value = self.pending[transactional_id][1]
-        if value is not None and value.state in (COMPLETE_COMMIT, COMPLETE_ABORT):
+        if value is not None and (value.state in (COMPLETE_COMMIT, COMPLETE_ABORT)
+                                  or staged and value.state is ONGOING):
             last_epoch = durable.last_producer_epoch if durable is not None else NO_PRODUCER_EPOCH
             return TxnMetadata(transactional_id, value, last_epoch), False
         return durable, True

@@ -13,9 +13,15 @@ Behaviour / version notes:
   topic or partition that does not exist → UNKNOWN_TOPIC_OR_PARTITION for it and
   OPERATION_NOT_ATTEMPTED for the others, as Kafka.  v4+ put per-transaction errors in each result.
 - Adding partitions starts the transaction (Empty/Complete → Ongoing, the start time is set).
+- Answered once the record is staged, not once it is durable (data partitions; the offsets
+  partition of TxnOffsetCommit v5 waits): produce verification accepts a staged add, the
+  producer's Produce waits for its own fsync, and at start-up a transaction whose data survived a
+  crash but whose add did not is aborted (TransactionService.abort_orphans).  One fsync less on
+  every transaction's critical path.
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
+from trireme.server.groups import OFFSETS_TOPIC
 from trireme.server.transactions import error_for_version
 from trireme.wire import error_codes as E
 
@@ -54,7 +60,8 @@ def add_partitions_to_txn(ctx, request):
             outcome = await txns.add_partitions(request.v3_and_below_transactional_id,
                                                 request.v3_and_below_producer_id,
                                                 request.v3_and_below_producer_epoch,
-                                                [(t.name, p) for t in topics for p in t.partitions])
+                                                [(t.name, p) for t in topics for p in t.partitions],
+                                                answer_when_staged=True)
             response.results_by_topic_v3_and_below = results(topics, outcome.partition_errors)
             return response
         return Deferred(add)
@@ -78,7 +85,9 @@ def add_partitions_to_txn(ctx, request):
                                                             txn.producer_epoch, pairs)
             elif errors is None:
                 errors = (await txns.add_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch,
-                                                    pairs, implicit=True)).partition_errors
+                                                    pairs, implicit=True,
+                                                    answer_when_staged=OFFSETS_TOPIC not in {t for t, _ in pairs})
+                          ).partition_errors
             response.results_by_transaction.append(xcls(transactional_id=txn.transactional_id,
                                                         topic_results=results(txn.topics, errors)))
         return response
