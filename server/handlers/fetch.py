@@ -53,7 +53,7 @@ def fetch(ctx, request):
             got = _fill(ctx, request, response)
             if got >= request.min_bytes or trio.current_time() >= deadline:
                 return response
-    return Deferred(long_poll)
+    return Deferred(long_poll, poll=True)
 
 
 def _fill(ctx, request, response) -> int:
