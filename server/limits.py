@@ -95,6 +95,25 @@ class Limits:
     def count(self, table: dict[str, int], reason: str) -> None:
         table[reason] = table.get(reason, 0) + 1
 
+    def metric_lines(self, storage) -> list[str]:
+        """Prometheus lines: connections refused and closed by a limit, memory and descriptors against their bounds."""
+        lines = ["# TYPE trireme_connections_refused_total counter"]
+        lines += [f'trireme_connections_refused_total{{reason="{r}"}} {n}' for r, n in sorted(self.refused.items())]
+        lines.append("# TYPE trireme_connections_closed_total counter")
+        lines += [f'trireme_connections_closed_total{{reason="{r}"}} {n}' for r, n in sorted(self.closed.items())]
+        lines += [f"trireme_connections_limit {self.admission.max_connections}",
+                  f"trireme_request_memory_bytes {self.requests.used}",
+                  f"trireme_request_memory_peak_bytes {self.requests.peak}",
+                  f"trireme_request_memory_limit_bytes {self.requests.limit}",
+                  f"trireme_response_memory_bytes {self.responses.used}",
+                  f"trireme_response_memory_peak_bytes {self.responses.peak}",
+                  f"trireme_response_memory_limit_bytes {self.responses.limit}",
+                  f"trireme_open_descriptors {open_descriptors()}",
+                  f"trireme_open_descriptors_limit {self.soft_descriptors}",
+                  f"trireme_log_open_files {storage.open_descriptors}",
+                  f"trireme_log_open_files_limit {self.max_open_files}"]
+        return lines
+
 
 def parse_overrides(text: str) -> dict[str, int]:
     """``max.connections.per.ip.overrides``: ``host:count,host:count`` (Kafka's format)."""

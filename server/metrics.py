@@ -72,6 +72,7 @@ def render_broker(broker) -> str:
     lines.append(f"trireme_groups {len(broker.groups.coordinator.groups)}")
     lines += _transaction_lines(broker.transactions.coordinator, now_ms())
     lines.append(f"trireme_connections {broker.metrics.connections}")
+    lines += broker.limits.metric_lines(broker.storage)
     return "\n".join(lines) + "\n"
 
 

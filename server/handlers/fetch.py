@@ -18,6 +18,8 @@ Behaviour / version notes:
 - CurrentLeaderEpoch (v9+) newer than ours → UNKNOWN_LEADER_EPOCH, older → FENCED_LEADER_EPOCH.
 - Offsets outside [log start, log end] → OFFSET_OUT_OF_RANGE with the current offsets.
 - Records are never decoded here: the response carries the file bytes as read.
+- A read that fails (out of file descriptors, a failing disk) → KAFKA_STORAGE_ERROR for that partition.
+- The long poll ends, unanswered, as soon as the client's connection ends (Deferred.poll).
 """
 from __future__ import annotations
 
@@ -97,6 +99,9 @@ def _fill(ctx, request, response) -> int:
                                  min_one_batch=gathered == 0)
             except OffsetOutOfRange:
                 result.error_code = E.OFFSET_OUT_OF_RANGE.code
+                continue
+            except OSError:         # no descriptor to reopen the segment with, or a failing disk: retriable
+                result.error_code = E.KAFKA_STORAGE_ERROR.code
                 continue
             result.records = data
             gathered += len(data)
