@@ -437,3 +437,41 @@ def test_connections_per_ip_with_overrides(server):
     assert served(again) == [True] * 3
     for c in again:
         c.close()
+
+
+def test_serve_help_prints_every_limit_with_its_default():
+    import subprocess
+
+    from compat_tests.conftest import server_command
+    out = subprocess.run(server_command() + ["--help"], capture_output=True, text=True, check=True).stdout
+    for name, default in [("queued.max.request.bytes", 268435456), ("connections.max.idle.ms", 600000),
+                          ("max.connections", 4096), ("max.connections.per.ip", 2048),
+                          ("max.connection.creation.rate", 1000), ("trireme.max.partitions", 20000),
+                          ("trireme.queued.max.response.bytes", 268435456),
+                          ("trireme.request.receive.timeout.ms", 60000),
+                          ("trireme.response.send.timeout.ms", 60000), ("trireme.log.max.open.files", 4096)]:
+        assert f"  {name} (default {default})" in out, name
+
+
+@pytest.mark.server_config(METRICS)
+def test_topic_creation_is_all_or_nothing(server):
+    """A partition whose files cannot be created fails the whole topic: nothing is registered, the partitions
+    created before it are removed, and once the obstacle is gone the same topic is created and survives a restart."""
+    topic = unique("atomic")
+    obstacle = server.data_dir / "logs" / f"{topic}-5"
+    obstacle.parent.mkdir(parents=True, exist_ok=True)
+    obstacle.write_text("not a directory")
+    with RawConn(server.bootstrap) as c:
+        code, text = create_topics(c, topic, 8)
+        assert code == 56 and "could not create the partition files" in text, (code, text)   # KAFKA_STORAGE_ERROR
+        assert [t.name for t in metadata(c).topics] == []
+        assert sorted(p.name for p in obstacle.parent.iterdir()) == [obstacle.name]
+    server.restart()                     # start-up is not bothered by the leftover
+    obstacle.unlink()
+    with RawConn(server.bootstrap) as c:
+        assert create_topics(c, topic, 8) == (0, None)
+    with RawConn(server.bootstrap) as c:
+        for p in range(8):
+            [part] = produce(c, topic, {p: batch([b"p%d" % p])})
+            assert part.error_code == 0
+    restart_and_check(server, topic)

@@ -138,22 +138,27 @@ class FrameReader:
                               f"trireme.request.receive.timeout.ms={timeout * 1000:.0f}")
 
     async def _receive(self, size: int) -> bytearray:
-        """The rest of a frame of ``size`` bytes: the buffer doubles (from GROW_MIN) only once more bytes are
-        readable, so a size prefix alone pins nothing, and each step waits for room in the request budget."""
+        """The rest of a frame of ``size`` bytes.  Its buffer is allocated once bytes beyond the prefix are
+        readable (a size prefix alone pins nothing), at GROW_MIN (or the frame's size, if smaller), and doubles
+        as bytes fill it; each allocation waits for room in the request budget."""
         conn = self.conn
         budget = conn.limits.requests
-        frame = self.buf[4:]
-        self.buf.clear()
-        have = len(frame)
-        budget.take(have)
-        self.charged = have
-        conn.request_bytes += have
         sock = self.stream.socket
+        have = len(self.buf) - 4
+        if not have:
+            await trio.lowlevel.wait_readable(sock)
+        first = min(size, max(GROW_MIN, have))
+        await budget.acquire(first, conn.request_bytes)
+        self.charged = first
+        conn.request_bytes += first
         try:
+            frame = bytearray(first)
+            frame[:have] = memoryview(self.buf)[4:]
+            self.buf.clear()
             while have < size:
                 if have == len(frame):
                     await trio.lowlevel.wait_readable(sock)
-                    step = min(size, max(2 * have, GROW_MIN)) - len(frame)
+                    step = min(size, 2 * have) - have
                     await budget.acquire(step, conn.request_bytes)
                     self.charged += step
                     conn.request_bytes += step
