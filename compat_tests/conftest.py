@@ -113,6 +113,7 @@ class ServerProcess:
         self.port: int | None = None
         self.host = "127.0.0.1"
         self.starts = 0
+        self.preexec_fn: Callable[[], None] | None = None    # run in the child before exec (e.g. setrlimit)
 
     @property
     def bootstrap(self) -> str:
@@ -135,7 +136,7 @@ class ServerProcess:
             err.write(f"\n===== start #{self.starts}: {' '.join(argv)}\n".encode())
             err.flush()
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=err, cwd=str(self.workdir),
+                                         stderr=err, cwd=str(self.workdir), preexec_fn=self.preexec_fn,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
         first = self._read_first_line(self.proc, STARTUP_TIMEOUT)
         prefix = "listening on "

@@ -306,12 +306,17 @@ def log(module_server) -> LogWatch:
     return LogWatch(module_server)
 
 
-def rss_peak_kib(pid: int) -> int:
+def proc_status_kib(pid: int, field: str) -> int:
+    """A kB figure of /proc/PID/status (VmHWM: peak RSS, VmRSS: RSS now)."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
-    raise AssertionError("no VmHWM in /proc status")
+    raise AssertionError(f"no {field} in /proc status")
+
+
+def rss_peak_kib(pid: int) -> int:
+    return proc_status_kib(pid, "VmHWM")
 
 
 # --------------------------------------------------------------------------- framing

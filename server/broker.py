@@ -27,6 +27,7 @@ from trireme.wire import records
 from .clock import now_ms
 from .config import Config
 from .groups import GroupService
+from .limits import Limits, out_of_descriptors
 from .local_peer import LocalPeer
 from .metrics import Metrics
 from .transactions import TransactionService
@@ -117,7 +118,8 @@ class Broker:
     def __init__(self, config: Config):
         self.config = config
         os.makedirs(config.data_dir, exist_ok=True)
-        self.storage = FileStorage(config.data_dir)
+        self.limits = Limits(config)
+        self.storage = FileStorage(config.data_dir, max_open_files=self.limits.max_open_files)
         self.metrics = Metrics()
         self.meta = BrokerMeta.load_or_create(self.storage, node_id=config["node.id"])
         self.node_id = self.meta.node_id
@@ -248,19 +250,57 @@ class Broker:
         return {topic_key: str(self.config[broker_key]) for topic_key, broker_key in TOPIC_DEFAULT_PROPERTIES.items()
                 if broker_key in self.config.values}
 
+    def _check_broker_partitions(self, more: int) -> None:
+        """trireme.max.partitions: the partitions of all topics, with ``more`` new ones, must stay within it."""
+        limit = self.limits.max_partitions
+        have = sum(t.partitions for t in self.topics.all())
+        if have + more > limit:
+            raise TopicError(E.POLICY_VIOLATION.code,
+                             f"{more} more partition(s) would make {have + more}, over this broker's limit of "
+                             f"{limit} (trireme.max.partitions)")
+
+    def _open_new_partitions(self, topic: Topic, indexes: range) -> None:
+        """Create and open the partitions ``indexes`` of ``topic`` before it is registered with them: if one
+        fails (out of descriptors, disk full), the ones opened are closed and removed again, and the caller
+        registers nothing.  A crash in between leaves directories no topic owns, which start-up sweeps."""
+        opened = []
+        try:
+            for index in indexes:
+                self._remove_partition_files(topic.name, index)
+                opened.append(self._open_partition(topic, index))
+        except OSError as e:
+            for p in opened:
+                del self.partitions[(topic.name, p.index)]
+                try:
+                    p.log.delete()
+                except OSError:
+                    pass            # start-up sweeps it
+            log.error("could not create partitions of %s: %r", topic.name, e)
+            raise TopicError(E.KAFKA_STORAGE_ERROR.code,
+                             f"could not create the partition files: {e.strerror or e}") from None
+
     def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None,
                      validate_only: bool = False) -> Topic:
+        """Create a topic atomically: its partitions are opened first, the registry names it last."""
         if name in INTERNAL_TOPICS:
             raise TopicError(E.TOPIC_ALREADY_EXISTS.code, f"{name} is an internal topic of this broker")
         if partitions == -1:
             partitions = self.config["num.partitions"]
         _check_partition_count(partitions)
-        topic = self.topics.create(name, partitions, configs or {}, validate_only=validate_only)
-        if not validate_only:
+        topic = self.topics.create(name, partitions, configs or {}, validate_only=True)
+        self._check_broker_partitions(topic.partitions)
+        if validate_only:
+            return topic
+        self._open_new_partitions(topic, range(topic.partitions))
+        try:
+            topic = self.topics.create(name, partitions, configs or {}, topic.topic_id)
+        except BaseException:
             for index in range(topic.partitions):
-                self._remove_partition_files(name, index)
-                self._open_partition(topic, index)
-            log.info("created topic name=%s partitions=%d id=%s", name, topic.partitions, topic.topic_id)
+                self.partitions.pop((name, index)).log.delete()
+            raise
+        for index in range(topic.partitions):
+            self.partitions[(name, index)].topic = topic
+        log.info("created topic name=%s partitions=%d id=%s", name, topic.partitions, topic.topic_id)
         return topic
 
     def auto_create(self, name: str) -> Topic | None:
@@ -269,7 +309,8 @@ class Broker:
             return None
         try:
             return self.create_topic(name, -1)
-        except TopicError:
+        except TopicError as refused:
+            log.warning("not auto-creating topic %s: %s", name, refused.message)
             return None
 
     def delete_topic(self, name: str) -> None:
@@ -291,15 +332,22 @@ class Broker:
         log.info("deleted topic name=%s", name)
 
     def add_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
+        """Grow a topic, atomically as create_topic: the new partitions are opened before the registry grows."""
         _check_partition_count(total)
-        topic = self.topics.add_partitions(name, total, validate_only=validate_only)
-        if not validate_only:
-            for index in range(total):
-                partition = self.partitions.get((name, index))
-                if partition is None:
-                    self._open_partition(topic, index)
-                else:
-                    partition.topic = topic     # partitions and leader epoch come from the topic
+        topic = self.topics.add_partitions(name, total, validate_only=True)
+        before = self.topics.get(name).partitions
+        self._check_broker_partitions(total - before)
+        if validate_only:
+            return
+        self._open_new_partitions(topic, range(before, total))
+        try:
+            topic = self.topics.add_partitions(name, total)
+        except BaseException:
+            for index in range(before, total):
+                self.partitions.pop((name, index)).log.delete()
+            raise
+        for index in range(total):
+            self.partitions[(name, index)].topic = topic     # partitions and leader epoch come from the topic
 
     def alter_topic_configs(self, name: str, ops, validate_only: bool = False) -> None:
         topic = self.topics.alter_configs(name, ops, validate_only=validate_only)
@@ -330,7 +378,12 @@ class Broker:
         self._dirty_event.set()
 
     def storage_failed(self, partition: Partition, error: BaseException) -> None:
-        """A write or fsync failed: the partition goes offline until restart (Kafka's offline log dir)."""
+        """A write or fsync failed: the partition goes offline until restart (Kafka's offline log dir).  Not for
+        want of descriptors: nothing was written then, and the partition works again once some are free."""
+        if out_of_descriptors(error):
+            log.warning("out of file descriptors for partition %s-%d: %r", partition.topic.name, partition.index,
+                        error)
+            return
         partition.storage_error = repr(error)
         log.error("storage error, partition %s-%d is offline until restart: %r",
                   partition.topic.name, partition.index, error)
@@ -378,8 +431,12 @@ class Broker:
             failures = await trio.to_thread.run_sync(self._flush_all, batch)
             self.metrics.observe_fsync(time.perf_counter() - started, len(batch))
             snapshots = []
+            retry = False
             for p, target in batch:
-                if p in failures:
+                if p in failures and out_of_descriptors(failures[p]):
+                    self._dirty.add(p)          # flushed again once descriptors are free
+                    retry = True
+                elif p in failures:
                     self.storage_failed(p, failures[p])
                 elif p.storage_error is None:
                     p.log.flush_done(target)
@@ -389,6 +446,10 @@ class Broker:
             snapshots = [s for s in snapshots if s is not None]
             if snapshots:
                 await trio.to_thread.run_sync(self._write_snapshots, snapshots)
+            if retry:
+                log.warning("out of file descriptors: %d partition(s) not flushed, retrying", len(self._dirty))
+                await trio.sleep(0.1)
+                self._dirty_event.set()
 
     def _write_snapshots(self, snapshots) -> None:
         for path, data in snapshots:

@@ -26,6 +26,37 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
     "compression.type": ("producer", "Default compression.type of topics."),
     "socket.request.max.bytes": (104857600, "Largest request frame; larger ones close the connection."),
     "fetch.max.bytes": (57671680, "Upper bound on a Fetch response's size."),
+    "queued.max.request.bytes": (
+        268435456, "Request bytes the broker holds at once, received or being handled (Kafka: -1, unbounded); "
+                   "when reached, connections stop reading until requests finish.  -1: no limit."),
+    "trireme.queued.max.request.bytes.per.connection": (
+        16777216, "Request bytes one connection may hold before it stops reading new requests until its "
+                  "earlier ones are answered (one request of any size up to socket.request.max.bytes goes "
+                  "through)."),
+    "trireme.request.receive.timeout.ms": (
+        60000, "A request frame must arrive whole within this time of its size prefix, else the connection "
+               "is closed."),
+    "trireme.queued.max.response.bytes": (
+        268435456, "Response bytes waiting to be written, broker-wide; when reached, connections with "
+                   "unwritten responses stop reading new requests.  -1: no limit."),
+    "trireme.queued.max.response.bytes.per.connection": (
+        16777216, "Unwritten response bytes after which a connection stops reading new requests until the "
+                  "client reads (Kafka mutes the channel)."),
+    "trireme.response.send.timeout.ms": (
+        60000, "A client that reads nothing of a pending response for this long is disconnected."),
+    "connections.max.idle.ms": (600000, "Close connections with no request in progress and no traffic for this long."),
+    "max.connections": (4096, "Connections at once (also kept below the open files limit, leaving room for logs); "
+                              "further ones are closed at once (Kafka: 2147483647)."),
+    "max.connections.per.ip": (2048, "Connections at once from one IP address (Kafka: 2147483647)."),
+    "max.connections.per.ip.overrides": ("", "Per-IP exceptions: HOST:COUNT,HOST:COUNT."),
+    "max.connection.creation.rate": (
+        1000, "New connections accepted per second; faster ones wait in the listen backlog (Kafka: 2147483647)."),
+    "trireme.max.partitions": (
+        20000, "Partitions of all topics together; CreateTopics/CreatePartitions/auto-creation beyond it are "
+               "refused with POLICY_VIOLATION."),
+    "trireme.log.max.open.files": (
+        4096, "Segment files the logs keep open at once (least recently used closed first, reopened on "
+              "demand); at most half the open files limit."),
     "producer.id.expiration.ms": (86400000, "Idempotent producer state expires after this idle time."),
     "transactional.id.expiration.ms": (604800000, "Transactional id expiry."),
     "transaction.max.timeout.ms": (900000, "Largest transaction timeout a producer may ask for."),

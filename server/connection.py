@@ -33,8 +33,10 @@ log = logging.getLogger("trireme.connection")
 
 MAX_IN_FLIGHT = 64
 READ_CHUNK = 256 * 1024
+GROW_MIN = 1 << 20          # a frame's buffer starts at this (or its size, if smaller) and then doubles
 _API_VERSIONS = message("ApiVersionsResponse")
 _IOV_MAX = 1024
+EOF_GRACE = 5.0             # seconds answers other than long polls may still take after the client's EOF
 
 _ids = itertools.count(1)
 
@@ -59,40 +61,62 @@ class CloseConnection(Exception):
 
 
 class _Pending:
-    """A response slot in the in-order queue whose value a Deferred fills later."""
+    """A response slot in the in-order queue whose value (an :class:`_Outgoing`) a Deferred fills later."""
 
-    __slots__ = ("event", "value", "header", "codec", "started")
+    __slots__ = ("event", "value")
 
-    def __init__(self, header, codec, started: float):
+    def __init__(self):
         self.event = trio.Event()
         self.value = None
-        self.header = header
-        self.codec = codec
-        self.started = started
+
+
+class _Outgoing:
+    """An encoded response: the buffers to send (size prefix first) and what they count against the budget."""
+
+    __slots__ = ("buffers", "size", "api", "encode_seconds", "received")
+
+    def __init__(self, buffers: list, size: int, api: str | None, encode_seconds: float, received: float | None):
+        self.buffers = buffers
+        self.size = size
+        self.api = api
+        self.encode_seconds = encode_seconds
+        self.received = received            # when the request's frame began to arrive (request latency)
 
 
 class FrameReader:
-    """Size-prefixed frames from a stream; large frames are received straight into their own buffer."""
+    """Size-prefixed frames from a stream.  A large frame's buffer grows as its bytes arrive, each step taken from
+    the broker's request budget, and the whole frame must arrive within the receive deadline."""
 
-    def __init__(self, stream: trio.SocketStream, max_size: int):
-        self.stream = stream
+    def __init__(self, conn: "Connection", max_size: int):
+        self.conn = conn
+        self.stream = conn.stream
         self.max_size = max_size
         self.buf = bytearray()
         self.started = 0.0
+        self.charged = 0                # request budget bytes the last frame took
+        self.eof_reason = "closed by client"
 
-    async def _fill(self, want: int) -> bool:
-        while len(self.buf) < want:
-            data = await self.stream.receive_some(READ_CHUNK)
+    async def _wait_prefix(self) -> bool:
+        """Receive until a size prefix is buffered; False at EOF or when the connection was idle too long."""
+        conn = self.conn
+        while len(self.buf) < 4:
+            with trio.move_on_after(conn.limits.idle_timeout) as idle:
+                data = await self.stream.receive_some(READ_CHUNK)
+            if idle.cancelled_caught:
+                if conn.outstanding:
+                    continue            # a long poll or an unwritten answer: not idle
+                self.eof_reason = f"idle for connections.max.idle.ms={conn.limits.idle_timeout * 1000:.0f}"
+                conn.limits.count(conn.limits.closed, "idle")
+                return False
             if not data:
                 if self.buf:
-                    raise CloseConnection(f"connection closed inside a frame ({len(self.buf)} bytes of "
-                                          f"{want} received)")
+                    raise CloseConnection(f"connection closed inside a frame ({len(self.buf)} bytes of 4 received)")
                 return False
             self.buf += data
         return True
 
     async def read_frame(self) -> bytearray | None:
-        if not await self._fill(4):
+        if not await self._wait_prefix():
             return None
         self.started = time.perf_counter()        # the frame's size is known: receiving it starts
         size = INT32.unpack_from(self.buf, 0)[0]
@@ -100,21 +124,57 @@ class FrameReader:
             raise CloseConnection(f"frame of {size} bytes is over socket.request.max.bytes={self.max_size}"
                                   if size > 0 else f"frame with negative size {size}")
         total = 4 + size
+        budget = self.conn.limits.requests
         if len(self.buf) >= total:
             frame = self.buf[4:total]
             del self.buf[:total]
+            budget.take(size)
+            self.charged = size
             return frame
-        frame = bytearray(size)
-        have = len(self.buf) - 4
-        frame[:have] = memoryview(self.buf)[4:]
-        self.buf.clear()
-        view = memoryview(frame)
+        timeout = self.conn.limits.receive_timeout
+        with trio.move_on_after(timeout) as scope:
+            return await self._receive(size)
+        self.conn.limits.count(self.conn.limits.closed, "receive timeout")
+        raise CloseConnection(f"request frame of {size} bytes not received within "
+                              f"trireme.request.receive.timeout.ms={timeout * 1000:.0f}")
+
+    async def _receive(self, size: int) -> bytearray:
+        """The rest of a frame of ``size`` bytes.  Its buffer is allocated once bytes beyond the prefix are
+        readable (a size prefix alone pins nothing), at GROW_MIN (or the frame's size, if smaller), and doubles
+        as bytes fill it; each allocation waits for room in the request budget."""
+        conn = self.conn
+        budget = conn.limits.requests
         sock = self.stream.socket
-        while have < size:
-            n = await sock.recv_into(view[have:])
-            if n == 0:
-                raise CloseConnection(f"connection closed inside a frame ({have} bytes of {size} received)")
-            have += n
+        have = len(self.buf) - 4
+        if not have:
+            await trio.lowlevel.wait_readable(sock)
+        first = min(size, max(GROW_MIN, have))
+        await budget.acquire(first, conn.request_bytes)
+        self.charged = first
+        conn.request_bytes += first
+        try:
+            frame = bytearray(first)
+            frame[:have] = memoryview(self.buf)[4:]
+            self.buf.clear()
+            while have < size:
+                if have == len(frame):
+                    await trio.lowlevel.wait_readable(sock)
+                    step = min(size, 2 * have) - have
+                    await budget.acquire(step, conn.request_bytes)
+                    self.charged += step
+                    conn.request_bytes += step
+                    frame += bytes(step)
+                with memoryview(frame) as view, view[have:] as rest:
+                    n = await sock.recv_into(rest)
+                if n == 0:
+                    raise CloseConnection(f"connection closed inside a frame ({have} bytes of {size} received)")
+                have += n
+        except BaseException:
+            conn.request_bytes -= self.charged
+            budget.release(self.charged)
+            self.charged = 0
+            raise
+        conn.request_bytes -= self.charged      # the caller charges the whole frame to the request
         return frame
 
 
@@ -123,6 +183,7 @@ class Connection:
         self.id = next(_ids)
         self.stream = stream
         self.broker = broker
+        self.limits = broker.limits
         self.peer = peer
         self.principal = "User:ANONYMOUS"
         self.client_id: str | None = None
@@ -130,6 +191,10 @@ class Connection:
         self.client_software_version: str | None = None
         self.reader_scope = trio.CancelScope()
         self.requests = 0
+        self.outstanding = 0            # requests read whose answer is not written yet
+        self.request_bytes = 0          # request budget bytes this connection holds
+        self.response_bytes = 0         # response budget bytes this connection holds (encoded, unwritten)
+        self._polls: set[trio.CancelScope] = set()     # long polls pending (Deferred.poll)
 
     def _log_fields(self) -> str:
         return (f"conn={self.id} peer={self.peer} client_id={self.client_id!r} "
@@ -147,12 +212,22 @@ class Connection:
                         reason = await self._read_requests(send, nursery)
                     if self.reader_scope.cancelled_caught:
                         reason = "server shutting down"
+                    else:
+                        # EOF or idle: long polls end now instead of at their own deadlines; other
+                        # answers (an acks=all produce waiting for its fsync) still go to a client that
+                        # only half-closed, for up to EOF_GRACE.
+                        for scope in self._polls:
+                            scope.cancel()
+                        nursery.cancel_scope.deadline = trio.current_time() + EOF_GRACE
         except* CloseConnection as group:
             reason = "; ".join(str(e) for e in group.exceptions)
             log.warning("closing connection: %s %s", reason, self._log_fields())
         except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as group:
             reason = f"connection lost: {group.exceptions[0]!r}"
         finally:
+            self.limits.requests.release(self.request_bytes)
+            self.limits.responses.release(self.response_bytes)
+            self.request_bytes = self.response_bytes = 0
             with trio.CancelScope(shield=True):
                 try:
                     await self.stream.aclose()
@@ -160,20 +235,46 @@ class Connection:
                     pass
             log.info("connection close %s requests=%d reason=%r", self._log_fields(), self.requests, reason)
 
-    async def _read_requests(self, send, nursery) -> str:
-        reader = FrameReader(self.stream, self.broker.config["socket.request.max.bytes"])
+    async def _wait_for_room(self) -> None:
+        """Back-pressure: read no new request while this connection holds its share of request memory, or its
+        unwritten responses fill its share or the broker's response budget (Kafka mutes such a channel)."""
+        limits = self.limits
         while True:
+            while self.request_bytes >= limits.request_share:
+                await limits.requests.wait_release()
+            if self.response_bytes < limits.response_share and limits.responses.has_room(self.response_bytes):
+                return
+            await limits.responses.wait_release()
+
+    def _release_request(self, charged: int) -> None:
+        self.request_bytes -= charged
+        self.limits.requests.release(charged)
+
+    async def _read_requests(self, send, nursery) -> str:
+        reader = FrameReader(self, self.broker.config["socket.request.max.bytes"])
+        while True:
+            await self._wait_for_room()
             frame = await reader.read_frame()
             if frame is None:
-                return "closed by client"
+                return reader.eof_reason
             self.requests += 1
-            item = await self._dispatch(frame, nursery, reader.started)
+            charged = reader.charged
+            self.request_bytes += charged
+            try:
+                item = await self._dispatch(frame, nursery, charged, reader.started)
+            except BaseException:
+                self._release_request(charged)
+                raise
+            if not isinstance(item, _Pending):
+                self._release_request(charged)      # the handler is done with the frame (a Deferred releases later)
             if item is not None:
+                self.outstanding += 1
                 await send.send(item)
 
-    async def _dispatch(self, frame: bytearray, nursery, received: float):
-        """Decode and handle one request → what the writer should send (or None); ``received`` is when its frame
-        began to arrive (``time.perf_counter()``)."""
+    async def _dispatch(self, frame: bytearray, nursery, charged: int, received: float):
+        """Decode and handle one request → what the writer should send (or None).  ``received`` is when its frame
+        began to arrive (``time.perf_counter()``).  A Deferred's task releases the request's ``charged`` budget
+        bytes when it completes."""
         dispatched = time.perf_counter()
         try:
             api_key, api_version = headers.peek_api(frame)
@@ -220,79 +321,104 @@ class Connection:
         metrics.observe_request(handler.name, time.perf_counter() - started)
         metrics.observe_phase(handler.name, "receive", dispatched - received)
         if isinstance(result, Deferred):
-            pending = _Pending(header, handler.response, received)
-            nursery.start_soon(self._complete, pending, result, handler)
+            pending = _Pending()
+            nursery.start_soon(self._complete, pending, result, handler, header, charged, received)
             return pending
         if result is None:
             metrics.observe_latency(handler.name, time.perf_counter() - received)
             return None
-        return (header, result, handler.response, received)
+        return self._encode(header, result, handler.response, received)
 
-    async def _complete(self, pending: _Pending, deferred: Deferred, handler) -> None:
+    def _encode(self, header, response, codec, received: float) -> _Outgoing:
+        """Encode a response now, so its size counts against the response budgets while it waits to be written."""
         started = time.perf_counter()
-        try:
-            pending.value = await deferred.wait()
-            self.broker.metrics.observe_phase(handler.name, "wait", time.perf_counter() - started)
-        except Exception:
-            log.error("deferred %s failed %s\n%s", handler.name, self._log_fields(), traceback.format_exc())
-            raise CloseConnection(f"internal error in {handler.name}") from None
-        pending.event.set()
+        header_version = headers.response_header_version(header.api_key, codec.is_flexible(header.api_version))
+        body = codec.encode(response, header.api_version)
+        if CAPTURE_DIR:
+            _capture(codec.name[: -len("Response")], header.api_version,
+                     self.client_software_name or header.client_id, "response", b"".join(body))
+        return self._outgoing(header.correlation_id, header_version, body, codec.name[: -len("Response")],
+                              started, received)
 
-    def _api_versions_fallback(self, frame) -> tuple:
+    def _outgoing(self, correlation_id: int, header_version: int, body: list, api: str | None,
+                  started: float, received: float | None = None) -> _Outgoing:
+        head = headers.encode_response_header(correlation_id, header_version)
+        size = len(head) + sum(len(b) for b in body)
+        body[0] = b"".join((INT32.pack(size), head, body[0]))
+        self.response_bytes += size + 4
+        self.limits.responses.take(size + 4)
+        return _Outgoing(body, size + 4, api, time.perf_counter() - started, received)
+
+    async def _complete(self, pending: _Pending, deferred: Deferred, handler, header, charged: int,
+                        received: float) -> None:
+        started = time.perf_counter()
+        with trio.CancelScope() as scope:
+            if deferred.poll:
+                self._polls.add(scope)
+            try:
+                value = await deferred.wait()
+                self.broker.metrics.observe_phase(handler.name, "wait", time.perf_counter() - started)
+            except Exception:
+                log.error("deferred %s failed %s\n%s", handler.name, self._log_fields(), traceback.format_exc())
+                raise CloseConnection(f"internal error in {handler.name}") from None
+            finally:
+                self._polls.discard(scope)
+                self._release_request(charged)
+            if value is not None:
+                pending.value = self._encode(header, value, handler.response, received)
+        pending.event.set()         # a cancelled long poll leaves no answer: the writer skips it
+
+    def _api_versions_fallback(self, frame) -> _Outgoing:
         """A version of ApiVersions we don't know: answer in v0 layout with E.UNSUPPORTED_VERSION.code and our
         versions, so the client retries with one we have (the header is v1-shaped in every version)."""
         correlation_id = INT32.unpack_from(frame, 4)[0]
         body = _API_VERSIONS.cls(error_code=E.UNSUPPORTED_VERSION.code,
                                  api_keys=api_version_entries(_API_VERSIONS.cls.ApiVersion))
-        return ("raw", correlation_id, 0, _API_VERSIONS.encode(body, 0))
+        return self._outgoing(correlation_id, 0, _API_VERSIONS.encode(body, 0), None, time.perf_counter())
 
     async def _write_responses(self, receive) -> None:
         async with receive:
             async for item in receive:
                 if isinstance(item, _Pending):
                     await item.event.wait()
-                    if item.value is None:
+                    item = item.value
+                    if item is None:
+                        self.outstanding -= 1
                         continue
-                    item = (item.header, item.value, item.codec, item.started)
                 ready = time.perf_counter()
-                if item[0] == "raw":
-                    _, correlation_id, header_version, body = item
-                else:
-                    header, response, codec, _ = item
-                    correlation_id = header.correlation_id
-                    header_version = headers.response_header_version(
-                        header.api_key, codec.is_flexible(header.api_version))
-                    body = codec.encode(response, header.api_version)
-                    if CAPTURE_DIR:
-                        _capture(codec.name[: -len("Response")], header.api_version,
-                                 self.client_software_name or header.client_id, "response", b"".join(body))
-                head = headers.encode_response_header(correlation_id, header_version)
-                size = len(head) + sum(len(b) for b in body)
-                if len(body) == 1:
-                    await self.stream.send_all(b"".join((INT32.pack(size), head, body[0])))
-                else:
-                    body[0] = b"".join((INT32.pack(size), head, body[0]))
-                    await self._send_vectored(body)
-                if item[0] != "raw":
-                    api, sent = item[2].name[:-len("Response")], time.perf_counter()
-                    self.broker.metrics.observe_phase(api, "respond", sent - ready)
-                    self.broker.metrics.observe_latency(api, sent - item[3])
+                await self._send_vectored(item.buffers)
+                self.outstanding -= 1
+                self.response_bytes -= item.size
+                self.limits.responses.release(item.size)
+                if item.api is not None:
+                    sent = time.perf_counter()
+                    self.broker.metrics.observe_phase(item.api, "respond", item.encode_seconds + sent - ready)
+                    if item.received is not None:
+                        self.broker.metrics.observe_latency(item.api, sent - item.received)
 
     async def _send_vectored(self, buffers: list) -> None:
-        """Send header pieces and stored record bytes with sendmsg, without joining them first."""
+        """Send header pieces and stored record bytes with sendmsg, without joining them first.  A client that
+        takes none of them for trireme.response.send.timeout.ms is disconnected."""
         views = [memoryview(b) for b in buffers if len(b)]
         sock = self.stream.socket
+        timeout = self.limits.send_timeout
         first = 0
-        while first < len(views):
-            sent = await sock.sendmsg(views[first:first + _IOV_MAX])
-            while sent:
-                head = views[first]
-                if sent >= len(head):
-                    sent -= len(head)
-                    first += 1
-                else:
-                    views[first] = head[sent:]
-                    sent = 0
+        with trio.move_on_after(timeout) as stalled:
+            while first < len(views):
+                sent = await sock.sendmsg(views[first:first + _IOV_MAX])
+                stalled.deadline = trio.current_time() + timeout
+                while sent:
+                    head = views[first]
+                    if sent >= len(head):
+                        sent -= len(head)
+                        first += 1
+                    else:
+                        views[first] = head[sent:]
+                        sent = 0
+        if stalled.cancelled_caught:
+            self.limits.count(self.limits.closed, "send timeout")
+            raise CloseConnection(f"the client read nothing of a response for "
+                                  f"trireme.response.send.timeout.ms={timeout * 1000:.0f}")
 
 
 def api_version_entries(entry_cls) -> list:

@@ -1,19 +1,29 @@
-"""The trio TCP listener: one nursery accepts, another holds the connections, and shutdown has a grace deadline.
+"""The trio TCP listener: an accept loop that admits connections within the broker's limits, and shutdown with a grace deadline.
 
 ``serve`` reports the bound port through ``task_status`` (so port 0 works), accepts until
 ``shutdown`` is set, then stops reading new requests on every connection, lets in-flight ones
 finish for up to ``trireme.shutdown.grace.ms``, and cancels whatever is left.
+
+Accepting is paced to ``max.connection.creation.rate``; a connection over ``max.connections``
+or ``max.connections.per.ip`` is closed at once.  When accept fails for want of descriptors, the
+loop closes a spare descriptor it keeps for this, accepts the waiting connection and closes it
+(the client sees a closed connection instead of a hang), takes the spare back and sleeps a
+little: it never spins, and it serves again by itself once descriptors are free.
 """
 from __future__ import annotations
 
-import functools
+import errno
 import logging
+import os
 
 import trio
 
 from .connection import Connection
+from .limits import out_of_descriptors
 
 log = logging.getLogger("trireme.listener")
+
+BACKOFF = 0.1       # seconds the accept loop sleeps after running out of descriptors
 
 
 class Listener:
@@ -23,16 +33,18 @@ class Listener:
         self.port = port
         self.connections: set[Connection] = set()
         self.shutdown = trio.Event()
+        self._spare: int | None = None
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         bound = listeners[0].socket.getsockname()
         task_status.started(bound[1])
         log.info("listening host=%s port=%d", self.host, bound[1])
+        self._take_spare()
         async with trio.open_nursery() as connection_nursery:
             async with trio.open_nursery() as accept_nursery:
-                accept_nursery.start_soon(functools.partial(
-                    trio.serve_listeners, self._handle, listeners, handler_nursery=connection_nursery))
+                for listener in listeners:
+                    accept_nursery.start_soon(self._accept_loop, listener.socket, connection_nursery)
                 await self.shutdown.wait()
                 accept_nursery.cancel_scope.cancel()
             for listener in listeners:
@@ -44,19 +56,73 @@ class Listener:
                 while self.connections:
                     await trio.sleep(0.01)
             connection_nursery.cancel_scope.cancel()
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
+    def _take_spare(self) -> None:
+        if self._spare is None:
+            try:
+                self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                pass        # still out of descriptors; the next shortage retries
+
+    async def _accept_loop(self, listen_sock, nursery) -> None:
+        admission = self.broker.limits.admission
+        while True:
+            await admission.pace()
+            try:
+                sock, address = await listen_sock.accept()
+            except OSError as e:
+                if e.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EPERM):
+                    continue        # the client gave up before we took it
+                if not out_of_descriptors(e):
+                    raise
+                await self._shed(listen_sock, e)
+                continue
+            ip = address[0] if isinstance(address, tuple) else "?"
+            refusal = admission.refusal(ip)
+            if refusal is not None:
+                self.broker.limits.count(self.broker.limits.refused, refusal)
+                log.warning("refusing connection from %s: %s reached", ip, refusal)
+                sock.close()
+                continue
+            admission.opened(ip)
+            nursery.start_soon(self._handle, trio.SocketStream(sock), ip)
+
+    async def _shed(self, listen_sock, error: OSError) -> None:
+        """Out of descriptors: refuse the waiting connection with the spare descriptor, then back off."""
+        limits = self.broker.limits
+        limits.count(limits.refused, "out of descriptors")
+        log.warning("accept failed, out of descriptors: %r", error)
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
+            try:
+                with trio.move_on_after(BACKOFF):
+                    sock, _ = await listen_sock.accept()
+                    sock.close()
+            except OSError:
+                pass
+            self._take_spare()
+        await trio.sleep(BACKOFF)
+
+    async def _handle(self, stream: trio.SocketStream, ip: str) -> None:
+        admission = self.broker.limits.admission
         try:
-            peer = "%s:%d" % stream.socket.getpeername()[:2]
-        except OSError:
-            peer = "?"
-        conn = Connection(stream, self.broker, peer)
-        self.connections.add(conn)
-        self.broker.metrics.connections += 1
-        try:
-            await conn.run()
-        except Exception:
-            log.exception("connection task failed conn=%d", conn.id)
+            try:
+                peer = "%s:%d" % stream.socket.getpeername()[:2]
+            except OSError:
+                peer = "?"
+            conn = Connection(stream, self.broker, peer)
+            self.connections.add(conn)
+            self.broker.metrics.connections += 1
+            try:
+                await conn.run()
+            except Exception:
+                log.exception("connection task failed conn=%d", conn.id)
+            finally:
+                self.connections.discard(conn)
+                self.broker.metrics.connections -= 1
         finally:
-            self.connections.discard(conn)
-            self.broker.metrics.connections -= 1
+            admission.closed(ip)

@@ -173,6 +173,7 @@ def render_broker(broker) -> str:
     _partition_metrics(out, broker)
     _group_metrics(out, broker)
     _transaction_metrics(out, broker, now_ms())
+    broker.limits.write_metrics(out, broker.storage)
     return out.text()
 
 

@@ -10,6 +10,10 @@ from abc import ABC, abstractmethod
 
 TEMP_SUFFIX = ".tmp"  # `write_atomic` stages data in `path + TEMP_SUFFIX`; leftovers may be removed
 
+# Errors that mean "out of descriptors (or kernel memory for them)", not a broken disk: never sticky,
+# never a reason to take a log offline; retried once descriptors are free.
+DESCRIPTOR_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
 
 class ReadFile(ABC):
     """An open file that can be read at any position."""
@@ -56,7 +60,8 @@ class AppendFile(ReadFile):
         try:
             self._fsync()
         except OSError as exc:
-            if exc.errno != errno.EBADF:  # syncing a closed file is not a device failure
+            # Syncing a closed file, or finding no descriptor to reopen it with, is not a device failure.
+            if exc.errno != errno.EBADF and exc.errno not in DESCRIPTOR_ERRNOS:
                 self._sync_failed = exc
             raise
 
@@ -146,33 +151,137 @@ def _pread_full(fd: int, pos: int, n: int) -> bytes:
     return b"".join(parts)
 
 
-class _FileReadFile(ReadFile):
-    def __init__(self, path: str, fd: int) -> None:
-        self.path = path
-        self._fd = fd
+class _Descriptors:
+    """The descriptors of a FileStorage's open files, at most `limit` at once.
+
+    When a file needs one beyond the limit (or the process is out of descriptors), idle files give
+    theirs back, least recently used first (a clock: a file used since the last sweep gets a second
+    chance); a file whose descriptor was taken reopens its path on next use.  A descriptor in use
+    (a write, a read, an fsync in a worker thread) is never taken.  On Linux an fsync through a new
+    descriptor writes back everything written through the old one: dirty pages belong to the file.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._files: dict[_FileHandle, None] = {}   # insertion order = sweep order
         self._lock = threading.Lock()
 
-    @property
-    def size(self) -> int:
-        return os.fstat(self._fd).st_size
+    def __len__(self) -> int:
+        return len(self._files)
 
-    def read(self, pos: int, n: int) -> bytes:
-        return _pread_full(self._fd, pos, n)
-
-    def close(self) -> None:
+    def add(self, handle: _FileHandle) -> None:
         with self._lock:
-            if self._fd >= 0:
+            self._files[handle] = None
+            excess = len(self._files) - self.limit
+        if excess > 0:
+            self.shed(excess)
+
+    def discard(self, handle: _FileHandle) -> None:
+        with self._lock:
+            self._files.pop(handle, None)
+
+    def shed(self, n: int) -> int:
+        """Close up to `n` idle files' descriptors; → how many were closed."""
+        closed = 0
+        with self._lock:
+            for _ in range(2 * len(self._files)):
+                if closed >= n or not self._files:
+                    break
+                handle = next(iter(self._files))
+                del self._files[handle]
+                if handle.recent:
+                    handle.recent = False
+                    self._files[handle] = None
+                    continue
+                taken = handle._take_descriptor()
+                if taken is None:
+                    self._files[handle] = None      # in use: keep it
+                elif taken:
+                    closed += 1
+        return closed
+
+
+class _FileHandle:
+    """A file's descriptor, opened again on demand after the storage's descriptor cache took it."""
+
+    def __init__(self, storage: FileStorage, path: str, flags: int, fd: int) -> None:
+        self.path = path
+        self._storage = storage
+        self._flags = flags & ~(os.O_CREAT | os.O_TRUNC)      # a reopen finds the file it opened
+        self._fd = fd
+        self._users = 0
+        self._closed = False
+        self.recent = True
+        self._lock = threading.Lock()  # guards _fd and _users: no descriptor is closed or recycled under a user
+        storage._descriptors.add(self)
+
+    def _pin(self) -> int:
+        with self._lock:
+            if self._fd < 0:
+                if self._closed:
+                    raise OSError(errno.EBADF, f"{self.path} is closed")
+                self._fd = self._storage._open(self.path, self._flags)
+                self._storage._descriptors.add(self)
+            self._users += 1
+            self.recent = True
+            return self._fd
+
+    def _unpin(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._closed and not self._users and self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
 
+    def _take_descriptor(self) -> bool | None:
+        """Close the descriptor if nobody uses it: True if closed, False if there was none, None if in use."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if self._users:
+                return None
+            if self._fd < 0:
+                return False
+            os.close(self._fd)
+            self._fd = -1
+            return True
+        finally:
+            self._lock.release()
 
-class _FileAppendFile(AppendFile):
-    def __init__(self, path: str, fd: int) -> None:
-        super().__init__()
-        self.path = path
-        self._fd = fd
+    def _pread(self, pos: int, n: int) -> bytes:
+        fd = self._pin()
+        try:
+            return _pread_full(fd, pos, n)
+        finally:
+            self._unpin()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if not self._users and self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+        self._storage._descriptors.discard(self)
+
+
+class _FileReadFile(_FileHandle, ReadFile):
+    @property
+    def size(self) -> int:
+        fd = self._pin()
+        try:
+            return os.fstat(fd).st_size
+        finally:
+            self._unpin()
+
+    def read(self, pos: int, n: int) -> bytes:
+        return self._pread(pos, n)
+
+
+class _FileAppendFile(_FileHandle, AppendFile):
+    def __init__(self, storage: FileStorage, path: str, flags: int, fd: int) -> None:
+        AppendFile.__init__(self)
+        _FileHandle.__init__(self, storage, path, flags, fd)
         self._size = os.fstat(fd).st_size
-        self._lock = threading.Lock()  # keeps close() from recycling the fd under a running fsync
 
     @property
     def size(self) -> int:
@@ -182,62 +291,79 @@ class _FileAppendFile(AppendFile):
         view = _as_bytes_view(buf)
         pos = self._size
         done = 0
+        fd = self._pin()
         try:
             while done < len(view):
-                done += os.pwrite(self._fd, view[done:], pos + done)
+                done += os.pwrite(fd, view[done:], pos + done)
         except OSError:
             try:
-                os.ftruncate(self._fd, pos)
+                os.ftruncate(fd, pos)
             except OSError:
                 pass  # the garbage beyond the logical end is overwritten by the next write
             raise
+        finally:
+            self._unpin()
         self._size = pos + done
 
     def read(self, pos: int, n: int) -> bytes:
-        return _pread_full(self._fd, pos, n)
+        return self._pread(pos, n)
 
     def truncate(self, n: int) -> None:
-        os.ftruncate(self._fd, n)
+        fd = self._pin()
+        try:
+            os.ftruncate(fd, n)
+        finally:
+            self._unpin()
         self._size = n
 
     def _fsync(self) -> None:
-        with self._lock:
-            if self._fd < 0:
-                raise OSError(errno.EBADF, f"{self.path} is closed")
-            os.fdatasync(self._fd)  # data and the size that reaches it: all an append needs
-
-    def close(self) -> None:
-        with self._lock:
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
+        fd = self._pin()
+        try:
+            os.fdatasync(fd)  # data and the size that reaches it: all an append needs
+        finally:
+            self._unpin()
 
 
 class FileStorage(Storage):
-    """Real files under `root`."""
+    """Real files under `root`; the open files hold at most `max_open_files` descriptors (see _Descriptors)."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], max_open_files: int = 1 << 30) -> None:
         self.root = os.fspath(root)
+        self._descriptors = _Descriptors(max_open_files)
+
+    @property
+    def open_descriptors(self) -> int:
+        """Descriptors the open files hold now."""
+        return len(self._descriptors)
 
     def _abs(self, path: str) -> str:
         return os.path.join(self.root, path)
 
+    def _open(self, path: str, flags: int) -> int:
+        """os.open; out of descriptors, the idle open files give half of theirs back and it tries once more."""
+        try:
+            return os.open(self._abs(path), flags | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            if e.errno not in DESCRIPTOR_ERRNOS or not self._descriptors.shed(max(1, len(self._descriptors) // 2)):
+                raise
+        return os.open(self._abs(path), flags | os.O_CLOEXEC, 0o644)
+
     def open_append(self, path: str) -> AppendFile:
-        fd = os.open(self._abs(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        return _FileAppendFile(path, fd)
+        flags = os.O_RDWR | os.O_CREAT
+        return _FileAppendFile(self, path, flags, self._open(path, flags))
 
     def open_read(self, path: str) -> ReadFile:
-        return _FileReadFile(path, os.open(self._abs(path), os.O_RDONLY | os.O_CLOEXEC))
+        return _FileReadFile(self, path, os.O_RDONLY, self._open(path, os.O_RDONLY))
 
     def read(self, path: str, pos: int, n: int) -> bytes:
-        fd = os.open(self._abs(path), os.O_RDONLY | os.O_CLOEXEC)
+        fd = self._open(path, os.O_RDONLY)
         try:
             return _pread_full(fd, pos, n)
         finally:
             os.close(fd)
 
     def read_all(self, path: str) -> bytes:
-        with open(self._abs(path), "rb") as f:
+        with open(self._open(path, os.O_RDONLY), "rb") as f:
             return f.read()
 
     def size(self, path: str) -> int:
@@ -265,7 +391,7 @@ class FileStorage(Storage):
     def write_atomic(self, path: str, data: bytes, durable: bool = True) -> None:
         target = self._abs(path)
         temp = target + TEMP_SUFFIX
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        fd = self._open(path + TEMP_SUFFIX, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             view = _as_bytes_view(data)
             done = 0
@@ -280,7 +406,7 @@ class FileStorage(Storage):
             self.sync_dir(posixpath.dirname(path))
 
     def sync_dir(self, directory: str) -> None:
-        fd = os.open(self._abs(directory) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = self._open(directory or ".", os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(fd)
         finally:

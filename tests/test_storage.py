@@ -1,7 +1,10 @@
 """Tests for state.storage: real files and the in-memory twin behave alike, and the twin's crash model holds."""
 from __future__ import annotations
 
+import errno
+import os
 import random
+import resource
 
 import pytest
 
@@ -231,3 +234,68 @@ def test_memory_counts_syncs():
     f.sync()
     s.sync_dir("d")
     assert (s.syncs, s.dir_syncs) == (1, 1)
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to count descriptors")
+def test_file_storage_holds_at_most_max_open_files_descriptors(tmp_path):
+    s = FileStorage(tmp_path, max_open_files=3)
+    s.makedirs("d")
+    before = _fds()
+    files = [s.open_append(f"d/{i}") for i in range(10)]
+    for i, f in enumerate(files):
+        f.write(b"x%d" % i)
+    assert s.open_descriptors <= 3 and _fds() - before <= 3
+    for i, f in enumerate(files):             # each reopens its file on demand, at its logical end
+        f.write(b"y")
+        f.sync()
+        assert f.read(0, 3) == b"x%dy" % i and f.size == 3
+    readers = [s.open_read(f"d/{i}") for i in range(10)]
+    assert [r.read(0, 3) for r in readers] == [b"x%dy" % i for i in range(10)]
+    assert [r.size for r in readers] == [3] * 10
+    assert s.open_descriptors <= 3 and _fds() - before <= 3
+    files[0].close()
+    with pytest.raises(OSError) as closed:
+        files[0].read(0, 1)
+    assert closed.value.errno == errno.EBADF
+    for f in files[1:] + readers:
+        f.close()
+    assert s.open_descriptors == 0 and _fds() == before
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to count descriptors")
+def test_file_storage_out_of_descriptors_gives_back_idle_ones(tmp_path):
+    """When the process runs out of descriptors, opening a file closes idle cached ones and goes on; an fsync
+    that finds no descriptor fails without being sticky and succeeds once descriptors are free."""
+    s = FileStorage(tmp_path)
+    s.makedirs("d")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    files = []
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (_fds() + 8, hard))
+        for i in range(40):                   # far more than the limit allows open at once
+            files.append(s.open_append(f"d/{i}"))
+            files[-1].write(b"v%d" % i)
+        assert s.open_descriptors < 20          # some were given back
+        s._descriptors.shed(len(s._descriptors))      # every cached descriptor given back, then none left
+        hog = []
+        try:
+            while True:
+                hog.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError as e:
+            assert e.errno == errno.EMFILE
+        busy = files[0]
+        with pytest.raises(OSError) as out:
+            busy.sync()
+        assert out.value.errno == errno.EMFILE
+        for fd in hog:
+            os.close(fd)
+        busy.sync()                           # not sticky: works again once descriptors are free
+        assert [f.read(0, 4) for f in files] == [b"v%d" % i for i in range(40)]
+    finally:
+        for f in files:
+            f.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -18,6 +18,8 @@ Behaviour / version notes:
 - CurrentLeaderEpoch (v9+) newer than ours → UNKNOWN_LEADER_EPOCH, older → FENCED_LEADER_EPOCH.
 - Offsets outside [log start, log end] → OFFSET_OUT_OF_RANGE with the current offsets.
 - Records are never decoded here: the response carries the file bytes as read.
+- A read that fails (out of file descriptors, a failing disk) → KAFKA_STORAGE_ERROR for that partition.
+- The long poll ends, unanswered, as soon as the client's connection ends (Deferred.poll).
 """
 from __future__ import annotations
 
@@ -55,7 +57,7 @@ def fetch(ctx, request):
             if got >= request.min_bytes or trio.current_time() >= deadline:
                 broker.metrics.count_bytes_out(by_topic)
                 return response
-    return Deferred(long_poll)
+    return Deferred(long_poll, poll=True)
 
 
 def _fill(ctx, request, response) -> tuple[int, dict[str, int]]:
@@ -101,6 +103,9 @@ def _fill(ctx, request, response) -> tuple[int, dict[str, int]]:
                                  min_one_batch=gathered == 0)
             except OffsetOutOfRange:
                 result.error_code = E.OFFSET_OUT_OF_RANGE.code
+                continue
+            except OSError:         # no descriptor to reopen the segment with, or a failing disk: retriable
+                result.error_code = E.KAFKA_STORAGE_ERROR.code
                 continue
             result.records = data
             gathered += len(data)
