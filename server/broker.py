@@ -146,6 +146,9 @@ class Broker:
         self.groups = GroupService(config, self, self.open_internal_partition)
         self.transactions = TransactionService(config, self, self.open_internal_partition,
                                                self.producer_ids.next_id, self.local_peer)
+        # The coordinators' topics: not in the registry (clients neither create nor write them), but described
+        # to clients as Kafka describes them, marked internal.
+        self.internal_topics = {s.partition.topic.name: s.partition.topic for s in (self.groups, self.transactions)}
         self._sweep_orphans()
 
     # --- partitions --------------------------------------------------------------------------
@@ -232,6 +235,17 @@ class Broker:
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
+
+    def described_topics(self) -> list[Topic]:
+        """Every topic a client may see described: the registry's, then the internal ones."""
+        return [*self.topics.all(), *self.internal_topics.values()]
+
+    def described_topic(self, name: str | None = None, topic_id=None) -> Topic | None:
+        """A topic by name (or by id when ``name`` is None), internal topics included."""
+        if name is None:
+            return self.topics.by_id(topic_id) or next(
+                (t for t in self.internal_topics.values() if t.topic_id == topic_id), None)
+        return self.topics.get(name) or self.internal_topics.get(name)
 
     def topic_config(self, topic: Topic) -> dict[str, str]:
         return topic.effective_config(self.broker_topic_defaults())
