@@ -45,11 +45,11 @@ def req(api):
 
 def call(broker, api, version, request):
     h = handler(api)
-    wire = h.request.encode_bytes(request, version)
-    decoded, end = h.request.decode(wire, version)
-    assert end == len(wire)
+    frame = bytearray(h.request.encode_bytes(request, version))      # decoded from a writable frame, as served
+    decoded, end = h.request.decode(frame, version)
+    assert end == len(frame)
     ctx = RequestContext(broker=broker, api_key=h.api_key, api_version=version, correlation_id=7,
-                         client_id="tests", principal="User:ANONYMOUS", connection=None, frame=bytearray(wire))
+                         client_id="tests", principal="User:ANONYMOUS", connection=None, frame=frame)
     response = h.fn(ctx, decoded)
     data = h.response.encode_bytes(response, version)
     out, end = h.response.decode(data, version)
