@@ -18,6 +18,8 @@ Behaviour / version notes:
 - CurrentLeaderEpoch (v9+) newer than ours → UNKNOWN_LEADER_EPOCH, older → FENCED_LEADER_EPOCH.
 - Offsets outside [log start, log end] → OFFSET_OUT_OF_RANGE with the current offsets.
 - Records are never decoded here: the response carries the file bytes as read.
+- The internal topics Metadata lists (`__consumer_offsets`, `__transaction_state`) can be read,
+  as on Kafka (their records are the coordinators' own, in Kafka's formats).
 """
 from __future__ import annotations
 
@@ -68,7 +70,7 @@ def _fill(ctx, request, response) -> int:
     gathered = 0
     read_committed = request.isolation_level == READ_COMMITTED
     for fetch_topic in request.topics:
-        topic = broker.topics.by_id(fetch_topic.topic_id) if by_id else broker.topics.get(fetch_topic.topic)
+        topic = broker.described_topic(None if by_id else fetch_topic.topic, fetch_topic.topic_id)
         out = cls(topic=fetch_topic.topic, topic_id=fetch_topic.topic_id)
         response.responses.append(out)
         for fp in fetch_topic.partitions:
