@@ -11,7 +11,7 @@ import trio
 
 from . import dispatch
 from .broker import Broker
-from .config import PROPERTIES, Config, ConfigError, parse_host_port, read_config_file
+from .config import PROPERTIES, Config, ConfigError, listener_address, parse_host_port, read_config_file
 from .listener import Listener
 from .metrics import serve_metrics
 
@@ -32,10 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the broker", epilog=_properties_help(),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     serve.add_argument("--data-dir", default="./data", help="where logs and metadata live (default ./data)")
-    serve.add_argument("--listen", default="127.0.0.1:9092",
-                       help="HOST:PORT to bind; port 0 picks a free port (default 127.0.0.1:9092)")
+    serve.add_argument("--listen", default=None,
+                       help="HOST:PORT to bind; port 0 picks a free port (default: the listeners property, "
+                            "else 127.0.0.1:9092)")
     serve.add_argument("--advertised", default=None,
-                       help="HOST:PORT clients are told to connect to (default: the bound address)")
+                       help="HOST:PORT clients are told to connect to (default: the advertised.listeners "
+                            "property, else the bound address)")
     serve.add_argument("--config", default=None,
                        help="a flat TOML file (quoted Kafka keys) or a Java server.properties file")
     serve.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
@@ -44,10 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_config(args) -> Config:
-    host, port = parse_host_port(args.listen)
-    config = Config(data_dir=args.data_dir, listen_host=host, listen_port=port)
-    if args.advertised:
-        config.advertised_host, config.advertised_port = parse_host_port(args.advertised)
+    config = Config(data_dir=args.data_dir)
     if args.config:
         for name in config.update(read_config_file(args.config)):
             log.warning("ignoring unknown property %s in %s", name, args.config)
@@ -56,6 +55,16 @@ def load_config(args) -> Config:
         if not sep:
             raise ConfigError(f"--set expects NAME=VALUE, got {item!r}")
         config.set(name.strip(), value)
+    # The flags win over Kafka's listener properties, as --set wins over --config.
+    if args.listen:
+        config.listen_host, config.listen_port = parse_host_port(args.listen)
+    elif config["listeners"]:
+        config.listen_host, config.listen_port = listener_address("listeners", config["listeners"])
+    if args.advertised:
+        config.advertised_host, config.advertised_port = parse_host_port(args.advertised)
+    elif config["advertised.listeners"]:
+        config.advertised_host, config.advertised_port = listener_address("advertised.listeners",
+                                                                          config["advertised.listeners"])
     return config
 
 

@@ -46,6 +46,10 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
     "log.flush.interval.ms": (
         9223372036854775807, "Opt in to Kafka's flush policy: acknowledge after the write and fsync every this "
                              "many ms.  Unset: fsync before every acknowledgement."),
+    "listeners": ("", "Kafka's listener list: one PLAINTEXT://HOST:PORT (an empty host binds every interface); "
+                      "the same as --listen, which wins.  Other security protocols are refused."),
+    "advertised.listeners": ("", "PLAINTEXT://HOST:PORT clients are told to connect to; the same as --advertised, "
+                                 "which wins."),
     "trireme.debug.transaction.marker.delay.ms": (
         0, "Fault injection for crash tests: wait this long before each WriteTxnMarkers request the "
            "coordinator sends, and send one partition per request.  0 (off) in production."),
@@ -141,3 +145,21 @@ def parse_host_port(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit():
         raise ConfigError(f"expected HOST:PORT, got {text!r}")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def listener_address(name: str, value: str) -> tuple[str, int]:
+    """HOST, PORT of Kafka's ``listeners`` / ``advertised.listeners`` value: exactly one PLAINTEXT listener."""
+    entries = [e.strip() for e in value.split(",") if e.strip()]
+    for entry in entries:
+        scheme, sep, _ = entry.partition("://")
+        if not sep:
+            raise ConfigError(f"{name}: expected NAME://HOST:PORT, got {entry!r}")
+        if scheme.upper() != "PLAINTEXT":
+            raise ConfigError(f"{name}: {entry!r} is not supported; Trireme serves one PLAINTEXT listener "
+                              f"(no SSL, SASL or controller listeners)")
+    if len(entries) != 1:
+        raise ConfigError(f"{name}: Trireme serves exactly one PLAINTEXT listener, got {value!r}")
+    address = entries[0].partition("://")[2]
+    if name == "advertised.listeners" and address.startswith(":"):
+        raise ConfigError(f"{name}: {entries[0]!r} needs a host clients can connect to")
+    return parse_host_port(address)
