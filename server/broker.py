@@ -18,7 +18,7 @@ import trio
 from trireme.state.log import AbortedTxn, PartitionLog
 from trireme.state.producer_ids import ProducerIdManager
 from trireme.state.producer_state import ProducerStateError, ProducerStateManager
-from trireme.state.storage import FileStorage
+from trireme.state.storage import FileStorage, Storage
 from trireme.state.topics import INTERNAL_TOPICS, BrokerMeta, Topic, TopicError, TopicRegistry
 from trireme.wire import error_codes as E
 from trireme.wire import records
@@ -113,10 +113,14 @@ def _read_marker(plog: PartitionLog, header) -> tuple[bool, int]:
 
 
 class Broker:
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, storage: Storage | None = None):
+        """``storage``: where the data lives (default: files under ``config.data_dir``; trireme.testing passes
+        the in-memory twin)."""
         self.config = config
-        os.makedirs(config.data_dir, exist_ok=True)
-        self.storage = FileStorage(config.data_dir)
+        if storage is None:
+            os.makedirs(config.data_dir, exist_ok=True)
+            storage = FileStorage(config.data_dir)
+        self.storage = storage
         self.metrics = Metrics()
         self.meta = BrokerMeta.load_or_create(self.storage, node_id=config["node.id"])
         self.node_id = self.meta.node_id
@@ -269,6 +273,11 @@ class Broker:
                 self._open_partition(topic, index)
             log.info("created topic name=%s partitions=%d id=%s", name, topic.partitions, topic.topic_id)
         return topic
+
+    def ensure_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
+        """Create a topic asked for at start-up (``trireme serve --topic``), unless it exists from an earlier run."""
+        if name not in self.topics:
+            self.create_topic(name, partitions, configs)
 
     def auto_create(self, name: str) -> Topic | None:
         """Create a topic a client asked for by name, if auto.create.topics.enable allows it."""

@@ -9,9 +9,12 @@ import sys
 
 import trio
 
+from trireme.state.topics import TopicError
+
 from . import dispatch
 from .broker import Broker
-from .config import PROPERTIES, Config, ConfigError, listener_address, parse_host_port, read_config_file
+from .config import (PROPERTIES, Config, ConfigError, listener_address, parse_host_port, parse_topic_spec,
+                     read_config_file)
 from .listener import Listener
 from .metrics import serve_metrics
 
@@ -42,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a flat TOML file (quoted Kafka keys) or a Java server.properties file")
     serve.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                        help="set one broker property; overrides --config")
+    serve.add_argument("--topic", action="append", default=[], metavar="NAME[:PARTITIONS[:KEY=VALUE,...]]",
+                       help="create this topic at start-up unless it exists (repeatable)")
     return parser
 
 
@@ -68,11 +73,17 @@ def load_config(args) -> Config:
     return config
 
 
-async def run_broker(config: Config) -> None:
+async def run_broker(config: Config, storage=None, topics=(), *, standalone: bool = True,
+                     task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Serve ``config`` (with ``topics``, as parse_topic_spec gives them, created first).  Standalone (the CLI):
+    print the address and stop on SIGINT/SIGTERM.  Embedded (trireme.testing): report (listener, port) through
+    ``task_status`` and stop when the listener's shutdown is set."""
     dispatch.load_handlers()
-    broker = Broker(config)
+    broker = Broker(config, storage)
     listener = Listener(broker, config.listen_host, config.listen_port)
     try:
+        for name, partitions, configs in topics:
+            broker.ensure_topic(name, partitions, configs)
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)
             if config["trireme.metrics.listen"]:
@@ -83,8 +94,10 @@ async def run_broker(config: Config) -> None:
                 port = await serving.start(listener.serve)
                 if config.listen_port == 0 or broker.advertised_port == 0:
                     broker.advertised_port = config.advertised_port or port
-                print(f"listening on {config.listen_host}:{port}", flush=True)
-                serving.start_soon(_shutdown_on_signal, listener)
+                task_status.started((listener, port))
+                if standalone:
+                    print(f"listening on {config.listen_host}:{port}", flush=True)
+                    serving.start_soon(_shutdown_on_signal, listener)
             nursery.cancel_scope.cancel()
     finally:
         broker.close()
@@ -103,12 +116,17 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         config = load_config(args)
+        topics = [parse_topic_spec(spec) for spec in args.topic]
     except (ConfigError, OSError) as e:
         print(f"trireme: {e}", file=sys.stderr)
         return 2
     logging.basicConfig(level=config["trireme.log.level"], stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    trio.run(run_broker, config)
+    try:
+        trio.run(run_broker, config, None, topics)
+    except TopicError as e:
+        print(f"trireme: --topic: {e.message}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -163,3 +163,27 @@ def listener_address(name: str, value: str) -> tuple[str, int]:
     if name == "advertised.listeners" and address.startswith(":"):
         raise ConfigError(f"{name}: {entries[0]!r} needs a host clients can connect to")
     return parse_host_port(address)
+
+
+def parse_topic_spec(text: str) -> tuple[str, int, dict[str, str]]:
+    """``NAME[:PARTITIONS[:KEY=VALUE,KEY=VALUE...]]`` (``trireme serve --topic``) → (name, partitions, configs).
+    Partitions default to -1 (num.partitions); a comma inside a value (``cleanup.policy=compact,delete``) is kept."""
+    name, _, rest = text.partition(":")
+    count, _, settings = rest.partition(":")
+    try:
+        partitions = int(count) if count else -1
+    except ValueError:
+        raise ConfigError(f"--topic {text!r}: partitions must be an integer") from None
+    configs: dict[str, str] = {}
+    key = None
+    for piece in settings.split(",") if settings else ():
+        if "=" in piece:
+            key, _, value = piece.partition("=")
+            configs[key.strip()] = value.strip()
+        elif key is None:
+            raise ConfigError(f"--topic {text!r}: expected KEY=VALUE, got {piece!r}")
+        else:
+            configs[key.strip()] += "," + piece.strip()
+    if not name:
+        raise ConfigError(f"--topic {text!r}: a topic name is needed")
+    return name, partitions, configs
