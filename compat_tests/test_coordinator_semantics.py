@@ -12,7 +12,7 @@ from trireme.wire import records
 from trireme.wire.codec import message
 
 TOPIC_ALREADY_EXISTS = 36
-UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_TOPIC_EXCEPTION = 17
 
 
 def _conn(server) -> RawConn:
@@ -52,9 +52,10 @@ def test_internal_topic_names_are_reserved(module_server):
     assert resp.topics[0].error_code == TOPIC_ALREADY_EXISTS
     md = conn.request("Metadata", 9, message("MetadataRequest").cls(topics=[
         message("MetadataRequest").cls.MetadataRequestTopic(name="__consumer_offsets")], allow_auto_topic_creation=True))
-    assert md.topics[0].error_code == UNKNOWN_TOPIC_OR_PARTITION     # never auto-created as a user topic
+    [t] = md.topics                                                  # described as Kafka does: internal
+    assert (t.error_code, t.is_internal, [p.partition_index for p in t.partitions]) == (0, True, [0])
     [r] = produce(conn, "__consumer_offsets", {0: batch([b"x"])})
-    assert r.error_code == UNKNOWN_TOPIC_OR_PARTITION                # clients cannot write to it
+    assert r.error_code == INVALID_TOPIC_EXCEPTION                   # clients cannot write to it (Kafka's code)
     _commit(conn, group, topic, {0: 5})
     assert _committed(conn, group) == {(topic, 0): 5}
     module_server.restart()                                          # and it still loads

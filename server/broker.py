@@ -19,7 +19,7 @@ from trireme.state.features import TRANSACTION_VERSION, FeatureLevels
 from trireme.state.log import AbortedTxn, PartitionLog
 from trireme.state.producer_ids import ProducerIdManager
 from trireme.state.producer_state import ProducerStateError, ProducerStateManager
-from trireme.state.storage import FileStorage
+from trireme.state.storage import FileStorage, Storage
 from trireme.state.topics import INTERNAL_TOPICS, BrokerMeta, Topic, TopicError, TopicRegistry
 from trireme.wire import error_codes as E
 from trireme.wire import records
@@ -115,11 +115,15 @@ def _read_marker(plog: PartitionLog, header) -> tuple[bool, int]:
 
 
 class Broker:
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, storage: Storage | None = None):
+        """``storage``: where the data lives (default: files under ``config.data_dir``; trireme.testing passes
+        the in-memory twin)."""
         self.config = config
-        os.makedirs(config.data_dir, exist_ok=True)
         self.limits = Limits(config)
-        self.storage = FileStorage(config.data_dir, max_open_files=self.limits.max_open_files)
+        if storage is None:
+            os.makedirs(config.data_dir, exist_ok=True)
+            storage = FileStorage(config.data_dir, max_open_files=self.limits.max_open_files)
+        self.storage = storage
         self.metrics = Metrics()
         self.meta = BrokerMeta.load_or_create(self.storage, node_id=config["node.id"])
         self.node_id = self.meta.node_id
@@ -155,6 +159,9 @@ class Broker:
         self.transactions.abort_orphans([((p.topic.name, p.index), pid, epoch)
                                          for p in self.partitions.values()
                                          for pid, epoch, _ in p.producers.open_transactions()])
+        # The coordinators' topics: not in the registry (clients neither create nor write them), but described
+        # to clients as Kafka describes them, marked internal.
+        self.internal_topics = {s.partition.topic.name: s.partition.topic for s in (self.groups, self.transactions)}
         self._sweep_orphans()
 
     # --- partitions --------------------------------------------------------------------------
@@ -242,6 +249,17 @@ class Broker:
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
 
+    def described_topics(self) -> list[Topic]:
+        """Every topic a client may see described: the registry's, then the internal ones."""
+        return [*self.topics.all(), *self.internal_topics.values()]
+
+    def described_topic(self, name: str | None = None, topic_id=None) -> Topic | None:
+        """A topic by name (or by id when ``name`` is None), internal topics included."""
+        if name is None:
+            return self.topics.by_id(topic_id) or next(
+                (t for t in self.internal_topics.values() if t.topic_id == topic_id), None)
+        return self.topics.get(name) or self.internal_topics.get(name)
+
     def topic_config(self, topic: Topic) -> dict[str, str]:
         return topic.effective_config(self.broker_topic_defaults())
 
@@ -302,6 +320,11 @@ class Broker:
             self.partitions[(name, index)].topic = topic
         log.info("created topic name=%s partitions=%d id=%s", name, topic.partitions, topic.topic_id)
         return topic
+
+    def ensure_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
+        """Create a topic asked for at start-up (``trireme serve --topic``), unless it exists from an earlier run."""
+        if name not in self.topics:
+            self.create_topic(name, partitions, configs)
 
     def auto_create(self, name: str) -> Topic | None:
         """Create a topic a client asked for by name, if auto.create.topics.enable allows it."""

@@ -8,9 +8,12 @@ import sys
 
 import trio
 
+from trireme.state.topics import TopicError
+
 from . import admin, dispatch, metrics, web
 from .broker import Broker
-from .config import PROPERTIES, Config, ConfigError, parse_host_port, read_config_file
+from .config import (PROPERTIES, Config, ConfigError, listener_address, parse_host_port, parse_topic_spec,
+                     read_config_file)
 from .listener import Listener
 from .status_page import StatusPage
 
@@ -31,23 +34,24 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the broker", epilog=_properties_help(),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     serve.add_argument("--data-dir", default="./data", help="where logs and metadata live (default ./data)")
-    serve.add_argument("--listen", default="127.0.0.1:9092",
-                       help="HOST:PORT to bind; port 0 picks a free port (default 127.0.0.1:9092)")
+    serve.add_argument("--listen", default=None,
+                       help="HOST:PORT to bind; port 0 picks a free port (default: the listeners property, "
+                            "else 127.0.0.1:9092)")
     serve.add_argument("--advertised", default=None,
-                       help="HOST:PORT clients are told to connect to (default: the bound address)")
+                       help="HOST:PORT clients are told to connect to (default: the advertised.listeners "
+                            "property, else the bound address)")
     serve.add_argument("--config", default=None,
                        help="a flat TOML file (quoted Kafka keys) or a Java server.properties file")
     serve.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                        help="set one broker property; overrides --config")
     admin.add_parsers(sub)
+    serve.add_argument("--topic", action="append", default=[], metavar="NAME[:PARTITIONS[:KEY=VALUE,...]]",
+                       help="create this topic at start-up unless it exists (repeatable)")
     return parser
 
 
 def load_config(args) -> Config:
-    host, port = parse_host_port(args.listen)
-    config = Config(data_dir=args.data_dir, listen_host=host, listen_port=port)
-    if args.advertised:
-        config.advertised_host, config.advertised_port = parse_host_port(args.advertised)
+    config = Config(data_dir=args.data_dir)
     if args.config:
         for name in config.update(read_config_file(args.config)):
             log.warning("ignoring unknown property %s in %s", name, args.config)
@@ -56,14 +60,30 @@ def load_config(args) -> Config:
         if not sep:
             raise ConfigError(f"--set expects NAME=VALUE, got {item!r}")
         config.set(name.strip(), value)
+    # The flags win over Kafka's listener properties, as --set wins over --config.
+    if args.listen:
+        config.listen_host, config.listen_port = parse_host_port(args.listen)
+    elif config["listeners"]:
+        config.listen_host, config.listen_port = listener_address("listeners", config["listeners"])
+    if args.advertised:
+        config.advertised_host, config.advertised_port = parse_host_port(args.advertised)
+    elif config["advertised.listeners"]:
+        config.advertised_host, config.advertised_port = listener_address("advertised.listeners",
+                                                                          config["advertised.listeners"])
     return config
 
 
-async def run_broker(config: Config) -> None:
+async def run_broker(config: Config, storage=None, topics=(), *, standalone: bool = True,
+                     task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Serve ``config`` (with ``topics``, as parse_topic_spec gives them, created first).  Standalone (the CLI):
+    print the address and stop on SIGINT/SIGTERM.  Embedded (trireme.testing): report (listener, port) through
+    ``task_status`` and stop when the listener's shutdown is set."""
     dispatch.load_handlers()
-    broker = Broker(config)
+    broker = Broker(config, storage)
     listener = Listener(broker, config.listen_host, config.listen_port)
     try:
+        for name, partitions, configs in topics:
+            broker.ensure_topic(name, partitions, configs)
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)
             sites = web.sites(config, {"trireme.metrics.listen": metrics.routes(broker),
@@ -78,8 +98,10 @@ async def run_broker(config: Config) -> None:
                 port = await serving.start(listener.serve)
                 if config.listen_port == 0 or broker.advertised_port == 0:
                     broker.advertised_port = config.advertised_port or port
-                print(f"listening on {config.listen_host}:{port}", flush=True)
-                serving.start_soon(_shutdown_on_signal, listener)
+                task_status.started((listener, port))
+                if standalone:
+                    print(f"listening on {config.listen_host}:{port}", flush=True)
+                    serving.start_soon(_shutdown_on_signal, listener)
             nursery.cancel_scope.cancel()
     finally:
         broker.close()
@@ -100,12 +122,17 @@ def main(argv=None) -> int:
         return admin.run(args)
     try:
         config = load_config(args)
+        topics = [parse_topic_spec(spec) for spec in args.topic]
     except (ConfigError, OSError) as e:
         print(f"trireme: {e}", file=sys.stderr)
         return 2
     logging.basicConfig(level=config["trireme.log.level"], stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    trio.run(run_broker, config)
+    try:
+        trio.run(run_broker, config, None, topics)
+    except TopicError as e:
+        print(f"trireme: --topic: {e.message}", file=sys.stderr)
+        return 2
     return 0
 
 

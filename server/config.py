@@ -81,6 +81,10 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
     "log.flush.interval.ms": (
         9223372036854775807, "Opt in to Kafka's flush policy: acknowledge after the write and fsync every this "
                              "many ms.  Unset: fsync before every acknowledgement."),
+    "listeners": ("", "Kafka's listener list: one PLAINTEXT://HOST:PORT (an empty host binds every interface); "
+                      "the same as --listen, which wins.  Other security protocols are refused."),
+    "advertised.listeners": ("", "PLAINTEXT://HOST:PORT clients are told to connect to; the same as --advertised, "
+                                 "which wins."),
     "trireme.debug.transaction.marker.delay.ms": (
         0, "Fault injection for crash tests: wait this long before each WriteTxnMarkers request the "
            "coordinator sends, and send one partition per request.  0 (off) in production."),
@@ -184,3 +188,45 @@ def parse_host_port(text: str, default_host: str = "0.0.0.0") -> tuple[str, int]
     if not sep or not port.isdigit():
         raise ConfigError(f"expected HOST:PORT, got {text!r}")
     return host.strip("[]") or default_host, int(port)
+
+
+def listener_address(name: str, value: str) -> tuple[str, int]:
+    """HOST, PORT of Kafka's ``listeners`` / ``advertised.listeners`` value: exactly one PLAINTEXT listener."""
+    entries = [e.strip() for e in value.split(",") if e.strip()]
+    for entry in entries:
+        scheme, sep, _ = entry.partition("://")
+        if not sep:
+            raise ConfigError(f"{name}: expected NAME://HOST:PORT, got {entry!r}")
+        if scheme.upper() != "PLAINTEXT":
+            raise ConfigError(f"{name}: {entry!r} is not supported; Trireme serves one PLAINTEXT listener "
+                              f"(no SSL, SASL or controller listeners)")
+    if len(entries) != 1:
+        raise ConfigError(f"{name}: Trireme serves exactly one PLAINTEXT listener, got {value!r}")
+    address = entries[0].partition("://")[2]
+    if name == "advertised.listeners" and address.startswith(":"):
+        raise ConfigError(f"{name}: {entries[0]!r} needs a host clients can connect to")
+    return parse_host_port(address)
+
+
+def parse_topic_spec(text: str) -> tuple[str, int, dict[str, str]]:
+    """``NAME[:PARTITIONS[:KEY=VALUE,KEY=VALUE...]]`` (``trireme serve --topic``) → (name, partitions, configs).
+    Partitions default to -1 (num.partitions); a comma inside a value (``cleanup.policy=compact,delete``) is kept."""
+    name, _, rest = text.partition(":")
+    count, _, settings = rest.partition(":")
+    try:
+        partitions = int(count) if count else -1
+    except ValueError:
+        raise ConfigError(f"--topic {text!r}: partitions must be an integer") from None
+    configs: dict[str, str] = {}
+    key = None
+    for piece in settings.split(",") if settings else ():
+        if "=" in piece:
+            key, _, value = piece.partition("=")
+            configs[key.strip()] = value.strip()
+        elif key is None:
+            raise ConfigError(f"--topic {text!r}: expected KEY=VALUE, got {piece!r}")
+        else:
+            configs[key.strip()] += "," + piece.strip()
+    if not name:
+        raise ConfigError(f"--topic {text!r}: a topic name is needed")
+    return name, partitions, configs

@@ -45,11 +45,11 @@ def req(api):
 
 def call(broker, api, version, request):
     h = handler(api)
-    wire = h.request.encode_bytes(request, version)
-    decoded, end = h.request.decode(wire, version)
-    assert end == len(wire)
+    frame = bytearray(h.request.encode_bytes(request, version))      # decoded from a writable frame, as served
+    decoded, end = h.request.decode(frame, version)
+    assert end == len(frame)
     ctx = RequestContext(broker=broker, api_key=h.api_key, api_version=version, correlation_id=7,
-                         client_id="tests", principal="User:ANONYMOUS", connection=None, frame=bytearray(wire))
+                         client_id="tests", principal="User:ANONYMOUS", connection=None, frame=frame)
     response = h.fn(ctx, decoded)
     data = h.response.encode_bytes(response, version)
     out, end = h.response.decode(data, version)
@@ -528,8 +528,11 @@ def abc(broker):
 
 def test_describe_topic_partitions_all(abc):
     r, page, nxt = dtp(abc)
-    assert page == [("a", 0, [0, 1, 2]), ("b", 0, [0, 1]), ("c", 0, [0])] and nxt is None
-    a = r.topics[0]
+    # The coordinators' internal topics are listed too (and sort first), as on Kafka.
+    assert page == [("__consumer_offsets", 0, [0]), ("__transaction_state", 0, [0]),
+                    ("a", 0, [0, 1, 2]), ("b", 0, [0, 1]), ("c", 0, [0])] and nxt is None
+    assert [t.is_internal for t in r.topics] == [True, True, False, False, False]
+    a = r.topics[2]
     assert a.topic_id == abc.topics.get("a").topic_id and a.is_internal is False
     assert a.topic_authorized_operations == TOPIC_OPERATIONS
     p = a.partitions[1]
@@ -538,13 +541,14 @@ def test_describe_topic_partitions_all(abc):
 
 
 def test_describe_topic_partitions_paging(abc):
+    internal = [("__consumer_offsets", 0, [0]), ("__transaction_state", 0, [0])]
     _, page, nxt = dtp(abc, limit=4)
-    assert page == [("a", 0, [0, 1, 2]), ("b", 0, [0])] and nxt == ("b", 1)
+    assert page == [*internal, ("a", 0, [0, 1])] and nxt == ("a", 2)
     _, page, nxt = dtp(abc, limit=4, cursor=nxt)
-    assert page == [("b", 0, [1]), ("c", 0, [0])] and nxt is None
-    _, page, nxt = dtp(abc, limit=3)              # the limit is used up exactly by "a"
-    assert page == [("a", 0, [0, 1, 2])] and nxt == ("b", 0)
-    _, page, nxt = dtp(abc, limit=0)              # at least one partition per page
+    assert page == [("a", 0, [2]), ("b", 0, [0, 1]), ("c", 0, [0])] and nxt is None
+    _, page, nxt = dtp(abc, limit=5)              # the limit is used up exactly by "a"
+    assert page == [*internal, ("a", 0, [0, 1, 2])] and nxt == ("b", 0)
+    _, page, nxt = dtp(abc, limit=0, cursor=("a", 0))   # at least one partition per page
     assert page == [("a", 0, [0])] and nxt == ("a", 1)
     _, page, nxt = dtp(abc, limit=2, cursor=("a", 2))
     assert page == [("a", 0, [2]), ("b", 0, [0])] and nxt == ("b", 1)

@@ -24,11 +24,12 @@ def wheel(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def installed(wheel, tmp_path_factory) -> Path:
-    """A fresh virtualenv (no access to this one's packages) with the wheel and its runtime dependencies."""
+    """A fresh virtualenv (no access to this one's packages) with the wheel and its runtime dependencies, and pytest
+    (as an application's test environment has it: trireme.pytest_plugin needs it)."""
     env = tmp_path_factory.mktemp("venv")
     venv.EnvBuilder(with_pip=True, clear=True).create(env)
     subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    str(wheel)], check=True, cwd=env)
+                    str(wheel), "pytest"], check=True, cwd=env)
     return env
 
 
@@ -86,3 +87,21 @@ def test_installed_command_serves_a_client(installed, tmp_path):
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
+
+
+def test_pytest_finds_the_plugin_of_the_installed_wheel(installed, tmp_path):
+    """Installing the package is enough: pytest loads trireme.pytest_plugin through its entry point."""
+    (tmp_path / "test_app.py").write_text(textwrap.dedent("""
+        import pytest
+        from kafka import KafkaConsumer, KafkaProducer
+
+        @pytest.mark.trireme(topics={"orders": 2})
+        def test_roundtrip(trireme_bootstrap):
+            p = KafkaProducer(bootstrap_servers=trireme_bootstrap, acks="all")
+            assert p.send("orders", b"v", partition=1).get(timeout=30).offset == 0
+            p.close()
+    """))
+    out = subprocess.run([str(installed / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "1 passed" in out.stdout

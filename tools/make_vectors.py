@@ -43,6 +43,9 @@ APIS = [
     "Heartbeat", "LeaveGroup", "OffsetCommit", "OffsetFetch", "DescribeGroups", "ListGroups", "DeleteGroups",
     "OffsetDelete", "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "WriteTxnMarkers", "TxnOffsetCommit",
     "DescribeProducers", "DescribeTransactions", "ListTransactions", "UpdateFeatures",
+    "DescribeProducers", "DescribeTransactions", "ListTransactions",
+    "DescribeLogDirs", "ElectLeaders", "AlterPartitionReassignments", "ListPartitionReassignments", "DescribeAcls",
+    "DescribeClientQuotas", "DescribeUserScramCredentials", "ListConfigResources",
 ]
 
 # Versions below the JSON definition's range that brokers still advertise: Kafka 4 advertises Produce
@@ -611,6 +614,71 @@ def examples(api: str, version: int) -> tuple[dict, dict]:
              "ValidateOnly": False},
             {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None,
              "Results": [{"Feature": "transaction.version", "ErrorCode": 0, "ErrorMessage": None}]},
+        )
+    if api == "DescribeLogDirs":
+        return (
+            {"Topics": [{"Topic": "orders", "Partitions": [0, 1]}, {"Topic": "audit", "Partitions": [0]}]},
+            {"ThrottleTimeMs": 0, "ErrorCode": 0, "Results": [
+                {"ErrorCode": 0, "LogDir": "/var/lib/kafka/data", "TotalBytes": 107374182400,
+                 "UsableBytes": 53687091200, "IsCordoned": False,
+                 "Topics": [{"Name": "orders", "Partitions": [
+                     {"PartitionIndex": 0, "PartitionSize": 1048576, "OffsetLag": 0, "IsFutureKey": False},
+                     {"PartitionIndex": 1, "PartitionSize": 0, "OffsetLag": 0, "IsFutureKey": False}]}]},
+                {"ErrorCode": 56, "LogDir": "/mnt/disk2/kafka", "TotalBytes": -1, "UsableBytes": -1,
+                 "IsCordoned": False, "Topics": []}]},
+        )
+    if api == "ElectLeaders":
+        return (
+            {"ElectionType": 0, "TopicPartitions": [{"Topic": "orders", "Partitions": [0, 1]}], "TimeoutMs": 60000},
+            {"ThrottleTimeMs": 0, "ErrorCode": 0, "ReplicaElectionResults": [{"Topic": "orders", "PartitionResult": [
+                {"PartitionId": 0, "ErrorCode": 84, "ErrorMessage": None},
+                {"PartitionId": 1, "ErrorCode": 3, "ErrorMessage": "No such partition as orders-1"}]}]},
+        )
+    if api == "AlterPartitionReassignments":
+        return (
+            {"TimeoutMs": 60000, "AllowReplicationFactorChange": False, "Topics": [{"Name": "orders", "Partitions": [
+                {"PartitionIndex": 0, "Replicas": [1, 2]}, {"PartitionIndex": 1, "Replicas": None}]}]},
+            {"ThrottleTimeMs": 0, "AllowReplicationFactorChange": False, "ErrorCode": 0, "ErrorMessage": None,
+             "Responses": [{"Name": "orders", "Partitions": [
+                 {"PartitionIndex": 0, "ErrorCode": 0, "ErrorMessage": None},
+                 {"PartitionIndex": 1, "ErrorCode": 85, "ErrorMessage": "No reassignment is in progress"}]}]},
+        )
+    if api == "ListPartitionReassignments":
+        return (
+            {"TimeoutMs": 60000, "Topics": [{"Name": "orders", "PartitionIndexes": [0, 1]}]},
+            {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "Topics": [{"Name": "orders", "Partitions": [
+                {"PartitionIndex": 0, "Replicas": [1, 2, 3], "AddingReplicas": [3], "RemovingReplicas": [1]}]}]},
+        )
+    if api == "DescribeAcls":
+        return (
+            {"ResourceTypeFilter": 2, "ResourceNameFilter": "orders", "PatternTypeFilter": 3,
+             "PrincipalFilter": None, "HostFilter": None, "Operation": 1, "PermissionType": 1},
+            {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "Resources": [
+                {"ResourceType": 2, "ResourceName": "orders", "PatternType": 3, "Acls": [
+                    {"Principal": "User:alice", "Host": "*", "Operation": 3, "PermissionType": 3}]}]},
+        )
+    if api == "DescribeClientQuotas":
+        return (
+            {"Components": [{"EntityType": "user", "MatchType": 0, "Match": "alice"},
+                            {"EntityType": "client-id", "MatchType": 2, "Match": None}], "Strict": False},
+            {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "Entries": [
+                {"Entity": [{"EntityType": "user", "EntityName": "alice"},
+                            {"EntityType": "client-id", "EntityName": None}],
+                 "Values": [{"Key": "producer_byte_rate", "Value": 1048576.0}]}]},
+        )
+    if api == "DescribeUserScramCredentials":
+        return (
+            {"Users": [{"Name": "alice"}, {"Name": "bob"}]},
+            {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "Results": [
+                {"User": "alice", "ErrorCode": 0, "ErrorMessage": None,
+                 "CredentialInfos": [{"Mechanism": 1, "Iterations": 8192}]},
+                {"User": "bob", "ErrorCode": 91, "ErrorMessage": "no credentials for bob", "CredentialInfos": []}]},
+        )
+    if api == "ListConfigResources":
+        return (
+            {"ResourceTypes": [2, 4]},
+            {"ThrottleTimeMs": 0, "ErrorCode": 0, "ConfigResources": [
+                {"ResourceName": "1", "ResourceType": 4}, {"ResourceName": "orders", "ResourceType": 2}]},
         )
     raise KeyError(api)
 

@@ -32,6 +32,14 @@
 //   consumer_offsets {topic, partitions, config?} -> offsets [{partition,
 //                 beginning, end}]   (KafkaConsumer beginningOffsets/endOffsets)
 //   list_groups | describe_group {group} | group_offsets {group} | delete_group {group}
+//   describe_log_dirs -> dirs [{broker, path, error, total_bytes, usable_bytes,
+//       replicas: [{topic, partition, size, offset_lag, future}]}]      (every broker)
+//   list_reassignments {partitions?: [[topic, partition]]} -> reassignments
+//       [{topic, partition, replicas, adding, removing}]
+//   alter_reassignments {reassignments: [[topic, partition, [broker ids] | null]]}
+//       -> results [[topic, partition, error | null]]  (null replicas = cancel)
+//   describe_client_quotas {user?} -> entries [{entity: {type: name}, values: {key: value}}]
+//       (no user: every entity; a user: that user's quotas)
 //   produce {topic, records, config?, txn?: commit|abort, handle?}
 //       records: [{partition|null, key_b64, value_b64, headers: [[k, v_b64]], timestamp|null}]
 //       -> offsets [[partition, offset]] (record order), timestamps; on failure
@@ -223,6 +231,10 @@ public class Harness {
             case "describe_features": return describeFeatures(c);
             case "update_features": return updateFeatures(c);
             case "bench_produce": return benchProduce(c);
+            case "describe_log_dirs": return describeLogDirs(c);
+            case "list_reassignments": return listReassignments(c);
+            case "alter_reassignments": return alterReassignments(c);
+            case "describe_client_quotas": return describeClientQuotas(c);
             case "produce": return produce(c);
             case "close_producer": return closeProducer(c);
             case "init_producer": return initProducer(c);
@@ -597,6 +609,108 @@ public class Harness {
                 new FeatureUpdate((short) lng(c, "level", 0), type));
         get(admin().updateFeatures(updates, new UpdateFeaturesOptions().validateOnly(bool(c, "validate_only", false))).all());
         return obj("ok", true);
+    }
+
+    static List<Object> ints(Collection<Integer> xs) {
+        return new ArrayList<>(xs);
+    }
+
+    static Comparator<TopicPartition> TP_ORDER =
+            Comparator.comparing(TopicPartition::topic).thenComparingInt(TopicPartition::partition);
+
+    Map<String, Object> describeLogDirs(Map<String, Object> c) throws Exception {
+        List<Integer> brokers = new ArrayList<>();
+        for (Node n : get(admin().describeCluster().nodes())) brokers.add(n.id());
+        Map<Integer, Map<String, LogDirDescription>> all = get(admin().describeLogDirs(brokers).allDescriptions());
+        List<Object> dirs = new ArrayList<>();
+        for (Map.Entry<Integer, Map<String, LogDirDescription>> b : all.entrySet()) {
+            for (Map.Entry<String, LogDirDescription> d : b.getValue().entrySet()) {
+                LogDirDescription desc = d.getValue();
+                List<TopicPartition> tps = new ArrayList<>(desc.replicaInfos().keySet());
+                tps.sort(TP_ORDER);
+                List<Object> replicas = new ArrayList<>();
+                for (TopicPartition tp : tps) {
+                    ReplicaInfo ri = desc.replicaInfos().get(tp);
+                    replicas.add(obj("topic", tp.topic(), "partition", tp.partition(), "size", ri.size(),
+                            "offset_lag", ri.offsetLag(), "future", ri.isFuture()));
+                }
+                dirs.add(obj("broker", b.getKey(), "path", d.getKey(),
+                        "error", desc.error() == null ? null : desc.error().getClass().getSimpleName(),
+                        "total_bytes", desc.totalBytes().isPresent() ? (Object) desc.totalBytes().getAsLong() : null,
+                        "usable_bytes", desc.usableBytes().isPresent() ? (Object) desc.usableBytes().getAsLong() : null,
+                        "replicas", replicas));
+            }
+        }
+        return obj("ok", true, "dirs", dirs);
+    }
+
+    Map<String, Object> listReassignments(Map<String, Object> c) throws Exception {
+        ListPartitionReassignmentsResult r;
+        Object ps = c.get("partitions");
+        if (ps instanceof List) {
+            Set<TopicPartition> tps = new HashSet<>();
+            for (Object o : (List<?>) ps) {
+                List<?> tp = (List<?>) o;
+                tps.add(new TopicPartition((String) tp.get(0), ((Number) tp.get(1)).intValue()));
+            }
+            r = admin().listPartitionReassignments(tps);
+        } else {
+            r = admin().listPartitionReassignments();
+        }
+        Map<TopicPartition, PartitionReassignment> m = get(r.reassignments());
+        List<TopicPartition> keys = new ArrayList<>(m.keySet());
+        keys.sort(TP_ORDER);
+        List<Object> rows = new ArrayList<>();
+        for (TopicPartition tp : keys) {
+            PartitionReassignment pr = m.get(tp);
+            rows.add(obj("topic", tp.topic(), "partition", tp.partition(), "replicas", ints(pr.replicas()),
+                    "adding", ints(pr.addingReplicas()), "removing", ints(pr.removingReplicas())));
+        }
+        return obj("ok", true, "reassignments", rows);
+    }
+
+    Map<String, Object> alterReassignments(Map<String, Object> c) throws Exception {
+        Map<TopicPartition, Optional<NewPartitionReassignment>> m = new LinkedHashMap<>();
+        Object rs = c.get("reassignments");
+        if (!(rs instanceof List)) throw new BadCommand("missing reassignments");
+        for (Object o : (List<?>) rs) {
+            List<?> row = (List<?>) o;
+            TopicPartition tp = new TopicPartition((String) row.get(0), ((Number) row.get(1)).intValue());
+            if (row.get(2) == null) {
+                m.put(tp, Optional.empty());
+            } else {
+                List<Integer> target = new ArrayList<>();
+                for (Object id : (List<?>) row.get(2)) target.add(((Number) id).intValue());
+                m.put(tp, Optional.of(new NewPartitionReassignment(target)));
+            }
+        }
+        Map<TopicPartition, KafkaFuture<Void>> futures = admin().alterPartitionReassignments(m).values();
+        List<Object> results = new ArrayList<>();
+        for (TopicPartition tp : m.keySet()) {
+            String error = null;
+            try {
+                get(futures.get(tp));
+            } catch (ExecutionException e) {
+                error = unwrap(e).getClass().getSimpleName();
+            }
+            results.add(Arrays.asList(tp.topic(), tp.partition(), error));
+        }
+        return obj("ok", true, "results", results);
+    }
+
+    Map<String, Object> describeClientQuotas(Map<String, Object> c) throws Exception {
+        String user = str(c, "user", null);
+        org.apache.kafka.common.quota.ClientQuotaFilter filter = user == null
+                ? org.apache.kafka.common.quota.ClientQuotaFilter.all()
+                : org.apache.kafka.common.quota.ClientQuotaFilter.contains(Collections.singletonList(
+                        org.apache.kafka.common.quota.ClientQuotaFilterComponent.ofEntity(
+                                org.apache.kafka.common.quota.ClientQuotaEntity.USER, user)));
+        Map<org.apache.kafka.common.quota.ClientQuotaEntity, Map<String, Double>> m =
+                get(admin().describeClientQuotas(filter).entities());
+        List<Object> entries = new ArrayList<>();
+        for (Map.Entry<org.apache.kafka.common.quota.ClientQuotaEntity, Map<String, Double>> e : m.entrySet())
+            entries.add(obj("entity", new TreeMap<>(e.getKey().entries()), "values", new TreeMap<>(e.getValue())));
+        return obj("ok", true, "entries", entries);
     }
 
     // -------------------------------------------------------------- produce

@@ -7,6 +7,7 @@ Behaviour / version notes:
   The answer's low_watermark is the log start offset afterwards (-1 on error).  Segments wholly
   below it are removed at once; the new start offset is checkpointed durably.
 - A topic whose cleanup.policy lacks "delete" (compact only) → POLICY_VIOLATION, as Kafka.
+- An internal topic (`__consumer_offsets`, `__transaction_state`) → INVALID_TOPIC_EXCEPTION, as Kafka.
 - Unknown topic or partition → UNKNOWN_TOPIC_OR_PARTITION.
 """
 from __future__ import annotations
@@ -31,6 +32,9 @@ def delete_records(ctx, request):
             partition = broker.partition(t.name, p.partition_index)
             if partition is None:
                 result.error_code = E.UNKNOWN_TOPIC_OR_PARTITION.code
+                continue
+            if partition.topic.is_internal:
+                result.error_code = E.INVALID_TOPIC_EXCEPTION.code
                 continue
             policy = broker.topic_config(partition.topic)["cleanup.policy"]
             if "delete" not in (item.strip() for item in policy.split(",")):

@@ -17,14 +17,15 @@ Behaviour / version notes:
   fails the request as Kafka does: every named topic answers INVALID_REQUEST.
 - Partitions: leader = this node, the topic's leader epoch, replicas = ISR = [this node],
   eligible_leader_replicas and last_known_elr empty, no offline replicas.  Every topic carries
-  its id, is_internal and authorized operations (everything is allowed for now).
+  its id, is_internal and authorized operations (everything is allowed for now).  The internal
+  topics are described like any other, as in Metadata.
 """
 from __future__ import annotations
 
 import uuid
 
 from trireme.server.dispatch import handles
-from trireme.state.topics import INTERNAL_TOPICS, validate_topic_name
+from trireme.state.topics import validate_topic_name
 from trireme.wire import error_codes as E
 
 from .metadata import TOPIC_OPERATIONS
@@ -48,7 +49,7 @@ def describe_topic_partitions(ctx, request):
     fetch_all = not request.topics
     start = _java_order(cursor.topic_name) if cursor is not None else b""
     if fetch_all:
-        names = {t.name for t in broker.topics.all()}
+        names = {t.name for t in broker.described_topics()}
     else:
         names = {t.name for t in request.topics}
     names = {n for n in names if _java_order(n) >= start}
@@ -69,12 +70,12 @@ def describe_topic_partitions(ctx, request):
         if remaining == 0:
             response.next_cursor = type(response).Cursor(topic_name=name, partition_index=0)
             break
-        topic = broker.topics.get(name)
+        topic = broker.described_topic(name)
         if topic is None:
             if not fetch_all:
                 error = E.UNKNOWN_TOPIC_OR_PARTITION if validate_topic_name(name) is None else E.INVALID_TOPIC_EXCEPTION
                 response.topics.append(tcls(error_code=error.code, name=name, topic_id=ZERO_UUID,
-                                            is_internal=name in INTERNAL_TOPICS,
+                                            is_internal=False,
                                             topic_authorized_operations=TOPIC_OPERATIONS))
             continue
         first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0

@@ -20,6 +20,8 @@ Behaviour / version notes:
 - Records are never decoded here: the response carries the file bytes as read.
 - A read that fails (out of file descriptors, a failing disk) → KAFKA_STORAGE_ERROR for that partition.
 - The long poll ends, unanswered, as soon as the client's connection ends (Deferred.poll).
+- The internal topics Metadata lists (`__consumer_offsets`, `__transaction_state`) can be read,
+  as on Kafka (their records are the coordinators' own, in Kafka's formats).
 """
 from __future__ import annotations
 
@@ -73,7 +75,7 @@ def _fill(ctx, request, response) -> tuple[int, dict[str, int]]:
     by_topic: dict[str, int] = {}
     read_committed = request.isolation_level == READ_COMMITTED
     for fetch_topic in request.topics:
-        topic = broker.topics.by_id(fetch_topic.topic_id) if by_id else broker.topics.get(fetch_topic.topic)
+        topic = broker.described_topic(None if by_id else fetch_topic.topic, fetch_topic.topic_id)
         out = cls(topic=fetch_topic.topic, topic_id=fetch_topic.topic_id)
         response.responses.append(out)
         before = gathered

@@ -8,6 +8,10 @@ Behaviour / version notes:
   always allowed before v4) are both true; creation is immediate, so the same response already
   lists the new partitions (Kafka answers LEADER_NOT_AVAILABLE first; clients handle both).
 - Leader epochs come from the topic registry and never go down, also across restarts.
+- The coordinators' internal topics (`__consumer_offsets`, `__transaction_state`, one partition
+  each) are listed with is_internal = true, as on Kafka (aiokafka's and the Java consumer's
+  exclude-internal-topics options rely on the flag); naming one never auto-creates it.  Clients
+  still cannot write to them (Produce answers INVALID_TOPIC_EXCEPTION).
 - Authorized operations are reported when asked for: everything is allowed for now.
 """
 import uuid
@@ -36,21 +40,21 @@ def metadata(ctx, request):
         response.cluster_authorized_operations = CLUSTER_OPERATIONS
     auto_create = ctx.api_version < 4 or request.allow_auto_topic_creation
     if request.topics is None or (ctx.api_version == 0 and not request.topics):
-        topics = [(t.name, t) for t in broker.topics.all()]
+        topics = [(t.name, t) for t in broker.described_topics()]
         requested = None
     else:
         requested = request.topics
         topics = []
     for entry in requested or ():
         if entry.name is None and entry.topic_id != ZERO_UUID:
-            topic = broker.topics.by_id(entry.topic_id)
+            topic = broker.described_topic(topic_id=entry.topic_id)
             if topic is None:
                 topics.append((None, E.UNKNOWN_TOPIC_ID.code, entry.topic_id))
                 continue
             topics.append((topic.name, topic))
             continue
         name = entry.name
-        topic = broker.topics.get(name)
+        topic = broker.described_topic(name)
         if topic is None:
             if validate_topic_name(name) is not None:
                 topics.append((name, E.INVALID_TOPIC_EXCEPTION.code, ZERO_UUID))

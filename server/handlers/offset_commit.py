@@ -7,6 +7,7 @@ Behaviour / version notes:
   allowed while the group is Empty or unknown.
 - Unknown topics or partitions → UNKNOWN_TOPIC_OR_PARTITION for that partition (as Kafka checks
   its metadata cache); metadata longer than 4096 characters → OFFSET_METADATA_TOO_LARGE.
+  The internal topics Metadata lists are known topics here too (a consumer may read them).
 - The commit becomes visible to OffsetFetch once its __consumer_offsets record is fsynced and
   replayed into the coordinator, which happens before this answer is sent; if the record cannot
   be made durable the partitions answer NOT_COORDINATOR (as Kafka maps a storage error).
@@ -27,7 +28,7 @@ def offset_commit(ctx, request):
     offsets, rejected = [], {}
     out_topics = {}
     for t in request.topics:
-        topic = broker.topics.by_id(t.topic_id) if version >= 10 else broker.topics.get(t.name)
+        topic = broker.described_topic(None if version >= 10 else t.name, t.topic_id)
         name = topic.name if topic is not None else t.name
         out = out_topics[id(t)] = tcls(name=t.name, topic_id=t.topic_id)
         response.topics.append(out)
@@ -44,7 +45,7 @@ def offset_commit(ctx, request):
         api_version=version)
     errors = {(r.topic, r.partition): r.error for r in results}
     for t in request.topics:
-        topic = broker.topics.by_id(t.topic_id) if version >= 10 else broker.topics.get(t.name)
+        topic = broker.described_topic(None if version >= 10 else t.name, t.topic_id)
         name = topic.name if topic is not None else t.name
         out_topics[id(t)].partitions = [
             pcls(partition_index=p.partition_index,

@@ -47,7 +47,7 @@ def _offset_fetch(ctx, request):
             for t in g.topics:
                 name = t.name
                 if version >= 10:
-                    topic = broker.topics.by_id(t.topic_id)
+                    topic = broker.described_topic(topic_id=t.topic_id)
                     name = topic.name if topic is not None else None
                     if name is None:
                         out.topics.append(tcls(topic_id=t.topic_id, partitions=[
@@ -61,7 +61,7 @@ def _offset_fetch(ctx, request):
         for f in fetched:
             topic = by_topic.get(f.topic)
             if topic is None:
-                known = broker.topics.get(f.topic)
+                known = broker.described_topic(f.topic)
                 topic = by_topic[f.topic] = tcls(name=f.topic, topic_id=known.topic_id if known else None)
                 out.topics.append(topic)
             topic.partitions.append(pcls(partition_index=f.partition, committed_offset=f.offset,

@@ -12,7 +12,9 @@ Behaviour / version notes:
   a batch over the
   topic's max.message.bytes → MESSAGE_TOO_LARGE; unknown partition → UNKNOWN_TOPIC_OR_PARTITION;
   a record without a key on a compacted topic → INVALID_RECORD (the only check that decodes
-  records, and only on such topics).
+  records, and only on such topics).  An internal topic (`__consumer_offsets`,
+  `__transaction_state`) → INVALID_TOPIC_EXCEPTION, as Kafka answers clients (Kafka lets a client
+  with client id `__admin_client` write there; we don't: only the coordinators write them).
   Nothing is stored for a refused partition.
 - Transactions (KIP-890 part 1): the first transactional batch of a producer's transaction in a
   partition is checked with the transaction coordinator (AddPartitionsToTxn VerifyOnly, encoded,
@@ -136,6 +138,9 @@ def _produce_now(ctx, request, added, *, close_on_acks0_error: bool = True):
         else:
             topic = broker.topics.get(topic_data.name)
             missing = E.UNKNOWN_TOPIC_OR_PARTITION.code
+        # The coordinators' internal topics are described to clients but written only by the coordinators.
+        internal = None if topic is not None else broker.described_topic(
+            topic_data.name if version < 13 else None, topic_data.topic_id)
         out = topic_cls(name=topic_data.name, topic_id=topic_data.topic_id)
         response.responses.append(out)
         for data in topic_data.partition_data:
@@ -143,6 +148,10 @@ def _produce_now(ctx, request, added, *, close_on_acks0_error: bool = True):
             out.partition_responses.append(result)
             if acks not in (0, 1, -1):
                 result.error_code = E.INVALID_REQUIRED_ACKS.code
+                continue
+            if internal is not None:
+                result.error_code = E.INVALID_TOPIC_EXCEPTION.code
+                result.error_message = f"Cannot append to internal topic {internal.name}"
                 continue
             partition = broker.partition(topic.name, data.index) if topic is not None else None
             if partition is None:

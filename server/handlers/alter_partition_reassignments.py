@@ -1,0 +1,55 @@
+"""AlterPartitionReassignments: a partition of one node can only be "moved" to that node, which is done at once.
+
+Behaviour / version notes:
+- v0-1.  Per partition, as Kafka's controller decides it:
+  - unknown topic or partition → UNKNOWN_TOPIC_OR_PARTITION;
+  - Replicas null (cancel) → NO_REASSIGNMENT_IN_PROGRESS: no reassignment is ever in progress;
+  - an empty replica list, a broker that is not this node, or a broker named twice →
+    INVALID_REPLICA_ASSIGNMENT, with a message saying which;
+  - [this node] → success: the partition already has exactly that replica set, so the
+    reassignment is complete as soon as it is accepted (ListPartitionReassignments never
+    shows it).
+- AllowReplicationFactorChange (v1) is echoed in the response; the only valid target has the
+  current replication factor (1), so it never changes an answer.
+- Top-level ErrorCode 0, ErrorMessage null; TimeoutMs is irrelevant.
+"""
+from __future__ import annotations
+
+from trireme.server.dispatch import handles
+from trireme.wire import error_codes as E
+
+
+def _check(broker, name: str, index: int, replicas) -> tuple[E.KafkaError, str | None]:
+    topic = broker.described_topic(name)
+    if topic is None or not 0 <= index < topic.partitions:
+        return E.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {name}-{index}"
+    if replicas is None:
+        return E.NO_REASSIGNMENT_IN_PROGRESS, f"no reassignment is in progress for {name}-{index}"
+    if not replicas:
+        return E.INVALID_REPLICA_ASSIGNMENT, "the replica list is empty"
+    previous = None
+    for node in sorted(replicas):            # in Kafka's order: the smallest offending broker id is named
+        if node != broker.node_id:
+            return E.INVALID_REPLICA_ASSIGNMENT, f"broker {node} is not registered (this cluster is broker {broker.node_id})"
+        if node == previous:
+            return E.INVALID_REPLICA_ASSIGNMENT, f"broker {node} appears more than once in the replica list"
+        previous = node
+    return E.NONE, None
+
+
+@handles("AlterPartitionReassignments", 0, 1)
+def alter_partition_reassignments(ctx, request):
+    broker = ctx.broker
+    response = ctx.response(error_message=None)
+    tcls = type(response).ReassignableTopicResponse
+    pcls = tcls.ReassignablePartitionResponse
+    if ctx.api_version >= 1:
+        response.allow_replication_factor_change = request.allow_replication_factor_change
+    for t in request.topics:
+        out = tcls(name=t.name)
+        response.responses.append(out)
+        for p in t.partitions:
+            error, message = _check(broker, t.name, p.partition_index, p.replicas)
+            out.partitions.append(pcls(partition_index=p.partition_index, error_code=error.code,
+                                       error_message=message))
+    return response
