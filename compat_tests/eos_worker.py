@@ -38,7 +38,13 @@ def main() -> int:
         batch = consumer.consume(500, timeout=0.5)
         records = [m for m in batch if not m.error()]
         if not records:
+            # A partition this worker has consumed nothing from has no position (OFFSET_INVALID) yet: the group's
+            # committed offset is where it stands (a predecessor may have committed the last transaction).
             positions = consumer.position(parts)
+            if any(tp.offset < 0 for tp in positions):
+                committed = {tp.partition: tp.offset for tp in consumer.committed(parts, timeout=30)}
+                positions = [tp if tp.offset >= 0 else TopicPartition(tp.topic, tp.partition, committed[tp.partition])
+                             for tp in positions]
             if all(tp.offset >= ends[tp.partition] for tp in positions):
                 print("done", flush=True)
                 return 0

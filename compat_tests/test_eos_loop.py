@@ -80,26 +80,29 @@ def test_exactly_once_across_worker_and_broker_kills(server, tmp_path):
                                  str(PARTITIONS)], stdout=subprocess.PIPE, stderr=log, text=True)
 
     worker = start_worker()
-    restarts = {"worker": 0, "broker": 0}
-    for round_ in range(6):
-        time.sleep(1.5)
-        if worker.poll() is not None:          # exited on an error (or done): start it again
-            worker = start_worker()
-        if round_ % 2 == 0:
-            worker.kill()
-            worker.wait(10)
-            restarts["worker"] += 1
-            worker = start_worker()
-        else:
-            server.kill9()
-            restarts["broker"] += 1
-    deadline = time.time() + 300
-    while True:
-        code = worker.wait(timeout=max(1, deadline - time.time()))
-        if code == 0:
-            break
-        assert time.time() < deadline, "the worker did not finish"
-        worker = start_worker()              # an error after a broker kill: the next one carries on
+    try:
+        restarts = {"worker": 0, "broker": 0}
+        for round_ in range(6):
+            time.sleep(1.5)
+            if worker.poll() is not None:          # exited on an error (or done): start it again
+                worker = start_worker()
+            if round_ % 2 == 0:
+                worker.kill()
+                worker.wait(10)
+                restarts["worker"] += 1
+                worker = start_worker()
+            else:
+                server.kill9()
+                restarts["broker"] += 1
+        deadline = time.time() + 300
+        while True:
+            code = worker.wait(timeout=max(1, deadline - time.time()))
+            if code == 0:
+                break
+            assert time.time() < deadline, "the worker did not finish"
+            worker = start_worker()              # an error after a broker kill: the next one carries on
+    finally:
+        worker.kill()                        # never leave a worker behind a failed run
     assert restarts == {"worker": 3, "broker": 3}
     _check_exactly_once(server.bootstrap, source, sink, group, N)
 
