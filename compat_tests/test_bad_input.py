@@ -180,6 +180,18 @@ def create_topic(conn: RawConn, name: str, partitions: int = 1, configs: dict[st
                                         for k, v in (configs or {}).items()])
     resp = conn.request("CreateTopics", 7, cls(topics=[topic], timeout_ms=10000))
     assert [(t.name, t.error_code) for t in resp.topics] == [(name, 0)], resp
+    # Kafka answers NOT_LEADER_OR_FOLLOWER (or UNKNOWN_TOPIC_OR_PARTITION) for a moment after CreateTopics
+    # returns, until the new partitions' leadership reaches the broker: wait until each one answers.
+    lcls = message("ListOffsetsRequest").cls
+    probe = lcls(replica_id=-1, topics=[lcls.ListOffsetsTopic(name=name, partitions=[
+        lcls.ListOffsetsTopic.ListOffsetsPartition(partition_index=p, timestamp=-1) for p in range(partitions)])])
+    deadline = time.monotonic() + 15
+    while True:
+        errors = [p.error_code for t in conn.request("ListOffsets", 7, probe).topics for p in t.partitions]
+        if errors == [NONE] * partitions:
+            return
+        assert time.monotonic() < deadline, f"{name}: partitions not ready 15 s after CreateTopics: {errors}"
+        time.sleep(0.1)
 
 
 def produce_request(topic: str, batches_by_partition: dict[int, bytes | None], acks: int = -1,
@@ -452,6 +464,7 @@ def test_unsupported_api_versions_version_answers_v0(module_server, witness, log
     assert_healthy(module_server, witness)
 
 
+@pytest.mark.kafka_version(4)           # KIP-896 (Kafka 4.0): Produce v0-2 refused; Kafka 3.9 stores them
 @pytest.mark.parametrize("version", [0, 1, 2])
 def test_old_produce_versions_refused_per_partition(module_server, witness, version):
     topic = unique("legacy")

@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from compat_tests.python_clients import unique_topic
 from trireme.wire import records
 
 SEED = int(os.environ.get("TRIREME_CRASH_SEED", "7331"))
@@ -312,7 +313,7 @@ def test_kill9_during_segment_rolls(server):
 @pytest.mark.server_config({"trireme.shutdown.grace.ms": 3000})
 def test_sigterm_while_producing(server):
     grace = 3.0
-    topic = "graceful"
+    topic = unique_topic("graceful")
     create_topic(server, topic)
     stream = Stream(server, topic, total=10000, rate=8000).start()
     stream.wait_acked(rng("sigterm").randrange(1500, 5000))
