@@ -104,9 +104,10 @@ RULES: tuple[Rule, ...] = (
     Rule(r"test_spark_examples\.py::test_batch_write_read", "spark", "produce consume", slow=True),
     Rule(r"test_spark_examples\.py::test_streaming_copy", "spark", "consume", slow=True),
     Rule(r"test_groups_java\.py::test_admin_consumer_groups\[", "{param}", "admin"),
-    Rule(r"test_groups_java\.py::test_(group_shares|group_close|committed_offsets_resume|static_member|assignor)\[",
+    Rule(r"test_groups_java\.py::test_(group_shares|group_close|committed_offsets_resume|static_member|assignor)[^[]*\[",
          "{param}", "groups"),
-    Rule(r"test_groups_java\.py::test_(group_killed|committed_offsets_survive)\[", "{param}", "groups", slow=True),
+    Rule(r"test_groups_java\.py::test_(group_killed|committed_offsets_survive)[^[]*\[", "{param}", "groups",
+         slow=True),
     Rule(r"test_groups_mixed\.py::", "{param}", "groups", slow=True),
     Rule(r"test_groups_mixed\.py::", "confluent-kafka", "groups", slow=True),
 )
