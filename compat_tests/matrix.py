@@ -239,6 +239,7 @@ class MatrixPlugin(_Selection):
     def __init__(self, config: pytest.Config):
         super().__init__(config)
         self.started = time.time()
+        self.commit = trireme_commit()          # what the run tests, whatever changes while it runs
         self.results: dict[str, dict[str, Any]] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -260,7 +261,7 @@ class MatrixPlugin(_Selection):
         path = self.config.getoption("compat_report")
         if not path or not self.results:
             return
-        report = build_report(self.config, list(self.results.values()), self.started, time.time())
+        report = build_report(self.config, list(self.results.values()), self.started, time.time(), self.commit)
         write_report(report, Path(path))
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
@@ -327,7 +328,14 @@ def _git(*args: str) -> str:
         return ""
 
 
-def build_report(config: pytest.Config, results: list[dict[str, Any]], started: float, finished: float) -> dict:
+def trireme_commit() -> str:
+    """The checkout's commit, "+changes" when tracked files differ from it."""
+    commit = _git("rev-parse", "--short", "HEAD")
+    return commit + "+changes" if _git("status", "--porcelain", "--untracked-files=no") else commit
+
+
+def build_report(config: pytest.Config, results: list[dict[str, Any]], started: float, finished: float,
+                 commit: str) -> dict:
     bootstrap = config.getoption("bootstrap")
     wanted = config.getoption("clients")
     clients = [c for c in CLIENTS if not wanted or any(c.startswith(w.strip()) for w in wanted.split(","))]
@@ -341,9 +349,6 @@ def build_report(config: pytest.Config, results: list[dict[str, Any]], started: 
             broker["probe_error"] = repr(e)
     else:
         broker.update(kafka_major=4, is_trireme=True)
-    commit = _git("rev-parse", "--short", "HEAD")
-    if _git("status", "--porcelain", "--untracked-files=no"):
-        commit += "+changes"
     name = config.getoption("broker_name") or (bootstrap if bootstrap else f"trireme {commit} (started by the suite)")
     mode = "quick" if config.getoption("quick") else ("matrix only" if config.getoption("matrix_only") else "full")
     versions = client_versions()
