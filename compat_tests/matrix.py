@@ -205,6 +205,10 @@ class _Selection:
                 cells = [c for c in cells if any(c[0].startswith(w) for w in wanted)]
             info[item.nodeid] = cells, slow
             item.user_properties.append(("compat_cells", cells))
+            assumes = {k: v for m in reversed(list(item.iter_markers("server_config"))) for props in m.args
+                       for k, v in props.items() if not k.startswith("trireme.")}
+            if assumes:
+                item.user_properties.append(("compat_assumes", assumes))
         keep = [it for it in items if info[it.nodeid][0] or not (only or quick)]
         if quick:
             keep = _quick_pick(keep, info)
@@ -248,6 +252,8 @@ class MatrixPlugin(_Selection):
         for key, value in report.user_properties:
             if key == "compat_cells":
                 r["cells"] = [list(c) for c in value]
+            elif key == "compat_assumes":
+                r["assumes"] = value
         if report.failed and r["outcome"] != "fail":
             r["outcome"], r["message"] = "fail", _failure_message(report)
         elif report.skipped and r["outcome"] == "pass":
@@ -365,7 +371,7 @@ def build_report(config: pytest.Config, results: list[dict[str, Any]], started: 
         "run": {"broker": name, **broker, "mode": mode, "clients": wanted or "all",
                 "started": datetime.datetime.fromtimestamp(started, datetime.timezone.utc).isoformat(timespec="seconds"),
                 "duration_s": round(finished - started, 1), "trireme_commit": commit, "tests": counts,
-                "assumed_broker_settings": _assumed_settings()},
+                "assumed_broker_settings": _assumed_settings(), "settings_tests_assume": _settings_assumed(results)},
         "clients": {c: versions[c] for c in clients},
         "features": list(FEATURES),
         "cells": cells,
@@ -376,6 +382,15 @@ def build_report(config: pytest.Config, results: list[dict[str, Any]], started: 
 def _assumed_settings() -> dict[str, Any]:
     from compat_tests.conftest import BASE_SERVER_CONFIG
     return dict(BASE_SERVER_CONFIG)
+
+
+def _settings_assumed(results: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """"name=value" → the tests that assume it (their server_config marks; Trireme's own properties aside)."""
+    out: dict[str, list[str]] = {}
+    for r in sorted(results, key=lambda r: r["nodeid"]):
+        for k, v in r.get("assumes", {}).items():
+            out.setdefault(f"{k}={v}", []).append(test_id(r["nodeid"]))
+    return out
 
 
 def cell_outcome(cell: tuple[str, str], tests: list[dict[str, Any]]) -> dict[str, Any]:
@@ -447,6 +462,10 @@ def render_markdown(report: dict) -> str:
                 ids = [t["test"] for t in c["tests"] if t["outcome"] == outcome]
                 if ids:
                     lines.append(f"  - {outcome}: " + ", ".join(f"`{i}`" for i in compress_ids(ids)))
+    lines += ["", "### Broker settings the tests assume", "",
+              "Every test: " + ", ".join(f"`{k}={v}`" for k, v in run["assumed_broker_settings"].items()) + "."]
+    for setting, ids in run.get("settings_tests_assume", {}).items():
+        lines.append(f"- `{setting}`: " + ", ".join(f"`{i}`" for i in compress_ids(ids)))
     other = report["other_tests"]
     if other:
         lines += ["", "### Other tests (robustness, raw protocol, Trireme-only features)", ""]

@@ -239,7 +239,7 @@ def test_kill9_acks_all_stream(server, policy):
     r = rng("acks-all")
     streams: list[Stream] = []
     for i in range(3):
-        topic = f"crash-{i}"
+        topic = unique_topic(f"crash-{i}")
         create_topic(server, topic)
         stream = Stream(server, topic, total=12000, rate=8000).start()
         streams.append(stream)
@@ -257,7 +257,7 @@ def test_kill9_acks_all_stream(server, policy):
 def test_kill9_idempotent_producer_exactly_once(server):
     r = rng("idempotent")
     for i in range(2):
-        topic = f"idem-{i}"
+        topic = unique_topic(f"idem-{i}")
         create_topic(server, topic)
         stream = Stream(server, topic, total=12000, rate=8000, idempotent=True).start()
         at = r.randrange(1500, 7000)
@@ -295,7 +295,7 @@ def test_kill9_during_segment_rolls(server):
     r = rng("segments")
     streams: list[Stream] = []
     for i in range(2):
-        topic = f"roll-{i}"
+        topic = unique_topic(f"roll-{i}")
         create_topic(server, topic)
         # ~420-byte records: a segment fills every ~150 records of a partition.
         stream = Stream(server, topic, total=10000, rate=6000, pad=400).start()

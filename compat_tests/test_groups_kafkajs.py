@@ -193,7 +193,7 @@ def test_committed_offsets_resume_after_close(js, client):
 @pytest.mark.parametrize("how", ["restart", "kill9"])
 @KJS
 def test_committed_offsets_survive_server_restart(server, kafkajs_harness, client, how):
-    topic, group = f"durable-{how}", f"durable-group-{how}"
+    topic, group = unique_topic(f"durable-{how}"), unique_topic(f"durable-group-{how}")
     h = kafkajs_harness()
     h.ok("create_topic", topic=topic, partitions=3)
     sent = produce(h, topic, 3, 20, "durable")

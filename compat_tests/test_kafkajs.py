@@ -97,7 +97,7 @@ ROUNDTRIP_CASES = [(c, idem) for c in CODECS for idem in (False, True)]
 @pytest.mark.parametrize("codec,idempotent", ROUNDTRIP_CASES,
                          ids=[f"{c}-idempotent" if i else c for c, i in ROUNDTRIP_CASES])
 def test_produce_consume_roundtrip(js, codec, idempotent):
-    topic = f"kafkajs-roundtrip-{codec}-{'idempotent' if idempotent else 'plain'}"
+    topic = unique_topic(f"kafkajs-roundtrip-{codec}-{'idempotent' if idempotent else 'plain'}")
     js.ok("create_topic", topic=topic, partitions=PARTITIONS)
     assert_describe(js, topic, PARTITIONS)
 
