@@ -8,6 +8,9 @@
 #                   compat_tests/js/node_modules; a warm run needs no network.
 #   make serve    - run a broker on 127.0.0.1:9092 with data in ./data
 #   make test     - venv + clients, then the whole test suite (2 workers)
+#   make compat   - the compatibility suite's client x feature matrix (tools/compat.py) against
+#                   BOOTSTRAP=host:port (and BOOTSTRAP2=host:port side by side), or against a
+#                   trireme serve of its own; COMPAT_ARGS=--quick, --clients ..., see compat_tests/README.md
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -28,7 +31,7 @@ JS_STAMP      := $(JS_DIR)/node_modules/.trireme-installed
 # when pip cannot reach the index (offline re-runs).
 VENV_IMPORTS := trio, crc32c, cramjam, kafka, pytest, xdist, pytest_timeout, hypothesis, confluent_kafka, aiokafka, lz4, zstandard, snappy, trireme.server
 
-.PHONY: venv clients sysdeps java-clients js-clients serve test clean-clients
+.PHONY: venv clients sysdeps java-clients js-clients serve test compat clean-clients
 
 # ---------------------------------------------------------------- venv
 
@@ -99,3 +102,6 @@ serve: venv
 
 test: venv clients
 	$(PY) -m pytest -p no:cacheprovider -n 2 -q
+
+compat: venv clients
+	$(PY) tools/compat.py $(if $(BOOTSTRAP),--bootstrap $(BOOTSTRAP)) $(if $(BOOTSTRAP2),--bootstrap $(BOOTSTRAP2)) $(COMPAT_ARGS)

@@ -10,6 +10,13 @@ stock-client harnesses (see compat_tests/clients.py).
 Broker properties can be added per test with
 ``@pytest.mark.server_config({"log.segment.bytes": 4096})``.
 Missing clients make tests FAIL (not skip).
+
+External mode (``--bootstrap HOST:PORT``, see compat_tests/README.md): ``server`` and
+``module_server`` are an :class:`ExternalBroker` instead — the broker someone else runs.  What a
+test cannot do to it (read its log, look at its files or process, stop it; restart it without
+``--restart-command``; Trireme-only features and settings; an expectation of a Kafka generation the
+broker is not) ends the test as skipped with a reason starting "not applicable: ", which the
+report (compat_tests/matrix.py) shows as such.
 """
 from __future__ import annotations
 
@@ -36,7 +43,11 @@ if str(REPO) not in sys.path:
 pytest.register_assert_rewrite("compat_tests.group_members", "compat_tests.harness_helpers",
                                "compat_tests.python_clients")
 
-from compat_tests import clients  # noqa: E402
+from compat_tests import clients, matrix  # noqa: E402
+from compat_tests.matrix import not_applicable  # noqa: E402
+from trireme.wire import headers  # noqa: E402
+from trireme.wire.codec import message  # noqa: E402
+from trireme.wire.schema import api_names  # noqa: E402
 
 # Short group timings so rebalances in tests are quick.
 BASE_SERVER_CONFIG: dict[str, Any] = {
@@ -47,9 +58,92 @@ BASE_SERVER_CONFIG: dict[str, Any] = {
 STARTUP_TIMEOUT = 30.0
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("compat", "the compatibility suite against any broker")
+    group.addoption("--bootstrap", metavar="HOST:PORT",
+                    help="run against this broker instead of a trireme serve the suite starts itself")
+    group.addoption("--restart-command", metavar="CMD",
+                    help="shell command that restarts the --bootstrap broker gracefully (same data and address); "
+                         "tests that restart the broker are not applicable without it")
+    group.addoption("--kill-command", metavar="CMD",
+                    help="shell command that kills the --bootstrap broker hard (SIGKILL) and starts it again; "
+                         "crash tests are not applicable without it")
+    group.addoption("--broker-config", metavar="NAME=VALUE", action="append", default=[],
+                    help="a setting the --bootstrap broker has (repeatable); a test assuming another value of it "
+                         "is not applicable")
+    matrix.addoption(group)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "server_config(props): extra broker properties (dict) for the server fixtures")
+        "markers", "server_config(props): extra broker properties (dict) for the server fixtures; against an "
+                   "external broker they are the settings the test assumes")
+    config.addinivalue_line(
+        "markers", "trireme_only(what): tests a Trireme-only feature; not applicable against an external broker")
+    config.addinivalue_line(
+        "markers", "kafka_version(major): expects the behaviour of Kafka >= major (e.g. 4: KIP-896 removals); "
+                   "not applicable against an older broker")
+    matrix.configure(config)
+
+
+# Broker settings a test's server_config may name that only make it quicker (its waits are shorter) or that only
+# tests not applying elsewhere depend on: against an external broker such a test runs without them.  A test
+# naming any other setting is not applicable unless --broker-config declares the broker has it.
+TUNING_SETTINGS = {
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms",     # a timed-out transaction is aborted sooner
+    "socket.request.max.bytes",     # test_bad_input: only its tests reading the broker's log depend on it
+}
+
+# Whole modules that test Trireme-only features (no marks needed in them).
+TRIREME_ONLY_MODULES = {
+    "test_admin_cli.py": "Trireme's admin command line",
+    "test_metrics.py": "Trireme's metrics endpoint",
+    "test_status_page.py": "Trireme's status page",
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """External mode: mark what cannot apply to an external broker (before matrix.py selects tests)."""
+    if not config.getoption("bootstrap"):
+        return
+    declared = dict(kv.partition("=")[::2] for kv in config.getoption("broker_config"))
+    for item in items:
+        reason = _static_not_applicable(item, declared)
+        if reason is not None:
+            item.compat_not_applicable = reason
+            item.add_marker(pytest.mark.skip(reason=matrix.NOT_APPLICABLE + reason))
+
+
+def _static_not_applicable(item: pytest.Item, declared: dict[str, str]) -> str | None:
+    mark = item.get_closest_marker("trireme_only")
+    if mark is not None or item.path.name in TRIREME_ONLY_MODULES:
+        return "Trireme-only: " + (mark.args[0] if mark is not None and mark.args else
+                                   TRIREME_ONLY_MODULES.get(item.path.name, "a Trireme feature"))
+    props = _server_config_from_marks(item)
+    own = sorted(k for k in props if k.startswith("trireme."))
+    if own:
+        return "needs Trireme settings " + ", ".join(f"{k}={props[k]}" for k in own)
+    wanted = {k: _toml_value(v).strip('"') for k, v in props.items()}
+    missing = sorted(k for k in wanted if k not in TUNING_SETTINGS and k not in declared)
+    if missing:
+        return "needs " + ", ".join(f"{k}={wanted[k]}" for k in missing) + " (--broker-config when the broker has it)"
+    differs = sorted(k for k in wanted if k in declared and declared[k] != wanted[k])
+    if differs:
+        return "needs " + ", ".join(f"{k}={wanted[k]} (the broker has {declared[k]})" for k in differs)
+    return None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A Kafka-generation expectation is checked against the broker's ApiVersions."""
+    mark = item.get_closest_marker("kafka_version")
+    bootstrap = item.config.getoption("bootstrap")
+    if mark is None or not bootstrap:
+        return
+    info = broker_info(bootstrap)
+    if info.kafka_major < mark.args[0]:
+        not_applicable(f"expects Kafka {mark.args[0]} behaviour; the broker answers ApiVersions as Kafka "
+                       f"{info.kafka_major}.x")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -96,6 +190,8 @@ class ServerProcess:
     port), ``.kill9()`` (SIGKILL + start again on the same data dir, same port
     when it can be bound again), ``.stderr_tail()``.
     """
+
+    external = False
 
     def __init__(self, workdir: Path, config: dict[str, Any] | None = None,
                  extra_args: list[str] | None = None):
@@ -246,6 +342,144 @@ def _port_busy(host: str, port: int | None) -> bool:
     return False
 
 
+# ------------------------------------------------------------ external brokers
+
+_API_KEYS = {name: key for key, name in api_names().items()}
+
+
+def _exchange(sock: socket.socket, api: str, version: int, obj: Any, correlation_id: int) -> Any:
+    codec, response_codec = message(api + "Request"), message(api + "Response")
+    payload = headers.encode_request_header(_API_KEYS[api], version, correlation_id, "trireme-compat-probe",
+                                            codec.is_flexible(version)) + codec.encode_bytes(obj, version)
+    sock.sendall(len(payload).to_bytes(4, "big") + payload)
+
+    def exactly(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("the broker closed the connection")
+            data += chunk
+        return data
+    frame = exactly(int.from_bytes(exactly(4), "big"))
+    _, end = headers.decode_response_header(frame, headers.response_header_version(
+        _API_KEYS[api], response_codec.is_flexible(version)))
+    return response_codec.decode(memoryview(frame), version, end)[0]
+
+
+class BrokerInfo:
+    """What the suite learns of a broker by asking it: its API ranges, the Kafka generation they are
+    (``kafka_major``: 4 once Fetch v0-3 are gone, KIP-896), and whether it is Trireme (its broker
+    configs include ``trireme.*`` properties)."""
+
+    def __init__(self, bootstrap: str, timeout: float = 10.0):
+        self.bootstrap = bootstrap
+        with self._connect(timeout) as sock:
+            versions = _exchange(sock, "ApiVersions", 3, message("ApiVersionsRequest").cls(
+                client_software_name="trireme-compat", client_software_version="1"), 1)
+            self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
+            meta = _exchange(sock, "Metadata", 12, message("MetadataRequest").cls(topics=[]), 2)
+            cls = message("DescribeConfigsRequest").cls
+            configs = _exchange(sock, "DescribeConfigs", 4, cls(resources=[cls.DescribeConfigsResource(
+                resource_type=4, resource_name=str(meta.brokers[0].node_id),
+                configuration_keys=["trireme.shutdown.grace.ms"])]), 3)
+        self.kafka_major = 4 if self.api_versions.get(_API_KEYS["Fetch"], (0, 0))[0] >= 4 else 3
+        self.is_trireme = any(c.name.startswith("trireme.") for r in configs.results for c in r.configs)
+
+    def _connect(self, timeout: float = 10.0) -> socket.socket:
+        host, _, port = self.bootstrap.rpartition(":")
+        return socket.create_connection((host, int(port)), timeout=timeout)
+
+    def partitions(self, topic: str) -> list[int]:
+        """The topic's partitions in the order the broker's Metadata lists them (Kafka's is not sorted)."""
+        cls = message("MetadataRequest").cls
+        with self._connect() as sock:
+            meta = _exchange(sock, "Metadata", 12, cls(topics=[cls.MetadataRequestTopic(name=topic)]), 1)
+        [t] = meta.topics
+        assert t.error_code == 0, t
+        return [p.partition_index for p in t.partitions]
+
+
+_BROKER_INFO: dict[str, BrokerInfo] = {}
+
+
+def broker_info(bootstrap: str) -> BrokerInfo:
+    if bootstrap not in _BROKER_INFO:
+        _BROKER_INFO[bootstrap] = BrokerInfo(bootstrap)
+    return _BROKER_INFO[bootstrap]
+
+
+def wait_until_answering(bootstrap: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            BrokerInfo(bootstrap, timeout=5)
+            return
+        except (OSError, ConnectionError, IndexError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+class ExternalBroker:
+    """A broker the suite did not start (``--bootstrap``), in place of a :class:`ServerProcess`: same
+    ``bootstrap``; ``restart()``/``kill9()`` run the user's commands; its process, files and log are
+    not the suite's, so a test needing them is not applicable."""
+
+    external = True
+    _NEEDS = {"proc": "process", "data_dir": "data directory", "workdir": "working directory",
+              "stderr_path": "log", "stdout_path": "output", "config_path": "configuration file",
+              "config": "configuration"}
+
+    def __init__(self, bootstrap: str, restart_command: str | None = None, kill_command: str | None = None):
+        self.host, _, port = bootstrap.rpartition(":")
+        self.port = int(port)
+        self.restart_command, self.kill_command = restart_command, kill_command
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def __repr__(self) -> str:
+        return f"<ExternalBroker {self.bootstrap}>"
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ExternalBroker._NEEDS:
+            not_applicable(f"needs the broker's {ExternalBroker._NEEDS[name]} (an external broker)")
+        raise AttributeError(name)
+
+    def _run(self, command: str | None, option: str, what: str) -> None:
+        if not command:
+            not_applicable(f"{what}: needs {option}")
+        done = subprocess.run(command, shell=True, timeout=600)
+        assert done.returncode == 0, f"{option} {command!r} exited with {done.returncode}"
+        wait_until_answering(self.bootstrap, 120)
+
+    def restart(self, between: Callable[[], None] | None = None) -> None:
+        if between is not None:
+            not_applicable("changes the broker's data directory while it is stopped")
+        self._run(self.restart_command, "--restart-command", "restarts the broker")
+
+    def kill9(self) -> None:
+        self._run(self.kill_command, "--kill-command", "kills the broker (SIGKILL)")
+
+    def stop(self, timeout: float = 20.0) -> None:
+        not_applicable("stops the broker")
+
+    def start(self, port: int | None = None) -> None:
+        not_applicable("starts the broker")
+
+    def stderr_tail(self, n: int = 80) -> str:
+        return "(an external broker: its log is not available to the suite)"
+
+
+def _external_broker(config: pytest.Config) -> ExternalBroker | None:
+    bootstrap = config.getoption("bootstrap")
+    if not bootstrap:
+        return None
+    return ExternalBroker(bootstrap, config.getoption("restart_command"), config.getoption("kill_command"))
+
+
 def _server_config_from_marks(node: Any) -> dict[str, Any]:
     props: dict[str, Any] = {}
     for mark in reversed(list(node.iter_markers("server_config"))):
@@ -256,6 +490,10 @@ def _server_config_from_marks(node: Any) -> dict[str, Any]:
 
 
 def _start_server(request: pytest.FixtureRequest, node: Any) -> Iterator[ServerProcess]:
+    external = _external_broker(request.config)
+    if external is not None:
+        yield external
+        return
     workdir = Path(tempfile.mkdtemp(prefix="trireme-compat-"))
     srv = ServerProcess(workdir, config=_server_config_from_marks(node))
     try:
@@ -345,6 +583,12 @@ def kafkajs_harness(request: pytest.FixtureRequest):
 def kcat() -> str:
     """Path of kcat (the test fails if it is not installed)."""
     return clients.require_kcat()
+
+
+@pytest.fixture
+def broker(request: pytest.FixtureRequest) -> BrokerInfo:
+    """What the test's broker (``server``/``module_server``) answers about itself (:class:`BrokerInfo`)."""
+    return broker_info(_default_bootstrap(request)())
 
 
 @pytest.fixture(params=list(clients.JAVA_VERSIONS))

@@ -35,6 +35,7 @@ CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
 MESSAGE_TOO_LARGE = 10
 INVALID_REQUIRED_ACKS = 21
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 UNSUPPORTED_VERSION = 35
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_RECORD = 87
@@ -179,19 +180,32 @@ def create_topic(conn: RawConn, name: str, partitions: int = 1, configs: dict[st
                                         for k, v in (configs or {}).items()])
     resp = conn.request("CreateTopics", 7, cls(topics=[topic], timeout_ms=10000))
     assert [(t.name, t.error_code) for t in resp.topics] == [(name, 0)], resp
+    # Kafka answers NOT_LEADER_OR_FOLLOWER (or UNKNOWN_TOPIC_OR_PARTITION) for a moment after CreateTopics
+    # returns, until the new partitions' leadership reaches the broker: wait until each one answers.
+    lcls = message("ListOffsetsRequest").cls
+    probe = lcls(replica_id=-1, topics=[lcls.ListOffsetsTopic(name=name, partitions=[
+        lcls.ListOffsetsTopic.ListOffsetsPartition(partition_index=p, timestamp=-1) for p in range(partitions)])])
+    deadline = time.monotonic() + 15
+    while True:
+        errors = [p.error_code for t in conn.request("ListOffsets", 7, probe).topics for p in t.partitions]
+        if errors == [NONE] * partitions:
+            return
+        assert time.monotonic() < deadline, f"{name}: partitions not ready 15 s after CreateTopics: {errors}"
+        time.sleep(0.1)
 
 
-def produce_request(topic: str, batches_by_partition: dict[int, bytes | None], acks: int = -1) -> Any:
+def produce_request(topic: str, batches_by_partition: dict[int, bytes | None], acks: int = -1,
+                    transactional_id: str | None = None) -> Any:
     cls = message("ProduceRequest").cls
     tcls = cls.TopicProduceData
-    return cls(acks=acks, timeout_ms=10000, topic_data=[tcls(name=topic, partition_data=[
+    return cls(transactional_id=transactional_id, acks=acks, timeout_ms=10000, topic_data=[tcls(name=topic, partition_data=[
         tcls.PartitionProduceData(index=p, records=data) for p, data in batches_by_partition.items()])])
 
 
 def produce(conn: RawConn, topic: str, batches_by_partition: dict[int, bytes | None], acks: int = -1,
-            version: int = 9) -> list[Any]:
+            version: int = 9, transactional_id: str | None = None) -> list[Any]:
     """→ the partition responses, in request order."""
-    resp = conn.request("Produce", version, produce_request(topic, batches_by_partition, acks))
+    resp = conn.request("Produce", version, produce_request(topic, batches_by_partition, acks, transactional_id))
     assert [t.name for t in resp.responses] == [topic]
     return resp.responses[0].partition_responses
 
@@ -284,7 +298,8 @@ def assert_close_logged(watch: LogWatch, *needles: str) -> str:
 
 def assert_healthy(server, witness: RawConn) -> None:
     """The broker is alive; an already-open connection and a fresh one both work."""
-    assert server.proc.poll() is None, f"broker exited with {server.proc.returncode}\n{server.stderr_tail()}"
+    assert server.external or server.proc.poll() is None, \
+        f"broker exited with {server.proc.returncode}\n{server.stderr_tail()}"
     versions = api_versions(witness)
     assert versions.error_code == 0
     assert metadata(witness).brokers, "Metadata on the already-open connection lists no broker"
@@ -441,20 +456,21 @@ def test_unsupported_metadata_version_closes(module_server, witness, log):
 def test_unsupported_api_versions_version_answers_v0(module_server, witness, log):
     with RawConn(module_server.bootstrap) as c:
         # Future versions of ApiVersions may be flexible: a v2 header with tagged fields and a body we
-        # cannot know.  The answer is still a v0 response with UNSUPPORTED_VERSION and our versions.
+        # cannot know.  The answer is still a v0 response with UNSUPPORTED_VERSION and, as Kafka, only
+        # ApiVersions' own range.
         c.send(frame(struct.pack(">hhi", 18, 99, 1234) + struct.pack(">h", 4) + b"test" + b"\x00"
                      + b"\x07future\x041.0\x00"))
         cid, resp = decode_response("ApiVersions", 0, c.read_frame(), header_version=0)
         assert cid == 1234
         assert resp.error_code == UNSUPPORTED_VERSION
-        keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-        assert 18 in keys and keys[18][0] == 0 and keys[18][1] >= 3
-        assert 0 in keys and 3 in keys
+        [entry] = resp.api_keys
+        assert (entry.api_key, entry.min_version) == (18, 0) and entry.max_version >= 3
         # The connection stays usable: the client retries with a version we have.
         assert api_versions(c, 3).error_code == 0
     assert_healthy(module_server, witness)
 
 
+@pytest.mark.kafka_version(4)           # KIP-896 (Kafka 4.0): Produce v0-2 refused; Kafka 3.9 stores them
 @pytest.mark.parametrize("version", [0, 1, 2])
 def test_old_produce_versions_refused_per_partition(module_server, witness, version):
     topic = unique("legacy")
@@ -542,8 +558,7 @@ def test_corrupt_crc(module_server, witness, topic):
     good = bytearray(batch([b"v1", b"v2"]))
     good[-1] ^= 0x01                 # flip a bit in the last record: the CRC no longer matches
     [r] = produce(witness, topic, {0: bytes(good)})
-    assert r.error_code == CORRUPT_MESSAGE and r.base_offset == -1, r
-    assert r.error_message
+    assert r.error_code == CORRUPT_MESSAGE and r.base_offset == -1, r   # (Kafka leaves error_message empty)
     assert_nothing_stored(witness, topic, 0)
     assert_healthy(module_server, witness)
 
@@ -577,9 +592,16 @@ def test_corrupt_crc_seen_by_a_consumer(module_server, witness, topic):
 def test_client_control_batch(module_server, witness, topic):
     control = records.build_control_batch(True, producer_id=1, producer_epoch=0, coordinator_epoch=0,
                                           timestamp=int(time.time() * 1000))
-    [r] = produce(witness, topic, {0: control})
+    # A control batch has the transactional bit: without a transactional id the whole request is refused
+    # before its records are looked at, every partition with TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+    rs = produce(witness, topic, {0: control, 1: batch([b"innocent"])})
+    assert [(r.index, r.error_code, r.base_offset) for r in rs] == [
+        (0, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1), (1, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)]
+    # With one, the batch itself is refused: clients may not write control batches.
+    [r] = produce(witness, topic, {0: control}, transactional_id=unique("tx"))
     assert r.error_code == INVALID_RECORD, r
     assert_nothing_stored(witness, topic, 0)
+    assert_nothing_stored(witness, topic, 1)
     assert_healthy(module_server, witness)
 
 
@@ -652,7 +674,15 @@ def test_old_magic_batch(module_server, witness, topic, magic):
     data = legacy_message(magic, b"m" * 100) + legacy_message(magic, b"n" * 100, offset=1)
     assert data[records.MAGIC_OFFSET] == magic
     [r] = produce(witness, topic, {0: data})
-    assert r.error_code == CORRUPT_MESSAGE, r
+    assert r.error_code == INVALID_RECORD, r            # only magic 2 from Produce v3 on
+    assert_nothing_stored(witness, topic, 0)
+    assert_healthy(module_server, witness)
+
+
+def test_transactional_batch_without_transactional_id(module_server, witness, topic):
+    data = batch([b"t"], producer_id=1, producer_epoch=0, base_sequence=0, transactional=True)
+    [r] = produce(witness, topic, {0: data})
+    assert (r.error_code, r.base_offset) == (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1), r
     assert_nothing_stored(witness, topic, 0)
     assert_healthy(module_server, witness)
 

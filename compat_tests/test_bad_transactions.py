@@ -126,8 +126,10 @@ def test_transactional_batch_for_a_partition_never_added(conn):
     assert produce_txn(conn, tid, topic, 0, txn_batch(pid, epoch - 1 if epoch else 5)) in (
         E.INVALID_PRODUCER_EPOCH.code,)
     assert list_offset(conn, topic, 0) == 0
-    # Without the request's transactional id a transactional batch is refused too.
-    assert produce(conn, topic, {0: txn_batch(pid, epoch)})[0].error_code == E.INVALID_TXN_STATE.code
+    # Without the request's transactional id a transactional batch is refused too, as Kafka's authorization
+    # step refuses it: before the records are looked at.
+    assert produce(conn, topic, {0: txn_batch(pid, epoch)})[0].error_code == \
+        E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code
     assert produce_txn(conn, tid, topic, 0, txn_batch(pid, epoch)) == 0
     assert list_offset(conn, topic, 0) == 1
     assert end_txn(conn, tid, pid, epoch, False) == 0

@@ -395,7 +395,7 @@ def test_admin_describe_topics(module_server, admin):
     desc = fs[topic].result(timeout=OP_TIMEOUT_S)
     assert desc.name == topic and desc.is_internal is False
     assert desc.topic_id is not None and str(desc.topic_id) != "AAAAAAAAAAAAAAAAAAAAAA"
-    assert [p.id for p in desc.partitions] == [0, 1, 2]
+    assert sorted(p.id for p in desc.partitions) == [0, 1, 2]
     for p in desc.partitions:
         assert p.leader.id == bid
         assert (p.leader.host, p.leader.port) == (module_server.host, module_server.port)

@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from compat_tests.python_clients import unique_topic
 from trireme.wire import records
 
 SEED = int(os.environ.get("TRIREME_CRASH_SEED", "7331"))
@@ -238,7 +239,7 @@ def test_kill9_acks_all_stream(server, policy):
     r = rng("acks-all")
     streams: list[Stream] = []
     for i in range(3):
-        topic = f"crash-{i}"
+        topic = unique_topic(f"crash-{i}")
         create_topic(server, topic)
         stream = Stream(server, topic, total=12000, rate=8000).start()
         streams.append(stream)
@@ -256,7 +257,7 @@ def test_kill9_acks_all_stream(server, policy):
 def test_kill9_idempotent_producer_exactly_once(server):
     r = rng("idempotent")
     for i in range(2):
-        topic = f"idem-{i}"
+        topic = unique_topic(f"idem-{i}")
         create_topic(server, topic)
         stream = Stream(server, topic, total=12000, rate=8000, idempotent=True).start()
         at = r.randrange(1500, 7000)
@@ -294,7 +295,7 @@ def test_kill9_during_segment_rolls(server):
     r = rng("segments")
     streams: list[Stream] = []
     for i in range(2):
-        topic = f"roll-{i}"
+        topic = unique_topic(f"roll-{i}")
         create_topic(server, topic)
         # ~420-byte records: a segment fills every ~150 records of a partition.
         stream = Stream(server, topic, total=10000, rate=6000, pad=400).start()
@@ -312,7 +313,7 @@ def test_kill9_during_segment_rolls(server):
 @pytest.mark.server_config({"trireme.shutdown.grace.ms": 3000})
 def test_sigterm_while_producing(server):
     grace = 3.0
-    topic = "graceful"
+    topic = unique_topic("graceful")
     create_topic(server, topic)
     stream = Stream(server, topic, total=10000, rate=8000).start()
     stream.wait_acked(rng("sigterm").randrange(1500, 5000))

@@ -50,6 +50,7 @@ from typing import Iterator
 import pytest
 
 from compat_tests import clients
+from compat_tests.python_clients import unique_topic
 from compat_tests.group_members import (HEARTBEAT_MS, SESSION_MS, TP, Member, all_tps,
                                         assert_exactly_once, balanced, close_all, describe,
                                         events_of, poll_rounds, poll_until, produce,
@@ -145,7 +146,7 @@ def delete_group_offsets(version: str, bootstrap: str, group: str, topic: str,
 
 def test_group_shares_partitions(java, java_version):
     v = java_version
-    topic, group = f"share-{v}", f"share-group-{v}"
+    topic, group = unique_topic(f"share-{v}"), unique_topic(f"share-group-{v}")
     java.ok("create_topic", topic=topic, partitions=6)
     tps = all_tps({topic: 6})
     members = [Member(java, f"share-{v}-{i}", group, [topic]) for i in range(3)]
@@ -169,7 +170,7 @@ def test_group_shares_partitions(java, java_version):
 
 def test_group_close_hands_over_partitions(java, java_version):
     v = java_version
-    topic, group = f"close-{v}", f"close-group-{v}"
+    topic, group = unique_topic(f"close-{v}"), unique_topic(f"close-group-{v}")
     java.ok("create_topic", topic=topic, partitions=6)
     tps = all_tps({topic: 6})
     members = [Member(java, f"close-{v}-{i}", group, [topic]) for i in range(3)]
@@ -214,7 +215,7 @@ def test_group_close_hands_over_partitions(java, java_version):
 
 def test_group_killed_member_expires_after_session_timeout(java, java_version, java_harness):
     v = java_version
-    topic, group = f"kill-{v}", f"kill-group-{v}"
+    topic, group = unique_topic(f"kill-{v}"), unique_topic(f"kill-group-{v}")
     java.ok("create_topic", topic=topic, partitions=6)
     tps = all_tps({topic: 6})
     victim_h = java_harness(v)
@@ -246,7 +247,7 @@ def test_group_killed_member_expires_after_session_timeout(java, java_version, j
 
 def test_committed_offsets_resume_after_close(java, java_version):
     v = java_version
-    topic, group = f"resume-{v}", f"resume-group-{v}"
+    topic, group = unique_topic(f"resume-{v}"), unique_topic(f"resume-group-{v}")
     java.ok("create_topic", topic=topic, partitions=3)
     first = produce(java, topic, 3, 10, "resume-1")
     a = Member(java, f"resume-{v}-a", group, [topic]).subscribe()
@@ -283,7 +284,7 @@ def test_committed_offsets_resume_after_close(java, java_version):
 @pytest.mark.parametrize("how", ["restart", "kill9"])
 def test_committed_offsets_survive_server_restart(server, java_harness, java_version, how, request):
     v = java_version
-    topic, group = f"durable-{how}", f"durable-group-{how}"
+    topic, group = unique_topic(f"durable-{how}"), unique_topic(f"durable-group-{how}")
     h = java_harness(v)
     h.ok("create_topic", topic=topic, partitions=3)
     sent = produce(h, topic, 3, 20, "durable")
@@ -339,7 +340,7 @@ def logged_instances(h: clients.HarnessProcess, message: str) -> list[str]:
 
 def test_static_member_rejoins_without_rebalance(java_version, module_server, java_harness):
     v = java_version
-    topic, group = f"static-{v}", f"static-group-{v}"
+    topic, group = unique_topic(f"static-{v}"), unique_topic(f"static-group-{v}")
     h = java_harness(v, log_level="INFO")   # the client logs its generations at INFO
     h.ok("create_topic", topic=topic, partitions=4)
     tps = all_tps({topic: 4})
@@ -450,7 +451,7 @@ def roundrobin_expected(member_ids: list[str], topics: dict[str, int]) -> dict[s
 def test_assignor(java, java_version, assignor):
     v = java_version
     topics = {f"asg-{assignor}-{v}-x": 3, f"asg-{assignor}-{v}-y": 3}
-    group = f"asg-group-{assignor}-{v}"
+    group = unique_topic(f"asg-group-{assignor}-{v}")
     for t, n in topics.items():
         java.ok("create_topic", topic=t, partitions=n)
     tps = all_tps(topics)
@@ -498,9 +499,9 @@ def test_assignor(java, java_version, assignor):
         close_all(members)
 
 
-def test_admin_consumer_groups(java, java_version, module_server, tmp_path):
+def test_admin_consumer_groups(java, java_version, module_server, tmp_path, broker):
     v = java_version
-    topic, group = f"admin-{v}", f"admin-group-{v}"
+    topic, group = unique_topic(f"admin-{v}"), unique_topic(f"admin-group-{v}")
     java.ok("create_topic", topic=topic, partitions=3)
     sent = produce(java, topic, 3, 10, "admin")
     members = [Member(java, f"admin-{v}-{i}", group, [topic]) for i in range(2)]
@@ -544,9 +545,9 @@ def test_admin_consumer_groups(java, java_version, module_server, tmp_path):
         assert group not in java.ok("list_groups")["groups"]
         assert java.ok("group_offsets", group=group)["offsets"] == []
         r = java.call("describe_group", group=group)
-        if v == "3.9.0":    # DescribeGroups v5: a missing group is described as Dead
+        if v == "3.9.0" or broker.api_versions[15][1] < 6:  # DescribeGroups v5: a missing group is Dead
             assert r["ok"] and r["state"] == "Dead" and r["members"] == [], r
-        else:               # v6 (KIP-1043): GROUP_ID_NOT_FOUND
+        else:               # v6 (KIP-1043, Kafka 4.0): GROUP_ID_NOT_FOUND
             assert not r["ok"] and r["error"].startswith("GroupIdNotFoundException"), r
         r = java.call("delete_group", group=group)
         assert not r["ok"] and r["error"].startswith("GroupIdNotFoundException"), r

@@ -33,6 +33,7 @@ from typing import Iterator
 import pytest
 
 from compat_tests import clients
+from compat_tests.python_clients import unique_topic
 from compat_tests.group_members import (HEARTBEAT_MS, SESSION_MS, TP, Member, all_tps,
                                         assert_exactly_once, balanced, close_all, describe,
                                         poll_rounds, poll_until, produce, subscribe_balanced)
@@ -61,7 +62,7 @@ def js(request, js_pool, module_server) -> Iterator[clients.HarnessProcess]:
 
 @KJS
 def test_group_shares_partitions(js, client):
-    topic, group = "share-kafkajs", "share-group-kafkajs"
+    topic, group = unique_topic("share-kafkajs"), unique_topic("share-group-kafkajs")
     js.ok("create_topic", topic=topic, partitions=6)
     tps = all_tps({topic: 6})
     members = [Member(js, f"share-{i}", group, [topic]) for i in range(3)]
@@ -84,7 +85,7 @@ def test_group_shares_partitions(js, client):
 
 @KJS
 def test_group_close_hands_over_partitions(js, client):
-    topic, group = "close-kafkajs", "close-group-kafkajs"
+    topic, group = unique_topic("close-kafkajs"), unique_topic("close-group-kafkajs")
     js.ok("create_topic", topic=topic, partitions=6)
     tps = all_tps({topic: 6})
     members = [Member(js, f"close-{i}", group, [topic]) for i in range(3)]
@@ -126,7 +127,7 @@ def test_group_close_hands_over_partitions(js, client):
 
 @KJS
 def test_group_killed_member_expires_after_session_timeout(js, client, kafkajs_harness):
-    topic, group = "kill-kafkajs", "kill-group-kafkajs"
+    topic, group = unique_topic("kill-kafkajs"), unique_topic("kill-group-kafkajs")
     js.ok("create_topic", topic=topic, partitions=6)
     tps = all_tps({topic: 6})
     victim_h = kafkajs_harness()
@@ -154,7 +155,7 @@ def test_group_killed_member_expires_after_session_timeout(js, client, kafkajs_h
 
 @KJS
 def test_committed_offsets_resume_after_close(js, client):
-    topic, group = "resume-kafkajs", "resume-group-kafkajs"
+    topic, group = unique_topic("resume-kafkajs"), unique_topic("resume-group-kafkajs")
     js.ok("create_topic", topic=topic, partitions=3)
     first = produce(js, topic, 3, 10, "resume-1")
     a = Member(js, "resume-a", group, [topic]).subscribe()
@@ -192,7 +193,7 @@ def test_committed_offsets_resume_after_close(js, client):
 @pytest.mark.parametrize("how", ["restart", "kill9"])
 @KJS
 def test_committed_offsets_survive_server_restart(server, kafkajs_harness, client, how):
-    topic, group = f"durable-{how}", f"durable-group-{how}"
+    topic, group = unique_topic(f"durable-{how}"), unique_topic(f"durable-group-{how}")
     h = kafkajs_harness()
     h.ok("create_topic", topic=topic, partitions=3)
     sent = produce(h, topic, 3, 20, "durable")
@@ -232,9 +233,9 @@ def test_committed_offsets_survive_server_restart(server, kafkajs_harness, clien
 
 
 @KJS
-def test_default_assignor_round_robin(js, client):
-    topics = {"rr-kafkajs-x": 3, "rr-kafkajs-y": 4}
-    group = "rr-group-kafkajs"
+def test_default_assignor_round_robin(js, client, broker):
+    topics = {unique_topic("rr-kafkajs-x"): 3, unique_topic("rr-kafkajs-y"): 4}
+    group = unique_topic("rr-group-kafkajs")
     for t, n in topics.items():
         js.ok("create_topic", topic=t, partitions=n)
     tps = all_tps(topics)
@@ -245,10 +246,10 @@ def test_default_assignor_round_robin(js, client):
         assert d["state"] == "Stable" and d["protocol"] == "RoundRobinAssigner", d
         got = {x["member_id"]: x["assignment"] for x in d["members"]}
         # RoundRobinAssigner: member ids sorted, topic-partitions in
-        # subscription order dealt out one by one.
+        # subscription order (partitions in the broker's Metadata order) dealt out one by one.
         ms = sorted(got)
         want: dict[str, list[TP]] = {mid: [] for mid in ms}
-        order = [(t, p) for t in sorted(topics) for p in range(topics[t])]
+        order = [(t, p) for t in sorted(topics) for p in broker.partitions(t)]
         for i, tp in enumerate(order):
             want[ms[i % len(ms)]].append(tp)
         assert got == {mid: sorted(v) for mid, v in want.items()}
@@ -259,7 +260,7 @@ def test_default_assignor_round_robin(js, client):
 
 @KJS
 def test_admin_consumer_groups(js, client):
-    topic, group = "admin-kafkajs", "admin-group-kafkajs"
+    topic, group = unique_topic("admin-kafkajs"), unique_topic("admin-group-kafkajs")
     js.ok("create_topic", topic=topic, partitions=3)
     sent = produce(js, topic, 3, 10, "admin")
     members = [Member(js, f"admin-{i}", group, [topic]) for i in range(2)]

@@ -24,6 +24,7 @@ from typing import Iterator
 import pytest
 
 from compat_tests import clients
+from compat_tests.python_clients import unique_topic
 from compat_tests.harness_helpers import (PARTITIONS, actual_row, assert_same_rows, expected_row,
                                           first_offset_at_or_after, harness_pool, make_records,
                                           past_base_ts, pooled_harness, wire)
@@ -65,7 +66,7 @@ def assert_describe(h: clients.HarnessProcess, topic: str, partitions: int) -> N
 # --------------------------------------------------------------------- tests
 
 def test_create_and_delete_topic_via_admin(js):
-    topic = "kafkajs-admin-lifecycle"
+    topic = unique_topic("kafkajs-admin-lifecycle")
     js.ok("create_topic", topic=topic, partitions=PARTITIONS, configs={"retention.ms": 86_400_000})
     assert topic in js.ok("list_topics")["topics"]
     assert_describe(js, topic, PARTITIONS)
@@ -96,7 +97,7 @@ ROUNDTRIP_CASES = [(c, idem) for c in CODECS for idem in (False, True)]
 @pytest.mark.parametrize("codec,idempotent", ROUNDTRIP_CASES,
                          ids=[f"{c}-idempotent" if i else c for c, i in ROUNDTRIP_CASES])
 def test_produce_consume_roundtrip(js, codec, idempotent):
-    topic = f"kafkajs-roundtrip-{codec}-{'idempotent' if idempotent else 'plain'}"
+    topic = unique_topic(f"kafkajs-roundtrip-{codec}-{'idempotent' if idempotent else 'plain'}")
     js.ok("create_topic", topic=topic, partitions=PARTITIONS)
     assert_describe(js, topic, PARTITIONS)
 
@@ -160,7 +161,7 @@ def test_produce_consume_roundtrip(js, codec, idempotent):
 
 
 def test_delete_records(js):
-    topic = "kafkajs-delete-records"
+    topic = unique_topic("kafkajs-delete-records")
     js.ok("create_topic", topic=topic, partitions=1)
     base = past_base_ts()
     res = js.produce(topic, [clients.record(f"v{i}", key=f"k{i}", partition=0, timestamp=base + i)

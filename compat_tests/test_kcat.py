@@ -34,6 +34,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests import clients
+from compat_tests.python_clients import unique_topic
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 N_RECORDS = 10_000
@@ -137,7 +138,7 @@ def test_produce_consume_roundtrip(kcat_env, codec):
     """Create (client lacks admin: confluent_kafka), produce, consume, list
     offsets, delete (confluent_kafka) and check it is gone."""
     bootstrap = kcat_env
-    topic = f"kcat-roundtrip-{codec}"
+    topic = unique_topic(f"kcat-roundtrip-{codec}")
     create_topic_client_lacks_admin(bootstrap, topic, PARTITIONS)
 
     md = kcat_metadata(bootstrap, topic)

@@ -369,11 +369,13 @@ class Connection:
         pending.event.set()         # a cancelled long poll leaves no answer: the writer skips it
 
     def _api_versions_fallback(self, frame) -> _Outgoing:
-        """A version of ApiVersions we don't know: answer in v0 layout with E.UNSUPPORTED_VERSION.code and our
-        versions, so the client retries with one we have (the header is v1-shaped in every version)."""
+        """A version of ApiVersions we don't know: answer in v0 layout with E.UNSUPPORTED_VERSION.code and, as
+        Kafka, only ApiVersions' own range, so the client retries with one we have (the header is v1-shaped in
+        every version)."""
         correlation_id = INT32.unpack_from(frame, 4)[0]
         body = _API_VERSIONS.cls(error_code=E.UNSUPPORTED_VERSION.code,
-                                 api_keys=api_version_entries(_API_VERSIONS.cls.ApiVersion))
+                                 api_keys=[e for e in api_version_entries(_API_VERSIONS.cls.ApiVersion)
+                                           if e.api_key == headers.API_VERSIONS_KEY])
         return self._outgoing(correlation_id, 0, _API_VERSIONS.encode(body, 0), None, time.perf_counter())
 
     async def _write_responses(self, receive) -> None:

@@ -20,6 +20,8 @@ from trireme.wire.records import (
     build_control_batch,
     crc_ok,
     decode_records,
+    first_batch_is_transactional,
+    first_batch_magic,
     iter_batch_headers,
     parse_batch_header,
     parse_control_record,
@@ -89,6 +91,18 @@ def test_attribute_bits():
     header = parse_batch_header(batch)
     assert header.attributes == 3 | 0x08 | 0x10
     assert header.compression == 3 and header.timestamp_type == 1 and header.is_transactional
+
+
+def test_first_batch_magic_and_transactional_bit_read_without_validation():
+    plain = build_batch([(b"k", b"v", [], T0)])
+    txn = build_batch([(b"k", b"v", [], T0)], producer_id=7, producer_epoch=0, base_sequence=0, transactional=True)
+    assert (first_batch_magic(plain), first_batch_is_transactional(plain)) == (MAGIC_V2, False)
+    assert (first_batch_magic(txn), first_batch_is_transactional(txn)) == (MAGIC_V2, True)
+    assert first_batch_is_transactional(txn[:23]) and not first_batch_is_transactional(txn[:22])
+    old = bytearray(txn)
+    old[16] = 1                                         # a magic 1 message set has no transactional bit
+    assert (first_batch_magic(old), first_batch_is_transactional(old)) == (1, False)
+    assert first_batch_magic(b"") is None and first_batch_magic(plain[:16]) is None
 
 
 def test_parse_batch_header_rejects_short_bad_magic_and_bad_length():

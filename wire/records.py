@@ -129,6 +129,18 @@ def parse_batch_header(buf, pos: int = 0) -> BatchHeader:
     return BatchHeader(*fields)
 
 
+def first_batch_magic(buf) -> int | None:
+    """The magic byte of the first batch in buf (None if too short to hold one): old message sets are told from v2
+    batches before anything else is read."""
+    return buf[MAGIC_OFFSET] if len(buf) > MAGIC_OFFSET else None
+
+
+def first_batch_is_transactional(buf) -> bool:
+    """Whether the first batch in buf is a v2 batch with the transactional bit, read from its attributes alone."""
+    return first_batch_magic(buf) == MAGIC_V2 and len(buf) >= ATTRIBUTES_OFFSET + 2 \
+        and bool(_I16.unpack_from(buf, ATTRIBUTES_OFFSET)[0] & TRANSACTIONAL_MASK)
+
+
 def iter_batch_headers(buf, pos: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
     """Yield (position, header) for each complete batch in buf[pos:end], stopping silently at a trailing partial one.
 

@@ -2,8 +2,8 @@
 
 Behaviour / version notes:
 - v0-4.  The response header is always v0 (no tagged fields), even for v3+.
-- A version we don't know is answered in v0 layout with UNSUPPORTED_VERSION and our ranges
-  (see server/connection.py), so the client retries at a version we have.
+- A version we don't know is answered in v0 layout with UNSUPPORTED_VERSION and, as Kafka, only
+  ApiVersions' own range (see server/connection.py), so the client retries at a version we have.
 - v3+ carries the client's software name and version; they must match Kafka's pattern, else
   INVALID_REQUEST; they are remembered on the connection for the logs.
 - v3+ list the features this node supports (``transaction.version`` 0-2) and the finalized levels

@@ -7,8 +7,12 @@ Behaviour / version notes:
   nothing is stored.
 - v13 names topics by id (UNKNOWN_TOPIC_ID when unknown); v8+ responses carry RecordErrors
   and ErrorMessage.
-- Per partition, as Kafka: exactly one v2 batch (INVALID_RECORD otherwise); bad CRC or a
-  malformed batch → CORRUPT_MESSAGE; a control batch written by a client → INVALID_RECORD;
+- A request without a transactional id whose first batch in any partition has the transactional
+  bit (a control batch too) is refused as a whole before any record is looked at: every partition
+  → TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka's authorization step answers it.
+- Per partition, as Kafka: exactly one v2 batch (INVALID_RECORD otherwise, also for an old message
+  set of magic 0/1); bad CRC or a malformed batch → CORRUPT_MESSAGE; a control batch written by a
+  client → INVALID_RECORD;
   a batch over the
   topic's max.message.bytes → MESSAGE_TOO_LARGE; unknown partition → UNKNOWN_TOPIC_OR_PARTITION;
   a record without a key on a compacted topic → INVALID_RECORD (the only check that decodes
@@ -58,6 +62,11 @@ IMPLICIT_ADD_SINCE = 12
 
 @handles("Produce", 3, 13, advertised_min=0)
 def produce(ctx, request):
+    if request.transactional_id is None and any(
+            records.first_batch_is_transactional(data.records or b"")
+            for topic_data in request.topic_data for data in topic_data.partition_data):
+        return _refuse_every_partition(ctx.response(), request, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code,
+                                       "transactional records in a produce request without a transactional id")
     adds = _implicit_adds(ctx, request) if ctx.api_version >= IMPLICIT_ADD_SINCE else {}
     previous = _ORDER.get(ctx.connection) if ctx.connection is not None else None
     if not adds and (previous is None or previous.is_set()):
@@ -188,12 +197,22 @@ def _produce_now(ctx, request, added, *, close_on_acks0_error: bool = True):
 
 @handles_legacy("Produce", "LegacyProduce", 0, 2)
 def produce_legacy(ctx, request):
-    response = ctx.legacy_response()
+    return _refuse_every_partition(ctx.legacy_response(), request, E.UNSUPPORTED_VERSION.code)
+
+
+def _refuse_every_partition(response, request, error_code: int, message: str | None = None):
+    """``response`` answering every partition of ``request`` with ``error_code``, nothing stored (None for acks=0)."""
     topic_cls = type(response).TopicProduceResponse
     for topic_data in request.topic_data:
-        response.responses.append(topic_cls(name=topic_data.name, partition_responses=[
-            topic_cls.PartitionProduceResponse(index=p.index, error_code=E.UNSUPPORTED_VERSION.code, base_offset=-1)
-            for p in topic_data.partition_data]))
+        out = topic_cls(name=topic_data.name)
+        if hasattr(topic_data, "topic_id"):
+            out.topic_id = topic_data.topic_id
+        for p in topic_data.partition_data:
+            result = topic_cls.PartitionProduceResponse(index=p.index, error_code=error_code, base_offset=-1)
+            if message is not None:
+                result.error_message = message
+            out.partition_responses.append(result)
+        response.responses.append(out)
     return None if request.acks == 0 else response
 
 
@@ -209,8 +228,6 @@ def _verify_transaction(broker, partition, header, transactional_id, added) -> t
     """A transactional batch opens (or continues) a transaction here only if the coordinator has this partition
     in the producer's ongoing transaction (KIP-890 part 1; or added it, part 2); asked once per transaction and
     partition."""
-    if transactional_id is None:
-        return E.INVALID_TXN_STATE.code, "a transactional batch needs the request's transactional id"
     if _open_here(partition, header):
         return None       # its transaction is open here: verified when it began
     tp = (partition.topic.name, partition.index)
@@ -229,6 +246,8 @@ def _append(broker, partition, data, transactional_id, now, result, waits, added
     """Validate and append one partition's batch; fills ``result``; returns (error code, message)."""
     if data is None or len(data) == 0:
         return E.INVALID_RECORD.code, "produce requests must carry one record batch per partition"
+    if records.first_batch_magic(data) in (0, 1):
+        return E.INVALID_RECORD.code, "produce requests v3+ carry only record batches of magic 2"
     try:
         batches = records.validate_batches(data)
     except CodecError as e:
