@@ -155,7 +155,8 @@ def test_fails_with_a_subprocess(trireme_bootstrap):
 def _inner_pytest(directory: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
                           cwd=directory, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, **(env or {})})
+                          env={**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")},
+                               **(env or {})})      # an outer xdist worker's id must not leak into the inner run
 
 
 @pytest.mark.parametrize("workers", ["0", "2"])
