@@ -32,10 +32,10 @@ def jsonable(value):
         return bytes(value).decode("utf-8", "replace")
     if isinstance(value, datetime.datetime):
         return int(value.timestamp() * 1000)
+    if hasattr(value, "asDict"):       # a Row (a tuple too)
+        return {k: jsonable(v) for k, v in value.asDict().items()}
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
-    if hasattr(value, "asDict"):
-        return {k: jsonable(v) for k, v in value.asDict().items()}
     return value
 
 

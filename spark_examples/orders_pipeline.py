@@ -53,6 +53,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from common import build_spark, follow
+
 WINDOW = "1 minute"
 WATERMARK = "10 minutes"        # how late an order may arrive (in event time) and still count
 WINDOW_KEY_FORMAT = "yyyy-MM-dd'T'HH:mm:ss"
@@ -80,14 +82,16 @@ def order_value(order_id: str, customer: str, amount: int, order_time_ms: int) -
 def produce_orders(bootstrap: str, topic: str, producer: str, transactions: int, *,
                    per_transaction: int = 6, abort_every: int = 4, first_transaction: int = 0,
                    start_ms: int | None = None, pause_s: float = 0.0,
-                   on_transaction: Callable[[int], None] | None = None) -> list[Order]:
+                   step: Callable[[int, str], None] | None = None) -> list[Order]:
     """Runs ``transactions`` transactions with the transactional id
     ``orders-<producer>``.  Order ``j`` of transaction ``t`` has the id
     ``<producer>-<t>-<j>``, goes to partition ``j % partitions`` and has the
     order time ``start_ms + (t * per_transaction + j)`` seconds; transaction
     ``t`` is aborted when ``(t + 1) % abort_every == 0`` (never when
     ``abort_every`` is 0).  Returns every order with its offset (aborted ones
-    included).  ``on_transaction(t)`` runs after each transaction ends."""
+    included).  ``step(t, stage)``, if given, is called at each stage of
+    transaction ``t``: "begin" (before it begins), "written" (its orders
+    acknowledged, before it ends) and "ended"."""
     from confluent_kafka import KafkaException, Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"orders-{producer}",
@@ -110,6 +114,8 @@ def produce_orders(bootstrap: str, topic: str, producer: str, transactions: int,
             else:
                 acked[msg.key().decode()] = (msg.partition(), msg.offset())
 
+        if step is not None:
+            step(t, "begin")
         p.begin_transaction()
         rows = []
         for j in range(per_transaction):
@@ -124,13 +130,15 @@ def produce_orders(bootstrap: str, topic: str, producer: str, transactions: int,
             rows.append((order_id, customer, amount, ts))
         if p.flush(30) != 0 or errors:
             raise KafkaException(f"transaction {t}: not delivered: {errors[:3]}")
+        if step is not None:
+            step(t, "written")
         if commit:
             p.commit_transaction(30)
         else:
             p.abort_transaction(30)
         out += [Order(i, c, a, ts, *acked[i], commit) for i, c, a, ts in rows]
-        if on_transaction is not None:
-            on_transaction(t)
+        if step is not None:
+            step(t, "ended")
         if pause_s:
             time.sleep(pause_s)
     return out
@@ -317,8 +325,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"produced {len(orders)} orders to {args.orders_topic}: "
               f"{sum(o.committed for o in orders)} committed, {sum(not o.committed for o in orders)} aborted")
         return 0
-
-    from common import build_spark, follow
 
     spark = build_spark("trireme-orders-pipeline", {"spark.sql.session.timeZone": "UTC"})
     try:
