@@ -1,7 +1,8 @@
 // The Java side of bench/spark_read.py: the Apache Kafka Java client 3.9 (the one Spark ships)
 // reading a whole topic the way Spark's executors do (assign, seek to the beginning, poll up to the
 // end offsets at the isolation level, no group), timed.  Run with the source launcher:
-//   java -cp <kafka-clients 3.9 jars> bench/spark_java_read.java BOOTSTRAP TOPIC ISOLATION
+//   java -cp <kafka-clients 3.9 jars> bench/spark_java_read.java BOOTSTRAP TOPIC ISOLATION [KEY=VALUE ...]
+// (KEY=VALUE: more consumer properties).
 // Prints one JSON line: {"isolation", "records", "bytes", "seconds"}.
 import java.time.Duration;
 import java.util.*;
@@ -18,6 +19,7 @@ public class SparkJavaRead {
         p.put("auto.offset.reset", "none");
         p.put("enable.auto.commit", "false");
         p.put("receive.buffer.bytes", "65536");      // what Spark sets for its executors
+        for (int i = 3; i < args.length; i++) p.put(args[i].split("=", 2)[0], args[i].split("=", 2)[1]);
         try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p, new ByteArrayDeserializer(),
                 new ByteArrayDeserializer())) {
             List<TopicPartition> tps = new ArrayList<>();
@@ -28,8 +30,15 @@ public class SparkJavaRead {
             long records = 0, bytes = 0;
             long t0 = System.nanoTime();
             while (true) {
+                // A partition read to its end is paused, as if it had a consumer of its own (Spark's
+                // executors do): otherwise, once the in-flight fetch names only finished
+                // partitions (the others still have records buffered), the broker rightly holds it
+                // for fetch.max.wait.ms.
                 boolean done = true;
-                for (TopicPartition tp : tps) if (c.position(tp) < ends.get(tp)) done = false;
+                for (TopicPartition tp : tps) {
+                    if (c.position(tp) < ends.get(tp)) done = false;
+                    else c.pause(Collections.singleton(tp));
+                }
                 if (done) break;
                 for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(500))) {
                     records++;
