@@ -36,7 +36,7 @@ from compat_tests.spark_support import (EXAMPLES, RunningExample, require_spark_
                                         run_example, spark_harness, wait_for_lso)
 
 sys.path.insert(0, str(EXAMPLES))
-from orders_pipeline import Order, order_value, produce_orders  # noqa: E402
+from orders_pipeline import Order, latest_per_window, order_value, produce_orders  # noqa: E402
 
 pytestmark = requires_connector
 
@@ -294,7 +294,6 @@ def test_open_transaction_bounds_reads_until_it_commits(module_server, spark):
     lso = {o.partition: o.offset for o in held.orders}
     assert all(o.offset > lso[o.partition] for o in after)
     data = Data(topic, before + after, {})
-    held_keys = [o.order_id for o in held.orders]
     open_ts = min(o.order_time_ms for o in held.orders)
 
     bounded = {"subscribe": topic, "startingOffsets": "earliest", "endingOffsets": "latest",
@@ -384,19 +383,16 @@ def test_orders_pipeline_exactly_once_across_restarts_and_kill(module_server, sp
     # The Parquet table, read back here: per window the row of the highest
     # batch id; its order ids are exactly the committed orders.
     rows = spark.ok("read_parquet", path=str(work / "totals"), timeout=READ_TIMEOUT)["rows"]
-    latest: dict[int, dict] = {}
-    for row in rows:
-        if row["window_start"] not in latest or row["batch_id"] > latest[row["window_start"]]["batch_id"]:
-            latest[row["window_start"]] = row
-    counted = Counter(i for row in latest.values() for i in row["order_ids"])
+    latest = latest_per_window([{"key": row["window_start"], **row} for row in rows])
+    counted = Counter(i for _, _, ids in latest.values() for i in ids)
     committed = {o.order_id: o for o in orders if o.committed}
     assert set(counted) == set(committed) and set(counted.values()) == {1}, \
         (sorted(set(committed) - set(counted))[:10], sorted(set(counted) - set(committed))[:10],
          [k for k, n in counted.items() if n > 1][:10])
-    for start, row in latest.items():
-        mine = [committed[i] for i in row["order_ids"]]
+    for start, (count, amount, ids) in latest.items():
+        mine = [committed[i] for i in ids]
         assert all(start <= o.order_time_ms < start + 60_000 for o in mine), start
-        assert (row["orders"], row["amount"]) == (len(mine), sum(o.amount for o in mine)), start
+        assert (count, amount) == (len(mine), sum(o.amount for o in mine)), start
 
 
 @dataclass

@@ -193,7 +193,7 @@ def start_query(spark, args: argparse.Namespace):
             # (the directory name holds the batch id: Parquet's partition discovery reads it back)
             (rows.drop("batch_id").write.mode("overwrite")
              .parquet(os.path.join(totals_dir, f"batch_id={batch_id}")))
-            (rows.select(F.date_format("window_start", WINDOW_KEY_FORMAT).alias("key"),
+            (rows.select(window_key(),
                          F.to_json(F.struct("orders", "amount", "order_ids", "batch_id")).alias("value"))
              .write.format("kafka")
              .option("kafka.bootstrap.servers", args.bootstrap)
@@ -234,19 +234,31 @@ def read_orders(spark, args: argparse.Namespace):
                         .load())
 
 
-def latest_totals(spark, totals_dir: str) -> dict[str, tuple]:
-    """The Parquet table: per window (key), the row of the highest batch id."""
-    rows = spark.read.parquet(totals_dir).collect()
+def window_key():
+    """The column a window is known by in the results topic and in `check`: its start as text
+    (in the session's time zone, UTC here)."""
+    from pyspark.sql import functions as F
+    return F.date_format("window_start", WINDOW_KEY_FORMAT).alias("key")
+
+
+def latest_per_window(rows) -> dict[str, tuple]:
+    """Rows with key, batch_id, orders, amount, order_ids -> per key, (orders, amount, order_ids)
+    of the row with the highest batch id (a replayed batch's rows are the same as the first)."""
     best: dict[str, Any] = {}
     for r in rows:
-        key = r.window_start.strftime("%Y-%m-%dT%H:%M:%S")
-        if key not in best or r.batch_id > best[key].batch_id:
-            best[key] = r
-    return {k: (r.orders, r.amount, list(r.order_ids)) for k, r in best.items()}
+        if r["key"] not in best or r["batch_id"] >= best[r["key"]]["batch_id"]:
+            best[r["key"]] = r
+    return {k: (r["orders"], r["amount"], list(r["order_ids"])) for k, r in best.items()}
+
+
+def parquet_totals(spark, totals_dir: str) -> dict[str, tuple]:
+    """The Parquet table (the batch id comes from the directory names)."""
+    return latest_per_window(spark.read.parquet(totals_dir)
+                             .select(window_key(), "batch_id", "orders", "amount", "order_ids").collect())
 
 
 def topic_totals(spark, args: argparse.Namespace) -> dict[str, tuple]:
-    """The results topic deduplicated: per window key, the highest batch id."""
+    """The results topic, deduplicated by window key."""
     rows = (spark.read.format("kafka")
             .option("kafka.bootstrap.servers", args.bootstrap)
             .option("subscribe", args.results_topic)
@@ -255,23 +267,19 @@ def topic_totals(spark, args: argparse.Namespace) -> dict[str, tuple]:
             .load()
             .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value")
             .collect())
-    best: dict[str, dict] = {}
-    for r in rows:
-        v = json.loads(r.value)
-        if r.key not in best or v["batch_id"] >= best[r.key]["batch_id"]:
-            best[r.key] = v
-    return {k: (v["orders"], v["amount"], v["order_ids"]) for k, v in best.items()}
+    return latest_per_window([{"key": r.key, **json.loads(r.value)} for r in rows])
 
 
 def check(spark, args: argparse.Namespace) -> list[str]:
     totals_dir = os.path.join(args.work_dir, "totals")
-    expected = {r.window_start.strftime("%Y-%m-%dT%H:%M:%S"): (r.orders, r.amount, list(r.order_ids))
-                for r in window_totals(read_orders(spark, args)).collect()}
+    expected = {r.key: (r.orders, r.amount, list(r.order_ids))
+                for r in window_totals(read_orders(spark, args))
+                .select(window_key(), "orders", "amount", "order_ids").collect()}
     print(f"committed input: {sum(n for n, _, _ in expected.values())} orders in {len(expected)} windows")
     if not os.path.isdir(totals_dir):
         return ["no Parquet totals yet (run the pipeline first)"]
     problems: list[str] = []
-    for name, got in (("parquet", latest_totals(spark, totals_dir)), ("topic", topic_totals(spark, args))):
+    for name, got in (("parquet", parquet_totals(spark, totals_dir)), ("topic", topic_totals(spark, args))):
         print(f"{name}: {sum(n for n, _, _ in got.values())} orders in {len(got)} windows")
         for key in sorted(set(expected) | set(got)):
             want, have = expected.get(key, (0, 0, [])), got.get(key, (0, 0, []))
