@@ -47,16 +47,13 @@ def main() -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
 
-    from common import build_spark
+    from common import build_spark, with_options
     from pyspark.sql import functions as F
 
     spark = build_spark("trireme-spark-harness", {"spark.sql.session.timeZone": "UTC"})
 
     def read(options: dict) -> dict:
-        reader = spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-        for k, v in options.items():
-            reader = reader.option(k, v if isinstance(v, str) else json.dumps(v))
-        df = reader.load()
+        df = with_options(spark.read.format("kafka"), {"kafka.bootstrap.servers": bootstrap, **options}).load()
         rows = (df.select(F.col("key").cast("string").alias("key"),
                           F.col("value").cast("string").alias("value"),
                           "partition", "offset", F.unix_millis("timestamp").alias("timestamp"),

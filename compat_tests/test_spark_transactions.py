@@ -160,9 +160,16 @@ def spark(module_server):
         yield h
 
 
+def read_call(spark, **options) -> dict:
+    """spark.read.format("kafka") with these options (JSON for those that are not strings)."""
+    return spark.call("read", options={k: v if isinstance(v, str) else json.dumps(v) for k, v in options.items()},
+                      timeout=READ_TIMEOUT)
+
+
 def read(spark, **options) -> dict:
-    return spark.ok("read", options={k: v if isinstance(v, str) else json.dumps(v) for k, v in options.items()},
-                    timeout=READ_TIMEOUT)
+    r = read_call(spark, **options)
+    assert r["ok"], f"{options}: {r['error']}"
+    return r
 
 
 def by_key(rows: list[dict]) -> dict[str, dict]:
@@ -308,8 +315,7 @@ def test_open_transaction_bounds_reads_until_it_commits(module_server, spark):
     # default strategy fails the query; "latest" starts at the LSO).
     by_ts = {**bounded, "startingOffsetsByTimestamp": {topic: {str(p): open_ts for p in range(PARTITIONS)}}}
     del by_ts["startingOffsets"]
-    r = spark.call("read", options={k: v if isinstance(v, str) else json.dumps(v) for k, v in by_ts.items()},
-                   timeout=READ_TIMEOUT)
+    r = read_call(spark, **by_ts)
     assert r["ok"] is False and "No offset matched" in r["error"], r
     r = read(spark, **by_ts, startingOffsetsByTimestampStrategy="latest")
     assert r["rows"] == []

@@ -102,6 +102,25 @@ def source_offsets(value: Any) -> dict[str, int]:
     return next(iter(value.values())) if value else {}
 
 
+def with_options(builder, options: dict[str, Any]):
+    """A DataStreamReader/DataFrameReader/writer with each option whose value is not None set."""
+    for key, value in options.items():
+        if value is not None:
+            builder = builder.option(key, value)
+    return builder
+
+
+def report(problems: list[str]) -> int:
+    """Prints each problem (``MISMATCH: ...`` on stderr) and ``FAILED`` or ``OK``; the exit status."""
+    for problem in problems:
+        print("MISMATCH:", problem, file=sys.stderr)
+    if problems:
+        print(f"FAILED: {len(problems)} mismatch(es)")
+        return 1
+    print("OK")
+    return 0
+
+
 # The connector built from Spark's 2026 development line fails a query in its
 # progress metrics (KafkaMicroBatchStream.metrics: a null "latest offsets"
 # wrapped in Some) when the first micro-batch after a restart is the replay of

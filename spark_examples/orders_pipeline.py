@@ -53,7 +53,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from common import build_spark, follow
+from common import build_spark, follow, report, with_options
 
 WINDOW = "1 minute"
 WATERMARK = "10 minutes"        # how late an order may arrive (in event time) and still count
@@ -172,16 +172,15 @@ def window_totals(orders):
 def start_query(spark, args: argparse.Namespace):
     from pyspark.sql import functions as F
 
-    reader = (spark.readStream.format("kafka")
-              .option("kafka.bootstrap.servers", args.bootstrap)
-              .option("subscribe", args.orders_topic)
-              .option("startingOffsets", "earliest")
-              .option("kafka.isolation.level", "read_committed")
-              .option("failOnDataLoss", "true"))
-    if args.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", args.max_offsets_per_trigger)
-    if args.min_partitions:
-        reader = reader.option("minPartitions", args.min_partitions)
+    reader = with_options(spark.readStream.format("kafka"), {
+        "kafka.bootstrap.servers": args.bootstrap,
+        "subscribe": args.orders_topic,
+        "startingOffsets": "earliest",
+        "kafka.isolation.level": "read_committed",     # aborted orders never show
+        "failOnDataLoss": "true",
+        "maxOffsetsPerTrigger": args.max_offsets_per_trigger,
+        "minPartitions": args.min_partitions,
+    })
     orders = parse_orders(reader.load()).withWatermark("order_time", WATERMARK)
     totals_dir = os.path.join(args.work_dir, "totals")
 
@@ -343,13 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         problems = check(spark, args)
     finally:
         spark.stop()
-    for problem in problems:
-        print("MISMATCH:", problem, file=sys.stderr)
-    if problems:
-        print(f"FAILED: {len(problems)} mismatch(es)")
-        return 1
-    print("OK")
-    return 0
+    return report(problems)
 
 
 if __name__ == "__main__":

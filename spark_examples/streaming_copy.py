@@ -30,7 +30,7 @@ import sys
 import tempfile
 from collections import Counter
 
-from common import build_spark, follow
+from common import build_spark, follow, report, with_options
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -84,15 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import functions as F
 
     try:
-        reader = (spark.readStream
-                  .format("kafka")
-                  .option("kafka.bootstrap.servers", args.bootstrap)
-                  .option("subscribe", args.source)
-                  .option("startingOffsets", "earliest")
-                  .option("includeHeaders", "true")
-                  .option("kafka.isolation.level", "read_committed"))
-        if args.max_offsets_per_trigger:
-            reader = reader.option("maxOffsetsPerTrigger", args.max_offsets_per_trigger)
+        reader = with_options(spark.readStream.format("kafka"), {
+            "kafka.bootstrap.servers": args.bootstrap,
+            "subscribe": args.source,
+            "startingOffsets": "earliest",
+            "includeHeaders": "true",
+            "kafka.isolation.level": "read_committed",
+            "maxOffsetsPerTrigger": args.max_offsets_per_trigger,
+        })
 
         upper = reader.load().select(
             "key",
@@ -127,18 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         got = Counter(dst)
         missing = expected - got
         unexpected = got - expected
+        problems = []
         if missing or unexpected:
-            print(f"MISMATCH: {sum(missing.values())} source records missing from "
-                  f"{args.sink}, {sum(unexpected.values())} unexpected records in it",
-                  file=sys.stderr)
-            for rec in list(missing)[:5]:
-                print("  missing:", rec, file=sys.stderr)
-            for rec in list(unexpected)[:5]:
-                print("  unexpected:", rec, file=sys.stderr)
-            print("FAILED")
-            return 1
-        print("OK")
-        return 0
+            problems.append(f"{sum(missing.values())} source records missing from {args.sink}, "
+                            f"{sum(unexpected.values())} unexpected records in it; missing "
+                            f"{list(missing)[:5]}, unexpected {list(unexpected)[:5]}")
+        return report(problems)
     finally:
         spark.stop()
 
