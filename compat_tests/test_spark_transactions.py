@@ -38,7 +38,9 @@ from compat_tests.spark_support import (EXAMPLES, RunningExample, require_spark_
 sys.path.insert(0, str(EXAMPLES))
 from orders_pipeline import Order, latest_per_window, order_value, produce_orders  # noqa: E402
 
-pytestmark = requires_connector
+# The coordinator looks for timed-out transactions often (one test leaves one to time out).
+pytestmark = [*requires_connector,
+              pytest.mark.server_config({"transaction.abort.timed.out.transaction.cleanup.interval.ms": 300})]
 
 PARTITIONS = 3
 BASE_MS = 1_767_225_600_000         # 2026-01-01T00:00:00Z: event times of the orders
@@ -291,7 +293,9 @@ def test_open_transaction_bounds_reads_until_it_commits(module_server, spark):
     """A transaction left open: read_committed stops at the last stable
     offset though later transactions of another producer committed;
     startingOffsetsByTimestamp at a timestamp inside the open transaction
-    finds no offset below the LSO; after the commit everything is read."""
+    finds no offset below the LSO; after the commit everything is read.
+    Another one left until the coordinator's timeout abort: never read at
+    read_committed."""
     bootstrap = module_server.bootstrap
     topic = unique_topic("spark-open")
     create_topics(bootstrap, [topic], PARTITIONS)
@@ -331,6 +335,16 @@ def test_open_transaction_bounds_reads_until_it_commits(module_server, spark):
                 "read_committed after the commit")
     assert_rows(read(spark, **by_ts)["rows"], {o.order_id: o for o in after + held.orders},
                 "by timestamp after the commit")
+
+    # One left open until the coordinator aborts it (transaction.timeout.ms):
+    # the LSO moves past it then, and it never shows at read_committed.
+    abandoned = produce_held(bootstrap, topic, "abandoned", timeout_ms=2000)
+    later = produce_orders(bootstrap, topic, "a", 1, first_transaction=60, abort_every=0, start_ms=BASE_MS)
+    wait_for_lso(bootstrap, topic, PARTITIONS)
+    committed = {o.order_id: o for o in data.orders + held.orders + later}
+    assert_rows(read(spark, **bounded)["rows"], committed, "read_committed after the timeout abort")
+    assert_rows(read(spark, **{**bounded, "kafka.isolation.level": "read_uncommitted"})["rows"],
+                {**committed, **{o.order_id: o for o in abandoned.orders}}, "read_uncommitted after the timeout abort")
 
 
 # ---------------------------------------------------------- the pipeline
@@ -410,19 +424,19 @@ class Held:
         self.producer.commit_transaction(30)
 
 
-def produce_held(bootstrap: str, topic: str) -> Held:
-    """A transaction with one order per partition (event time 30 s after
-    BASE_MS), left open."""
+def produce_held(bootstrap: str, topic: str, name: str = "held", timeout_ms: int = 300_000) -> Held:
+    """A transaction with one order per partition (ids <name>-0-<partition>,
+    event time 30 s after BASE_MS), left open."""
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"held-{uuid.uuid4().hex[:6]}",
-                  "transaction.timeout.ms": 300_000})
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{name}-{uuid.uuid4().hex[:6]}",
+                  "transaction.timeout.ms": timeout_ms})
     p.init_transactions(30)
     p.begin_transaction()
     acked: dict[str, tuple[int, int]] = {}
     rows = []
     for part in range(PARTITIONS):
-        order_id = f"held-0-{part}"
+        order_id = f"{name}-0-{part}"
         ts = BASE_MS + 30_000 + part
         p.produce(topic, key=order_id.encode(), value=order_value(order_id, "customer-h", 500, ts),
                   partition=part, timestamp=ts,
