@@ -7,7 +7,12 @@
 #                   status page's browser test.  Cached under .cache/ and
 #                   compat_tests/js/node_modules; a warm run needs no network.
 #   make serve    - run a broker on 127.0.0.1:9092 with data in ./data
-#   make test     - venv + clients, then the whole test suite (2 workers)
+#   make test     - venv + clients, then the whole test suite (2 workers),
+#                   then the Spark phase (make test-spark)
+#   make test-spark - the Spark tests alone, serially.  When Spark's Kafka
+#                   connector is at hand (../shared/spark-connector), PySpark (the
+#                   `spark` extra) is installed into .cache/spark/venv and
+#                   the tests run against it; without it they skip, saying why.
 #   make compat   - the compatibility suite's client x feature matrix (tools/compat.py) against
 #                   BOOTSTRAP=host:port (and BOOTSTRAP2=host:port side by side), or against a
 #                   trireme serve of its own; COMPAT_ARGS=--quick, --clients ..., see compat_tests/README.md
@@ -24,6 +29,15 @@ JAVA_VERSIONS := 3.9.0 4.3.0
 JS_DIR  := compat_tests/js
 
 VENV_STAMP    := $(VENV)/.trireme-installed
+
+# Spark's Kafka connector jars (not in any registry reachable here), beside the
+# repository.  PySpark goes into a venv of its own under .cache/ (kept like the
+# Java clients; the main venv stays without a 400 MB package the rest of the
+# suite never imports).
+SPARK_CONNECTOR := ../shared/spark-connector
+SPARK_VENV      := $(CACHE)/spark/venv
+SPARK_STAMP     := $(SPARK_VENV)/.trireme-installed
+SPARK_TESTS     := compat_tests/test_spark*.py
 JAVA_STAMPS   := $(foreach v,$(JAVA_VERSIONS),$(CACHE)/java/$(v)/.complete)
 JS_STAMP      := $(JS_DIR)/node_modules/.trireme-installed
 
@@ -31,7 +45,7 @@ JS_STAMP      := $(JS_DIR)/node_modules/.trireme-installed
 # when pip cannot reach the index (offline re-runs).
 VENV_IMPORTS := trio, crc32c, cramjam, kafka, pytest, xdist, pytest_timeout, hypothesis, confluent_kafka, aiokafka, lz4, zstandard, snappy, trireme.server
 
-.PHONY: venv clients sysdeps java-clients js-clients serve test compat clean-clients
+.PHONY: venv clients sysdeps java-clients js-clients serve test test-spark spark-venv compat clean-clients
 
 # ---------------------------------------------------------------- venv
 
@@ -101,7 +115,39 @@ serve: venv
 	$(VENV)/bin/trireme serve --data-dir ./data --listen 127.0.0.1:9092
 
 test: venv clients
-	$(PY) -m pytest -p no:cacheprovider -n 2 -q
+	$(PY) -m pytest -p no:cacheprovider -n 2 -q --ignore-glob='$(SPARK_TESTS)'
+	@$(MAKE) --no-print-directory test-spark
+
+# ----------------------------------------------------------------- Spark
+
+spark-venv: $(SPARK_STAMP)
+
+$(SPARK_STAMP): pyproject.toml
+	@test -x $(SPARK_VENV)/bin/python || $(PYTHON3) -m venv $(SPARK_VENV)
+	@if $(SPARK_VENV)/bin/python -m pip install --disable-pip-version-check -q -e '.[spark]'; then \
+	    :; \
+	elif $(SPARK_VENV)/bin/python -c 'import pyspark, confluent_kafka' 2>/dev/null; then \
+	    echo "make spark-venv: pip install failed (offline?); the existing venv has PySpark, keeping it" >&2; \
+	else \
+	    exit 1; \
+	fi
+	@touch $@
+
+# One serial pytest process after the main run: a local[2] Spark JVM beside
+# other xdist workers would starve them (and they it).
+test-spark: venv
+	@if [ -d $(SPARK_CONNECTOR) ]; then \
+	    $(MAKE) --no-print-directory spark-venv; \
+	    export TRIREME_SPARK_KAFKA_JARS="$$(cd $(SPARK_CONNECTOR) && pwd)"; \
+	    export TRIREME_SPARK_PYTHON="$(CURDIR)/$(SPARK_VENV)/bin/python"; \
+	    echo "Spark phase: connector $$TRIREME_SPARK_KAFKA_JARS, PySpark in $(SPARK_VENV)"; \
+	else \
+	    echo "Spark phase: no $(SPARK_CONNECTOR), the Spark tests skip"; \
+	fi; \
+	start=$$(date +%s); rc=0; \
+	$(PY) -m pytest -p no:cacheprovider -n 0 -q -rs $(SPARK_TESTS) || rc=$$?; \
+	echo "Spark phase wall time: $$(( $$(date +%s) - start ))s"; \
+	exit $$rc
 
 compat: venv clients
 	$(PY) tools/compat.py $(if $(BOOTSTRAP),--bootstrap $(BOOTSTRAP)) $(if $(BOOTSTRAP2),--bootstrap $(BOOTSTRAP2)) $(COMPAT_ARGS)

@@ -4,6 +4,8 @@
   client 3.9.0 or 4.3.0) or compat_tests/js/harness.js (kafkajs) as a
   long-lived child process speaking one JSON object per line:
   ``h.call("produce", topic="t", records=[...])`` -> response dict.
+  The same protocol drives compat_tests/spark_harness.py (a PySpark
+  session, kind ``"spark"``, under the interpreter that has PySpark).
 * ``kcat_produce`` / ``kcat_consume`` wrap the kcat CLI (librdkafka).
 
 Everything is installed by ``make clients`` (see the Makefile); tests that
@@ -131,7 +133,7 @@ class HarnessProcess:
 
     def __init__(self, kind: str, bootstrap: str, version: str | None = None, *,
                  log_level: str | None = None, stderr_path: str | os.PathLike | None = None,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, python: str | None = None):
         self.kind = kind
         self.version = version
         self.bootstrap = bootstrap
@@ -148,6 +150,8 @@ class HarnessProcess:
             if not kafkajs_available():
                 raise HarnessError("kafkajs not installed; run `make clients`")
             argv = ["node", str(JS_DIR / "harness.js"), bootstrap]
+        elif kind == "spark":
+            argv = [python or "python3", str(REPO / "compat_tests" / "spark_harness.py"), bootstrap]
         else:
             raise ValueError(f"unknown harness kind {kind!r}")
         self.argv = argv

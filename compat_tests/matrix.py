@@ -101,8 +101,13 @@ RULES: tuple[Rule, ...] = (
          r"delete_records)", "{param}", "admin"),
     Rule(r"test_java_client\.py::test_spark_access_pattern\[", "spark",
          "produce consume idempotence read_committed admin"),
+    Rule(r"test_java_client\.py::test_spark_access_pattern_over_transactions", "spark", "consume read_committed"),
     Rule(r"test_spark_examples\.py::test_batch_write_read", "spark", "produce consume", slow=True),
     Rule(r"test_spark_examples\.py::test_streaming_copy", "spark", "consume", slow=True),
+    Rule(r"test_spark_examples\.py::test_word_count", "spark", "consume", slow=True),
+    Rule(r"test_spark_transactions\.py::test_(batch_read|ranges_on|min_partitions|open_transaction)", "spark",
+         "consume read_committed", slow=True),
+    Rule(r"test_spark_transactions\.py::test_orders_pipeline", "spark", "read_committed", slow=True),
     Rule(r"test_groups_java\.py::test_admin_consumer_groups\[", "{param}", "admin"),
     Rule(r"test_groups_java\.py::test_(group_shares|group_close|committed_offsets_resume|static_member|assignor)[^[]*\[",
          "{param}", "groups"),
@@ -324,7 +329,7 @@ def client_versions() -> dict[str, str]:
     for client in CLIENTS:
         if client.startswith("java-"):
             names[client] = f"Apache Kafka Java client {client[5:]}"
-    names["spark"] = "Spark 4.x kafka source/sink (its Java client's calls)"
+    names["spark"] = "Spark 4.x kafka source/sink (PySpark 4.3.0 with the connector; its Java client's calls)"
     return names
 
 

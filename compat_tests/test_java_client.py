@@ -11,7 +11,9 @@ process, through compat_tests/java/Harness.java.
   timestamp, both isolation levels; consumer beginningOffsets/endOffsets);
 * admin extras: describe_configs, alter_config, create_partitions,
   delete_records;
-* ``test_spark_access_pattern``: what Spark 4.x (Java client 3.9) does.
+* ``test_spark_access_pattern``: what Spark 4.x (Java client 3.9) does;
+  ``test_spark_access_pattern_over_transactions``: the same calls over
+  control records, aborted transactions and an open one (the LSO).
 
 One broker and one harness process per client version serve the whole module
 (each test uses its own topics); the Spark test has a fresh broker of its own
@@ -459,3 +461,78 @@ def test_spark_access_pattern(version, captured_server, java_harness):
     # The 3.9/4.x admin client uses DescribeTopicPartitions when the broker
     # advertises it (Trireme does).
     assert "DescribeTopicPartitions" in used, sorted(used)
+
+
+def test_spark_access_pattern_over_transactions(captured_server, java_harness):
+    """Spark's executor reads (assign + seek + poll + position, read_committed,
+    auto.offset.reset=none) and driver ListOffsets with the Java client 3.9
+    over transactional data: ranges that start on a control record or inside
+    an aborted transaction, a poll that finds only a control record (the
+    position moves past it: Spark's "offsetAfterPoll" skip), and, with a
+    transaction open, ListOffsets latest and by timestamp at read_committed
+    bounded by the last stable offset, not the high watermark."""
+    srv, _ = captured_server
+    h = java_harness("3.9.0", bootstrap=srv.bootstrap)
+    topic = f"spark-txn-{uuid.uuid4().hex[:6]}"
+    h.ok("create_topic", topic=topic, partitions=1)
+    base_ts = past_base_ts()
+    ts: dict[int, int] = {}
+
+    def write(handle: str, tag: str, n: int, first_ts: int, end: str | None) -> list[int]:
+        """One transaction of ``handle``: n records; ended with end ("commit"/"abort") or left open."""
+        h.ok("begin_txn", handle=handle)
+        recs = [clients.record(f"{tag}-{i}", key=f"{tag}-{i}", partition=0, timestamp=first_ts + i) for i in range(n)]
+        offsets = [o for _, o in h.ok("produce", topic=topic, records=recs, handle=handle)["offsets"]]
+        ts.update({o: first_ts + i for i, o in enumerate(offsets)})
+        if end is not None:
+            h.ok(f"{end}_txn", handle=handle)
+        return offsets
+
+    for handle in ("x", "y"):
+        h.ok("init_producer", handle=handle, config={"transactional.id": f"spark-{handle}-{topic}", "acks": "all"})
+    assert write("x", "t1", 3, base_ts, "commit") == [0, 1, 2]          # commit marker at 3
+    assert write("x", "t2", 3, base_ts + 10, "abort") == [4, 5, 6]      # abort marker at 7
+    assert write("x", "t3", 3, base_ts + 20, "commit") == [8, 9, 10]    # commit marker at 11
+    clients.wait_until(lambda: h.ok("list_offsets", topic=topic, partition=0, spec="latest",
+                                    isolation="read_committed")["offset"] == 12, what="the last marker")
+
+    cfg = {"group.id": f"spark-kafka-source-{uuid.uuid4()}-executor", "auto.offset.reset": "none",
+           "enable.auto.commit": "false", "isolation.level": "read_committed", **FAST_FETCH}
+
+    def offsets_from(start: int, count: int, config: dict = cfg, **kw) -> tuple[list[int], int]:
+        r = h.consume(topic, partition=0, offset=start, count=count, config=config, **kw)
+        assert r["ok"], r.get("error")
+        return [rec["offset"] for rec in r["records"]], r["position"]
+
+    for start in (3, 4, 7):      # a commit marker, an aborted record, an abort marker
+        assert offsets_from(start, 3)[0] == [8, 9, 10], start
+    assert offsets_from(3, 6, {**cfg, "isolation.level": "read_uncommitted"})[0] == [4, 5, 6, 8, 9, 10]
+    # Nothing but a control record left: no record, and the position moves past it.
+    assert offsets_from(11, 1, timeout_ms=1500) == ([], 12)
+
+    # A transaction left open (12, 13) while "x" commits another (14-16, marker 17).
+    assert write("y", "open", 2, base_ts + 30, None) == [12, 13]
+    assert write("x", "t4", 3, base_ts + 40, "commit") == [14, 15, 16]
+    clients.wait_until(lambda: h.ok("list_offsets", topic=topic, partition=0, spec="latest",
+                                    isolation="read_uncommitted")["offset"] == 18, what="t4's marker")
+    for iso, end in (("read_committed", 12), ("read_uncommitted", 18)):
+        assert h.ok("list_offsets", topic=topic, partition=0, spec="latest", isolation=iso)["offset"] == end, iso
+        r = h.ok("consumer_offsets", topic=topic, partitions=[0], config={"isolation.level": iso})
+        assert r["offsets"] == [{"partition": 0, "beginning": 0, "end": end}], iso
+    by_ts = {iso: h.ok("list_offsets", topic=topic, partition=0, spec=base_ts + 30, isolation=iso)
+             for iso in ("read_committed", "read_uncommitted")}
+    assert (by_ts["read_uncommitted"]["offset"], by_ts["read_uncommitted"]["timestamp"]) == (12, ts[12])
+    assert (by_ts["read_committed"]["offset"], by_ts["read_committed"]["timestamp"]) == (-1, -1), by_ts
+    r = h.ok("list_offsets", topic=topic, partition=0, spec=base_ts + 21, isolation="read_committed")
+    assert (r["offset"], r["timestamp"]) == (9, ts[9])
+    r = h.consume(topic, partition=0, offset=8, count=10, config=cfg, until_end=True, timeout_ms=10_000)
+    assert ([rec["offset"] for rec in r["records"]], r["end_offsets"], r["position"]) == ([8, 9, 10], [[0, 12]], 12)
+
+    h.ok("commit_txn", handle="y")                                     # commit marker at 18
+    clients.wait_until(lambda: h.ok("list_offsets", topic=topic, partition=0, spec="latest",
+                                    isolation="read_committed")["offset"] == 19, what="the LSO to move")
+    assert offsets_from(12, 5)[0] == [12, 13, 14, 15, 16]
+    r = h.ok("list_offsets", topic=topic, partition=0, spec=base_ts + 30, isolation="read_committed")
+    assert (r["offset"], r["timestamp"]) == (12, ts[12])
+    for handle in ("x", "y"):
+        h.call("close_producer", handle=handle)

@@ -27,7 +27,7 @@ import sys
 import uuid
 from collections import Counter
 
-from common import build_spark
+from common import build_spark, report
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -152,14 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             print("bounded read skipped (fewer than 3 contiguous rows of this run in partition 0)")
     finally:
         spark.stop()
-
-    for problem in problems:
-        print("MISMATCH:", problem, file=sys.stderr)
-    if problems:
-        print(f"FAILED: {len(problems)} mismatch(es)")
-        return 1
-    print("OK")
-    return 0
+    return report(problems)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,12 @@ of two ways:
   Central through Ivy on the first run, caching it under ``~/.ivy2*``.
 
 Only ``build_spark`` imports pyspark, so this module can be imported (and the
-helpers below used) without PySpark installed.
+helpers below used) without PySpark installed.  ``follow`` prints a running
+streaming query's progress, one ``PROGRESS {json}`` line per micro-batch.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -68,6 +70,7 @@ def build_spark(app_name: str, extra_conf: dict[str, Any] | None = None):
         "spark.sql.shuffle.partitions": "2",
         "spark.default.parallelism": "2",
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         # Python workers run the same interpreter as the driver (e.g. a venv).
@@ -85,3 +88,89 @@ def build_spark(app_name: str, extra_conf: dict[str, Any] | None = None):
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "WARN"))
     return spark
+
+
+def progress_dict(p: Any) -> dict:
+    """A StreamingQueryProgress (PySpark 4) or its dict form (3.x) as a dict."""
+    return p if isinstance(p, dict) else json.loads(p.json)
+
+
+def source_offsets(value: Any) -> dict[str, int]:
+    """A progress' start/endOffset of the kafka source: {"<partition>": offset} of its topic."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    return next(iter(value.values())) if value else {}
+
+
+def with_options(builder, options: dict[str, Any]):
+    """A DataStreamReader/DataFrameReader/writer with each option whose value is not None set."""
+    for key, value in options.items():
+        if value is not None:
+            builder = builder.option(key, value)
+    return builder
+
+
+def report(problems: list[str]) -> int:
+    """Prints each problem (``MISMATCH: ...`` on stderr) and ``FAILED`` or ``OK``; the exit status."""
+    for problem in problems:
+        print("MISMATCH:", problem, file=sys.stderr)
+    if problems:
+        print(f"FAILED: {len(problems)} mismatch(es)")
+        return 1
+    print("OK")
+    return 0
+
+
+# The connector built from Spark's 2026 development line fails a query in its
+# progress metrics (KafkaMicroBatchStream.metrics: a null "latest offsets"
+# wrapped in Some) when the first micro-batch after a restart is the replay of
+# a batch that the offsets log holds but the commits log does not (the job had
+# died in the middle of it).  The replayed batch has been written and
+# committed by then, so starting the query once more goes on normally.
+REPLAY_METRICS_FAILURE = 'because the return value of "scala.Option.get()" is null'
+
+
+def follow(start, stop_after_batches: int | None = None) -> int:
+    """Starts a streaming query (``start()`` returns it) and prints one
+    ``PROGRESS {json}`` line per micro-batch (its id, input rows and the
+    kafka source's start and end offsets) while it runs; stops it after
+    ``stop_after_batches`` batches with input rows.  Returns the number of
+    input rows; raises if the query failed (after one restart when it failed
+    with REPLAY_METRICS_FAILURE)."""
+    try:
+        return _follow(start(), stop_after_batches)
+    except Exception as e:
+        if REPLAY_METRICS_FAILURE not in str(e):
+            raise
+        print("NOTE: the query failed in the connector's metrics after replaying its last "
+              "uncommitted micro-batch (a connector bug, see docs/spark.md); starting it again "
+              "from the checkpoint", flush=True)
+        return _follow(start(), stop_after_batches)
+
+
+def _follow(query, stop_after_batches: int | None) -> int:
+    seen: set[tuple] = set()
+    with_rows = rows = 0
+    while True:
+        active = query.isActive
+        for p in map(progress_dict, query.recentProgress):
+            ident = (p["batchId"], p["timestamp"])
+            if ident in seen:
+                continue
+            seen.add(ident)
+            source = p["sources"][0] if p.get("sources") else {}
+            print("PROGRESS", json.dumps({
+                "batch": p["batchId"], "rows": p["numInputRows"],
+                "start": source_offsets(source.get("startOffset")),
+                "end": source_offsets(source.get("endOffset"))}), flush=True)
+            with_rows += bool(p["numInputRows"])
+            rows += p["numInputRows"] or 0
+        if not active:
+            break
+        if stop_after_batches is not None and with_rows >= stop_after_batches:
+            query.stop()
+        else:
+            query.awaitTermination(0.5)
+    if query.exception() is not None:
+        raise RuntimeError(f"the query failed: {query.exception()}")
+    return rows

@@ -1,11 +1,19 @@
 """Structured Streaming: copy a Kafka topic to another one, upper-casing the values.
 
 Reads ``--source`` with ``spark.readStream.format("kafka")`` from
-``startingOffsets=earliest`` (headers included), upper-cases each value, and
-writes key/value/headers to ``--sink`` with ``writeStream.format("kafka")``.
-The query runs with ``trigger(availableNow=True)``: it processes everything
-in the source when it starts, then stops.  Its progress lives in
-``--checkpoint``, so running the job again copies only what arrived since.
+``startingOffsets=earliest`` (headers included, read_committed), upper-cases
+each value, and writes key/value/headers/partition to ``--sink`` with
+``writeStream.format("kafka")``: each record goes to the partition it came
+from, so the sink needs at least as many partitions as the source.  By
+default the query runs with ``trigger(availableNow=True)``: it processes
+everything in the source when it starts, then stops; ``--trigger-seconds N``
+keeps it running (a micro-batch every N seconds) until interrupted.  Its
+progress lives in ``--checkpoint``, so running the job again copies only what
+arrived since.
+
+Spark's kafka sink is at-least-once: a micro-batch that was written but not
+yet committed to the checkpoint when the job died is written again when it
+restarts, so the sink can then hold that batch's records twice.
 
 Afterwards both topics are read in batch (read_committed) and compared: the
 sink must hold exactly the source's records, upper-cased (so the sink should
@@ -22,7 +30,7 @@ import sys
 import tempfile
 from collections import Counter
 
-from common import build_spark
+from common import build_spark, follow, report, with_options
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -34,6 +42,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint", default=None,
                    help="checkpoint directory (default: <tmp>/trireme-spark-checkpoints/"
                         "copy-<source>-to-<sink>; reused by later runs)")
+    p.add_argument("--trigger-seconds", type=float, default=None,
+                   help="run until interrupted, a micro-batch every N seconds "
+                        "(default: trigger(availableNow=True), then stop)")
+    p.add_argument("--max-offsets-per-trigger", type=int, default=None,
+                   help="most offsets one micro-batch reads (Spark's maxOffsetsPerTrigger)")
     p.add_argument("--no-verify", action="store_true",
                    help="skip the comparison of the two topics afterwards")
     args = p.parse_args(argv)
@@ -46,7 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def read_topic(spark, bootstrap: str, topic: str) -> list[tuple]:
-    """Every record of a topic as (key, value, headers), read in batch."""
+    """Every record of a topic as (key, value, headers, partition), read in batch."""
     rows = (spark.read
             .format("kafka")
             .option("kafka.bootstrap.servers", bootstrap)
@@ -56,11 +69,12 @@ def read_topic(spark, bootstrap: str, topic: str) -> list[tuple]:
             .option("includeHeaders", "true")
             .option("kafka.isolation.level", "read_committed")
             .load()
-            .select("key", "value", "headers")
+            .select("key", "value", "headers", "partition")
             .collect())
     return [(None if r.key is None else bytes(r.key),
              None if r.value is None else bytes(r.value),
-             tuple((h.key, None if h.value is None else bytes(h.value)) for h in (r.headers or [])))
+             tuple((h.key, None if h.value is None else bytes(h.value)) for h in (r.headers or [])),
+             r.partition)
             for r in rows]
 
 
@@ -70,32 +84,34 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import functions as F
 
     try:
-        source = (spark.readStream
-                  .format("kafka")
-                  .option("kafka.bootstrap.servers", args.bootstrap)
-                  .option("subscribe", args.source)
-                  .option("startingOffsets", "earliest")
-                  .option("includeHeaders", "true")
-                  .option("kafka.isolation.level", "read_committed")
-                  .load())
+        reader = with_options(spark.readStream.format("kafka"), {
+            "kafka.bootstrap.servers": args.bootstrap,
+            "subscribe": args.source,
+            "startingOffsets": "earliest",
+            "includeHeaders": "true",
+            "kafka.isolation.level": "read_committed",
+            "maxOffsetsPerTrigger": args.max_offsets_per_trigger,
+        })
 
-        upper = source.select(
+        upper = reader.load().select(
             "key",
             F.upper(F.col("value").cast("string")).alias("value"),
             "headers",
+            "partition",
         )
 
-        query = (upper.writeStream
-                 .format("kafka")
-                 .option("kafka.bootstrap.servers", args.bootstrap)
-                 .option("topic", args.sink)
-                 .option("checkpointLocation", args.checkpoint)
-                 .outputMode("append")
-                 .queryName("trireme_streaming_copy")
-                 .trigger(availableNow=True)
-                 .start())
-        query.awaitTermination()   # raises StreamingQueryException if the query failed
-        copied = sum(p["numInputRows"] or 0 for p in query.recentProgress)
+        writer = (upper.writeStream
+                  .format("kafka")
+                  .option("kafka.bootstrap.servers", args.bootstrap)
+                  .option("topic", args.sink)
+                  .option("checkpointLocation", args.checkpoint)
+                  .outputMode("append")
+                  .queryName("trireme_streaming_copy"))
+        if args.trigger_seconds:
+            writer = writer.trigger(processingTime=f"{args.trigger_seconds} seconds")
+        else:
+            writer = writer.trigger(availableNow=True)
+        copied = follow(writer.start)
         print(f"copied {copied} records from {args.source} to {args.sink} "
               f"(checkpoint {args.checkpoint})")
 
@@ -105,23 +121,17 @@ def main(argv: list[str] | None = None) -> int:
         src = read_topic(spark, args.bootstrap, args.source)
         dst = read_topic(spark, args.bootstrap, args.sink)
         print(f"{args.source}: {len(src)} records; {args.sink}: {len(dst)} records")
-        expected = Counter((k, None if v is None else v.decode("utf-8", "replace").upper().encode(), h)
-                           for k, v, h in src)
+        expected = Counter((k, None if v is None else v.decode("utf-8", "replace").upper().encode(), h, p)
+                           for k, v, h, p in src)
         got = Counter(dst)
         missing = expected - got
         unexpected = got - expected
+        problems = []
         if missing or unexpected:
-            print(f"MISMATCH: {sum(missing.values())} source records missing from "
-                  f"{args.sink}, {sum(unexpected.values())} unexpected records in it",
-                  file=sys.stderr)
-            for rec in list(missing)[:5]:
-                print("  missing:", rec, file=sys.stderr)
-            for rec in list(unexpected)[:5]:
-                print("  unexpected:", rec, file=sys.stderr)
-            print("FAILED")
-            return 1
-        print("OK")
-        return 0
+            problems.append(f"{sum(missing.values())} source records missing from {args.sink}, "
+                            f"{sum(unexpected.values())} unexpected records in it; missing "
+                            f"{list(missing)[:5]}, unexpected {list(unexpected)[:5]}")
+        return report(problems)
     finally:
         spark.stop()
 
