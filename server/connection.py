@@ -2,14 +2,16 @@
 
 Requests are read and dispatched one after another, so appends from one connection land in
 the order they were sent.  A handler that has to wait (acks=all for the fsync, a long-polling
-fetch) returns a Deferred; its wait runs in a task of its own while the next requests are read,
-so a client's pipelined produce requests share one fsync.  The writer sends responses strictly
-in request order.  Anything a client can send that is not a well-formed request — garbage, an
+fetch) returns a Deferred; the reader goes on reading while the writer, which sends responses
+strictly in request order, runs each Deferred's wait when its turn comes, so a client's pipelined
+produce requests share one fsync.  The writer sends every answer that is ready with one
+``sendmsg``.  Anything a client can send that is not a well-formed request — garbage, an
 oversized or truncated frame, an unknown API key — closes this connection with a log line and
 touches nothing else.
 """
 from __future__ import annotations
 
+import collections
 import inspect
 import itertools
 import logging
@@ -60,14 +62,17 @@ class CloseConnection(Exception):
     """The client sent something that ends this connection; the message goes to the log."""
 
 
-class _Pending:
-    """A response slot in the in-order queue whose value (an :class:`_Outgoing`) a Deferred fills later."""
+class _Waiting:
+    """A request in the in-order queue whose answer a Deferred gives later; the writer runs it in its turn."""
 
-    __slots__ = ("event", "value")
+    __slots__ = ("deferred", "handler", "header", "charged", "received")
 
-    def __init__(self):
-        self.event = trio.Event()
-        self.value = None
+    def __init__(self, deferred: Deferred, handler, header, charged: int, received: float):
+        self.deferred = deferred
+        self.handler = handler
+        self.header = header
+        self.charged = charged              # request budget bytes released when it completes
+        self.received = received
 
 
 class _Outgoing:
@@ -195,6 +200,11 @@ class Connection:
         self.request_bytes = 0          # request budget bytes this connection holds
         self.response_bytes = 0         # response budget bytes this connection holds (encoded, unwritten)
         self._polls: set[trio.CancelScope] = set()     # long polls pending (Deferred.poll)
+        self._queue: collections.deque = collections.deque()   # _Outgoing | _Waiting, in request order
+        self._queued: trio.Event | None = None     # set when the writer, waiting for work, may go on
+        self._room: trio.Event | None = None       # set when the reader, waiting for a queue slot, may go on
+        self._reading_done = False
+        self._eof = False                          # the client's EOF (or idle): polls not yet started are skipped
 
     def _log_fields(self) -> str:
         return (f"conn={self.id} peer={self.peer} client_id={self.client_id!r} "
@@ -205,20 +215,23 @@ class Connection:
         reason = "closed by client"
         try:
             async with trio.open_nursery() as nursery:
-                send, receive = trio.open_memory_channel(MAX_IN_FLIGHT)
-                nursery.start_soon(self._write_responses, receive)
-                async with send:
+                nursery.start_soon(self._write_responses)
+                try:
                     with self.reader_scope:
-                        reason = await self._read_requests(send, nursery)
+                        reason = await self._read_requests()
                     if self.reader_scope.cancelled_caught:
                         reason = "server shutting down"
                     else:
                         # EOF or idle: long polls end now instead of at their own deadlines; other
                         # answers (an acks=all produce waiting for its fsync) still go to a client that
                         # only half-closed, for up to EOF_GRACE.
+                        self._eof = True
                         for scope in self._polls:
                             scope.cancel()
                         nursery.cancel_scope.deadline = trio.current_time() + EOF_GRACE
+                finally:
+                    self._reading_done = True       # the writer ends once the queue is empty
+                    self._wake_writer()
         except* CloseConnection as group:
             reason = "; ".join(str(e) for e in group.exceptions)
             log.warning("closing connection: %s %s", reason, self._log_fields())
@@ -250,10 +263,19 @@ class Connection:
         self.request_bytes -= charged
         self.limits.requests.release(charged)
 
-    async def _read_requests(self, send, nursery) -> str:
+    def _wake_writer(self) -> None:
+        if self._queued is not None:
+            self._queued.set()
+            self._queued = None
+
+    async def _read_requests(self) -> str:
         reader = FrameReader(self, self.broker.config["socket.request.max.bytes"])
+        queue = self._queue
         while True:
             await self._wait_for_room()
+            while len(queue) >= MAX_IN_FLIGHT:
+                self._room = trio.Event()
+                await self._room.wait()
             frame = await reader.read_frame()
             if frame is None:
                 return reader.eof_reason
@@ -261,20 +283,21 @@ class Connection:
             charged = reader.charged
             self.request_bytes += charged
             try:
-                item = await self._dispatch(frame, nursery, charged, reader.started)
+                item = await self._dispatch(frame, charged, reader.started)
             except BaseException:
                 self._release_request(charged)
                 raise
-            if not isinstance(item, _Pending):
+            if type(item) is not _Waiting:
                 self._release_request(charged)      # the handler is done with the frame (a Deferred releases later)
             if item is not None:
                 self.outstanding += 1
-                await send.send(item)
+                queue.append(item)
+                self._wake_writer()
 
-    async def _dispatch(self, frame: bytearray, nursery, charged: int, received: float):
-        """Decode and handle one request → what the writer should send (or None).  ``received`` is when its frame
-        began to arrive (``time.perf_counter()``).  A Deferred's task releases the request's ``charged`` budget
-        bytes when it completes."""
+    async def _dispatch(self, frame: bytearray, charged: int, received: float):
+        """Decode and handle one request → what the writer should send (an _Outgoing, a _Waiting) or None.
+        ``received`` is when its frame began to arrive (``time.perf_counter()``).  A Deferred releases the
+        request's ``charged`` budget bytes when it completes."""
         dispatched = time.perf_counter()
         try:
             api_key, api_version = headers.peek_api(frame)
@@ -320,10 +343,8 @@ class Connection:
         metrics = self.broker.metrics
         metrics.observe_request(handler.name, time.perf_counter() - started)
         metrics.observe_phase(handler.name, "receive", dispatched - received)
-        if isinstance(result, Deferred):
-            pending = _Pending()
-            nursery.start_soon(self._complete, pending, result, handler, header, charged, received)
-            return pending
+        if type(result) is Deferred:
+            return _Waiting(result, handler, header, charged, received)
         if result is None:
             metrics.observe_latency(handler.name, time.perf_counter() - received)
             return None
@@ -349,24 +370,30 @@ class Connection:
         self.limits.responses.take(size + 4)
         return _Outgoing(body, size + 4, api, time.perf_counter() - started, received)
 
-    async def _complete(self, pending: _Pending, deferred: Deferred, handler, header, charged: int,
-                        received: float) -> None:
+    async def _finish(self, item: _Waiting) -> _Outgoing | None:
+        """Run a Deferred's wait → its encoded answer (None: no answer, or a long poll the client's EOF ended)."""
+        deferred, handler = item.deferred, item.handler
         started = time.perf_counter()
-        with trio.CancelScope() as scope:
-            if deferred.poll:
-                self._polls.add(scope)
-            try:
+        value = None
+        try:
+            if not deferred.poll:
                 value = await deferred.wait()
-                self.broker.metrics.observe_phase(handler.name, "wait", time.perf_counter() - started)
-            except Exception:
-                log.error("deferred %s failed %s\n%s", handler.name, self._log_fields(), traceback.format_exc())
-                raise CloseConnection(f"internal error in {handler.name}") from None
-            finally:
-                self._polls.discard(scope)
-                self._release_request(charged)
-            if value is not None:
-                pending.value = self._encode(header, value, handler.response, received)
-        pending.event.set()         # a cancelled long poll leaves no answer: the writer skips it
+            elif not self._eof:
+                with trio.CancelScope() as scope:
+                    self._polls.add(scope)
+                    try:
+                        value = await deferred.wait()
+                    finally:
+                        self._polls.discard(scope)
+            self.broker.metrics.observe_phase(handler.name, "wait", time.perf_counter() - started)
+        except Exception:
+            log.error("deferred %s failed %s\n%s", handler.name, self._log_fields(), traceback.format_exc())
+            raise CloseConnection(f"internal error in {handler.name}") from None
+        finally:
+            self._release_request(item.charged)
+        if value is None:
+            return None
+        return self._encode(item.header, value, handler.response, item.received)
 
     def _api_versions_fallback(self, frame) -> _Outgoing:
         """A version of ApiVersions we don't know: answer in v0 layout with E.UNSUPPORTED_VERSION.code and our
@@ -376,25 +403,51 @@ class Connection:
                                  api_keys=api_version_entries(_API_VERSIONS.cls.ApiVersion))
         return self._outgoing(correlation_id, 0, _API_VERSIONS.encode(body, 0), None, time.perf_counter())
 
-    async def _write_responses(self, receive) -> None:
-        async with receive:
-            async for item in receive:
-                if isinstance(item, _Pending):
-                    await item.event.wait()
-                    item = item.value
-                    if item is None:
-                        self.outstanding -= 1
-                        continue
-                ready = time.perf_counter()
-                await self._send_vectored(item.buffers)
-                self.outstanding -= 1
-                self.response_bytes -= item.size
-                self.limits.responses.release(item.size)
-                if item.api is not None:
-                    sent = time.perf_counter()
-                    self.broker.metrics.observe_phase(item.api, "respond", item.encode_seconds + sent - ready)
-                    if item.received is not None:
-                        self.broker.metrics.observe_latency(item.api, sent - item.received)
+    async def _write_responses(self) -> None:
+        """Send answers in request order: run each Deferred in its turn, and send every answer that is ready
+        with one sendmsg.  An answer that is ready is not held back while a Deferred after it waits."""
+        queue = self._queue
+        batch: list[_Outgoing] = []
+        while True:
+            while queue and len(batch) < MAX_IN_FLIGHT:
+                item = queue[0]
+                if type(item) is _Waiting:
+                    ready = item.deferred.ready
+                    if batch and (ready is None or not ready()):
+                        break                   # send what is ready first
+                    item = await self._finish(item)
+                queue.popleft()
+                if self._room is not None:
+                    self._room.set()
+                    self._room = None
+                if item is None:
+                    self.outstanding -= 1
+                else:
+                    batch.append(item)
+            if batch:
+                await self._send(batch)
+                batch = []
+            elif self._reading_done and not queue:
+                return
+            elif not queue:
+                self._queued = trio.Event()
+                await self._queued.wait()
+
+    async def _send(self, batch: list[_Outgoing]) -> None:
+        ready = time.perf_counter()
+        await self._send_vectored([b for item in batch for b in item.buffers])
+        sent = time.perf_counter()
+        size = 0
+        metrics = self.broker.metrics
+        for item in batch:
+            size += item.size
+            if item.api is not None:
+                metrics.observe_phase(item.api, "respond", item.encode_seconds + sent - ready)
+                if item.received is not None:
+                    metrics.observe_latency(item.api, sent - item.received)
+        self.outstanding -= len(batch)
+        self.response_bytes -= size
+        self.limits.responses.release(size)
 
     async def _send_vectored(self, buffers: list) -> None:
         """Send header pieces and stored record bytes with sendmsg, without joining them first.  A client that
