@@ -27,7 +27,8 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from produce_consume import PhaseClock, Server, ServerStats, create_topic, percentile  # noqa: E402
+from produce_consume import (PhaseClock, Server, ServerStats, create_topic, percentile,  # noqa: E402
+                             scrape_metrics)
 
 from trireme.wire import headers, records  # noqa: E402
 from trireme.wire.codec import message  # noqa: E402
@@ -93,12 +94,14 @@ def run(args, bootstrap: str, stats: ServerStats) -> dict:
     for t in threads:
         t.start()
     time.sleep(0.5)                     # connected
+    before = scrape_metrics(stats.metrics_url)
     clock = PhaseClock(stats)
     clock.start()
     start.set()
     for t in threads:
         t.join()
     times = clock.stop()
+    after = scrape_metrics(stats.metrics_url)
     done = per_connection * args.connections
     server_cpu = times["server_cpu_s"]
     latencies.sort()
@@ -108,11 +111,13 @@ def run(args, bootstrap: str, stats: ServerStats) -> dict:
               "requests_per_s": round(done / times["seconds"]),
               "broker_cpu_us_per_request": None if server_cpu is None else round(server_cpu / done * 1e6, 1),
               "latency_ms": {"p50": _ms(percentile(latencies, 0.5)), "p99": _ms(percentile(latencies, 0.99))},
+              "fsyncs": None if before is None else after["fsyncs"] - before["fsyncs"],
               **{k: times[k] for k in ("server_cpu_s", "client_cpu_s", "other_processes_cpu_s")}}
     print(f"{done:,} requests ({args.connections} connections x {args.in_flight} in flight, {args.records} x "
           f"{args.record_size} B, acks={args.acks}, fsync {'on' if args.fsync else 'off'}): "
           f"{result['requests_per_s']:,} requests/s, broker CPU {result['broker_cpu_us_per_request']} us/request, "
-          f"round trip ms p50 {result['latency_ms']['p50']} p99 {result['latency_ms']['p99']}; CPU s: broker "
+          f"round trip ms p50 {result['latency_ms']['p50']} p99 {result['latency_ms']['p99']}; flushes "
+          f"{result['fsyncs']}; CPU s: broker "
           f"{server_cpu}, client {round(times['client_cpu_s'], 2)}, others "
           f"{None if times['other_processes_cpu_s'] is None else round(times['other_processes_cpu_s'], 2)}",
           flush=True)
@@ -135,6 +140,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fsync", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--bootstrap", default=None)
     ap.add_argument("--server-pid", type=int, default=None)
+    ap.add_argument("--metrics-url", default=None, help="the running broker's http://HOST:PORT/metrics")
     ap.add_argument("--server-set", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--profile-server", metavar="OUT.prof", default=None)
     args = ap.parse_args(argv)
@@ -142,10 +148,13 @@ def main(argv=None) -> int:
     try:
         if args.bootstrap:
             bootstrap, stats = args.bootstrap, ServerStats(args.server_pid)
+            stats.metrics_url = args.metrics_url
         else:
             temp = tempfile.mkdtemp(prefix="trireme-cost-")
-            server = Server(os.path.join(temp, "data"), args.fsync, args.profile_server, args.server_set)
+            server = Server(os.path.join(temp, "data"), args.fsync, args.profile_server,
+                            args.server_set + ["trireme.metrics.listen=127.0.0.1:0"])
             bootstrap, stats = server.bootstrap, ServerStats(server.proc.pid)
+            stats.metrics_url = server.metrics_url()
         print(json.dumps(run(args, bootstrap, stats), separators=(",", ":")), flush=True)
     finally:
         if server is not None:

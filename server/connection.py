@@ -102,17 +102,20 @@ class FrameReader:
         self.eof_reason = "closed by client"
 
     async def _wait_prefix(self) -> bool:
-        """Receive until a size prefix is buffered; False at EOF or when the connection was idle too long."""
+        """Receive until a size prefix is buffered; False at EOF or when the connection was idle too long (the
+        connection's idle watchdog then wakes this receive)."""
         conn = self.conn
         while len(self.buf) < 4:
-            with trio.move_on_after(conn.limits.idle_timeout) as idle:
+            conn.waiting_since = trio.current_time()
+            try:
                 data = await self.stream.receive_some(READ_CHUNK)
-            if idle.cancelled_caught:
-                if conn.outstanding:
-                    continue            # a long poll or an unwritten answer: not idle
-                self.eof_reason = f"idle for connections.max.idle.ms={conn.limits.idle_timeout * 1000:.0f}"
-                conn.limits.count(conn.limits.closed, "idle")
-                return False
+            except trio.ClosedResourceError:
+                if conn.idle:
+                    self.eof_reason = f"idle for connections.max.idle.ms={conn.limits.idle_timeout * 1000:.0f}"
+                    return False
+                raise
+            finally:
+                conn.waiting_since = None
             if not data:
                 if self.buf:
                     raise CloseConnection(f"connection closed inside a frame ({len(self.buf)} bytes of 4 received)")
@@ -205,6 +208,8 @@ class Connection:
         self._room: trio.Event | None = None       # set when the reader, waiting for a queue slot, may go on
         self._reading_done = False
         self._eof = False                          # the client's EOF (or idle): polls not yet started are skipped
+        self.waiting_since: float | None = None    # trio time the reader began waiting for a request's bytes
+        self.idle = False                          # the idle watchdog ended the wait for a request
 
     def _log_fields(self) -> str:
         return (f"conn={self.id} peer={self.peer} client_id={self.client_id!r} "
@@ -216,6 +221,8 @@ class Connection:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._write_responses)
+                watchdog = trio.CancelScope()
+                nursery.start_soon(self._watch_idle, watchdog)
                 try:
                     with self.reader_scope:
                         reason = await self._read_requests()
@@ -230,6 +237,7 @@ class Connection:
                             scope.cancel()
                         nursery.cancel_scope.deadline = trio.current_time() + EOF_GRACE
                 finally:
+                    watchdog.cancel()
                     self._reading_done = True       # the writer ends once the queue is empty
                     self._wake_writer()
         except* CloseConnection as group:
@@ -247,6 +255,23 @@ class Connection:
                 except Exception:
                     pass
             log.info("connection close %s requests=%d reason=%r", self._log_fields(), self.requests, reason)
+
+    async def _watch_idle(self, scope: trio.CancelScope) -> None:
+        """connections.max.idle.ms: wake the reader's receive (trio's notify_closing) once it has waited that long
+        for a request with no answer outstanding.  One sleeping task per connection instead of a timeout per
+        receive."""
+        timeout = self.limits.idle_timeout
+        with scope:
+            while True:
+                since = self.waiting_since
+                now = trio.current_time()
+                if since is not None and now - since >= timeout and not self.outstanding:
+                    self.idle = True
+                    self.limits.count(self.limits.closed, "idle")
+                    trio.lowlevel.notify_closing(self.stream.socket)
+                    return
+                # checked every quarter period while busy: an idle connection is closed within 1.25 periods
+                await trio.sleep(timeout / 4 if since is None or self.outstanding else since + timeout - now)
 
     async def _wait_for_room(self) -> None:
         """Back-pressure: read no new request while this connection holds its share of request memory, or its
@@ -450,28 +475,41 @@ class Connection:
         self.limits.responses.release(size)
 
     async def _send_vectored(self, buffers: list) -> None:
-        """Send header pieces and stored record bytes with sendmsg, without joining them first.  A client that
-        takes none of them for trireme.response.send.timeout.ms is disconnected."""
+        """Send header pieces and stored record bytes with sendmsg, without joining them first.  What the socket
+        takes at once is sent without waiting (no checkpoint); a client that then takes none of the rest for
+        trireme.response.send.timeout.ms is disconnected."""
         views = [memoryview(b) for b in buffers if len(b)]
         sock = self.stream.socket
+        try:
+            sent = os.writev(sock.fileno(), views[:_IOV_MAX])
+        except BlockingIOError:
+            sent = 0
+        first = _consumed(views, 0, sent)
+        if first == len(views):
+            return
         timeout = self.limits.send_timeout
-        first = 0
         with trio.move_on_after(timeout) as stalled:
             while first < len(views):
                 sent = await sock.sendmsg(views[first:first + _IOV_MAX])
                 stalled.deadline = trio.current_time() + timeout
-                while sent:
-                    head = views[first]
-                    if sent >= len(head):
-                        sent -= len(head)
-                        first += 1
-                    else:
-                        views[first] = head[sent:]
-                        sent = 0
+                first = _consumed(views, first, sent)
         if stalled.cancelled_caught:
             self.limits.count(self.limits.closed, "send timeout")
             raise CloseConnection(f"the client read nothing of a response for "
                                   f"trireme.response.send.timeout.ms={timeout * 1000:.0f}")
+
+
+def _consumed(views: list, first: int, sent: int) -> int:
+    """Drop ``sent`` bytes from ``views[first:]`` (trimming a view sent in part) → the first view left."""
+    while sent:
+        head = views[first]
+        if sent >= len(head):
+            sent -= len(head)
+            first += 1
+        else:
+            views[first] = head[sent:]
+            sent = 0
+    return first
 
 
 def api_version_entries(entry_cls) -> list:
