@@ -17,17 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import socket
 import struct
 import sys
-import tempfile
 import threading
 import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from produce_consume import (PhaseClock, Server, ServerStats, create_topic, percentile,  # noqa: E402
+from produce_consume import (PhaseClock, ServerStats, broker, create_topic, percentile,  # noqa: E402
                              scrape_metrics)
 
 from trireme.wire import headers, records  # noqa: E402
@@ -144,23 +142,8 @@ def main(argv=None) -> int:
     ap.add_argument("--server-set", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--profile-server", metavar="OUT.prof", default=None)
     args = ap.parse_args(argv)
-    server = temp = None
-    try:
-        if args.bootstrap:
-            bootstrap, stats = args.bootstrap, ServerStats(args.server_pid)
-            stats.metrics_url = args.metrics_url
-        else:
-            temp = tempfile.mkdtemp(prefix="trireme-cost-")
-            server = Server(os.path.join(temp, "data"), args.fsync, args.profile_server,
-                            args.server_set + ["trireme.metrics.listen=127.0.0.1:0"])
-            bootstrap, stats = server.bootstrap, ServerStats(server.proc.pid)
-            stats.metrics_url = server.metrics_url()
+    with broker(args, "trireme-cost-") as (bootstrap, stats):
         print(json.dumps(run(args, bootstrap, stats), separators=(",", ":")), flush=True)
-    finally:
-        if server is not None:
-            server.stop()
-        if temp is not None:
-            shutil.rmtree(temp, ignore_errors=True)
     return 0
 
 

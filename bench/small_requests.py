@@ -27,17 +27,14 @@ import argparse
 import json
 import os
 import resource
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from produce_consume import (PhaseClock, Server, ServerStats, create_topic, percentile,  # noqa: E402
+from produce_consume import (PhaseClock, ServerStats, broker, create_topic, percentile,  # noqa: E402
                              scrape_metrics)
 
 RECORD = b"x" * 100
@@ -224,6 +221,23 @@ def _per_request(api: str, before, after) -> tuple[int, float | None]:
     return requests, (after[1] - before[1]) / requests * 1e6
 
 
+def _measure(workers: Workers, stats: ServerStats, meanwhile=None) -> tuple:
+    """Start the workers, run ``meanwhile(start time)`` if given, collect their results → (broker counts before,
+    after, the phase's times, the workers' results)."""
+    try:
+        before = _broker_counts(stats)
+        clock = PhaseClock(stats)
+        start = clock.start()
+        workers.go()
+        if meanwhile is not None:
+            meanwhile(start)
+        results = workers.results()
+        times = clock.stop()
+        return before, _broker_counts(stats), times, results
+    finally:
+        workers.kill()
+
+
 # --- scenarios ----------------------------------------------------------------------------------
 
 def run_produce(args, bootstrap: str, stats: ServerStats) -> dict:
@@ -236,17 +250,7 @@ def run_produce(args, bootstrap: str, stats: ServerStats) -> dict:
               "rate": args.rate / args.producers if args.rate else 0, "seconds": args.seconds,
               "producer_props": dict(p.split("=", 1) for p in args.producer_prop)}
              for indexes in _split(args.producers, processes)]
-    workers = Workers(specs)
-    try:
-        before = _broker_counts(stats)
-        clock = PhaseClock(stats)
-        clock.start()
-        workers.go()
-        results = workers.results()
-        times = clock.stop()
-        after = _broker_counts(stats)
-    finally:
-        workers.kill()
+    before, after, times, results = _measure(Workers(specs), stats)
     requests, cpu_us = _per_request("Produce", before, after)
     delivered = sum(r["delivered"] for r in results)
     seconds = times["seconds"]
@@ -272,14 +276,12 @@ def run_consume(args, bootstrap: str, stats: ServerStats) -> dict:
              for _ in range(args.consumers)]
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
     producer.list_topics(topic, timeout=30)
-    workers = Workers(specs)
-    try:
-        before = _broker_counts(stats)
-        clock = PhaseClock(stats)
-        start = clock.start()
-        workers.go()
+    sent = 0
+
+    def trickle(start: float) -> None:
+        nonlocal sent
         interval = 1.0 / args.trickle if args.trickle else args.seconds
-        due, sent = start, 0
+        due = start
         while due < start + args.seconds:
             now = time.perf_counter()
             if now < due:
@@ -290,11 +292,7 @@ def run_consume(args, bootstrap: str, stats: ServerStats) -> dict:
                 sent += 1
             due += interval
         producer.flush(30)
-        results = workers.results()
-        times = clock.stop()
-        after = _broker_counts(stats)
-    finally:
-        workers.kill()
+    before, after, times, results = _measure(Workers(specs), stats, trickle)
     fetches, cpu_us = _per_request("Fetch", before, after)
     produces = after[0].get("Produce", 0) - before[0].get("Produce", 0)
     seconds = times["seconds"]
@@ -378,25 +376,10 @@ def parse(argv) -> argparse.Namespace:
 
 def run_one(args) -> dict:
     """One scenario on a fresh broker (or on --bootstrap)."""
-    server = temp = None
-    try:
-        if args.bootstrap:
-            bootstrap, stats = args.bootstrap, ServerStats(args.server_pid)
-            stats.metrics_url = args.metrics_url
-        else:
-            temp = tempfile.mkdtemp(prefix="trireme-small-")
-            server = Server(os.path.join(temp, "data"), args.fsync, args.profile_server,
-                            args.server_set + ["trireme.metrics.listen=127.0.0.1:0"])
-            bootstrap, stats = server.bootstrap, ServerStats(server.proc.pid)
-            stats.metrics_url = server.metrics_url()
+    with broker(args, "trireme-small-") as (bootstrap, stats):
         result = (run_produce if args.scenario == "produce" else run_consume)(args, bootstrap, stats)
-        report(result)
-        return result
-    finally:
-        if server is not None:
-            server.stop()
-        if temp is not None:
-            shutil.rmtree(temp, ignore_errors=True)
+    report(result)
+    return result
 
 
 def main(argv=None) -> int:
@@ -410,5 +393,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.exit(main())
