@@ -65,14 +65,15 @@ class CloseConnection(Exception):
 class _Waiting:
     """A request in the in-order queue whose answer a Deferred gives later; the writer runs it in its turn."""
 
-    __slots__ = ("deferred", "handler", "header", "charged", "received")
+    __slots__ = ("deferred", "handler", "header", "charged", "received", "handled")
 
-    def __init__(self, deferred: Deferred, handler, header, charged: int, received: float):
+    def __init__(self, deferred: Deferred, handler, header, charged: int, received: float, handled: float):
         self.deferred = deferred
         self.handler = handler
         self.header = header
         self.charged = charged              # request budget bytes released when it completes
         self.received = received
+        self.handled = handled              # when its handler returned: its wait phase starts there
 
 
 class _Outgoing:
@@ -366,10 +367,11 @@ class Connection:
                       traceback.format_exc())
             raise CloseConnection(f"internal error in {handler.name}") from None
         metrics = self.broker.metrics
-        metrics.observe_request(handler.name, time.perf_counter() - started)
+        handled = time.perf_counter()
+        metrics.observe_request(handler.name, handled - started)
         metrics.observe_phase(handler.name, "receive", dispatched - received)
         if type(result) is Deferred:
-            return _Waiting(result, handler, header, charged, received)
+            return _Waiting(result, handler, header, charged, received, handled)
         if result is None:
             metrics.observe_latency(handler.name, time.perf_counter() - received)
             return None
@@ -398,7 +400,6 @@ class Connection:
     async def _finish(self, item: _Waiting) -> _Outgoing | None:
         """Run a Deferred's wait → its encoded answer (None: no answer, or a long poll the client's EOF ended)."""
         deferred, handler = item.deferred, item.handler
-        started = time.perf_counter()
         value = None
         try:
             if not deferred.poll:
@@ -410,7 +411,9 @@ class Connection:
                         value = await deferred.wait()
                     finally:
                         self._polls.discard(scope)
-            self.broker.metrics.observe_phase(handler.name, "wait", time.perf_counter() - started)
+            # from the handler's return: the time queued behind earlier answers counts as waiting, as it did when
+            # every Deferred ran in a task of its own
+            self.broker.metrics.observe_phase(handler.name, "wait", time.perf_counter() - item.handled)
         except Exception:
             log.error("deferred %s failed %s\n%s", handler.name, self._log_fields(), traceback.format_exc())
             raise CloseConnection(f"internal error in {handler.name}") from None
