@@ -24,6 +24,7 @@ See bench/README.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -204,6 +205,30 @@ class Server:
                 self.proc.wait()
         self.proc.stdout.close()
         self.log.close()
+
+
+@contextlib.contextmanager
+def broker(args, prefix: str):
+    """(bootstrap, ServerStats) of the broker a benchmark runs against: ``--bootstrap`` (with ``--server-pid`` and
+    ``--metrics-url``), or a fresh ``trireme serve`` with a metrics listener on a temporary data dir, stopped and
+    removed afterwards.  For the benchmarks beside this one."""
+    if args.bootstrap:
+        stats = ServerStats(args.server_pid)
+        stats.metrics_url = args.metrics_url
+        yield args.bootstrap, stats
+        return
+    temp = tempfile.mkdtemp(prefix=prefix)
+    server = None
+    try:
+        server = Server(os.path.join(temp, "data"), args.fsync, args.profile_server,
+                        args.server_set + ["trireme.metrics.listen=127.0.0.1:0"])
+        stats = ServerStats(server.proc.pid)
+        stats.metrics_url = server.metrics_url()
+        yield server.bootstrap, stats
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 # --- phases -------------------------------------------------------------------------------------

@@ -412,6 +412,11 @@ class Broker:
                   partition.topic.name, partition.index, error)
         self._wake_waiters()
 
+    def durable_or_lost(self, partition: Partition, offset: int) -> bool:
+        """Whether :meth:`wait_durable` would return at once: ``offset`` is durable, or never will be."""
+        return partition.log.high_watermark > offset or bool(partition.storage_error) \
+            or self.partitions.get((partition.topic.name, partition.index)) is not partition
+
     async def wait_durable(self, partition: Partition, offset: int) -> bool:
         """Wait until everything up to and including ``offset`` is durable; False if it never will be
         (the fsync failed, or the topic was deleted meanwhile)."""

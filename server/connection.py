@@ -2,14 +2,16 @@
 
 Requests are read and dispatched one after another, so appends from one connection land in
 the order they were sent.  A handler that has to wait (acks=all for the fsync, a long-polling
-fetch) returns a Deferred; its wait runs in a task of its own while the next requests are read,
-so a client's pipelined produce requests share one fsync.  The writer sends responses strictly
-in request order.  Anything a client can send that is not a well-formed request — garbage, an
+fetch) returns a Deferred; the reader goes on reading while the writer, which sends responses
+strictly in request order, runs each Deferred's wait when its turn comes, so a client's pipelined
+produce requests share one fsync.  The writer sends every answer that is ready with one
+``sendmsg``.  Anything a client can send that is not a well-formed request — garbage, an
 oversized or truncated frame, an unknown API key — closes this connection with a log line and
 touches nothing else.
 """
 from __future__ import annotations
 
+import collections
 import inspect
 import itertools
 import logging
@@ -60,14 +62,18 @@ class CloseConnection(Exception):
     """The client sent something that ends this connection; the message goes to the log."""
 
 
-class _Pending:
-    """A response slot in the in-order queue whose value (an :class:`_Outgoing`) a Deferred fills later."""
+class _Waiting:
+    """A request in the in-order queue whose answer a Deferred gives later; the writer runs it in its turn."""
 
-    __slots__ = ("event", "value")
+    __slots__ = ("deferred", "handler", "header", "charged", "received", "handled")
 
-    def __init__(self):
-        self.event = trio.Event()
-        self.value = None
+    def __init__(self, deferred: Deferred, handler, header, charged: int, received: float, handled: float):
+        self.deferred = deferred
+        self.handler = handler
+        self.header = header
+        self.charged = charged              # request budget bytes released when it completes
+        self.received = received
+        self.handled = handled              # when its handler returned: its wait phase starts there
 
 
 class _Outgoing:
@@ -97,17 +103,20 @@ class FrameReader:
         self.eof_reason = "closed by client"
 
     async def _wait_prefix(self) -> bool:
-        """Receive until a size prefix is buffered; False at EOF or when the connection was idle too long."""
+        """Receive until a size prefix is buffered; False at EOF or when the connection was idle too long (the
+        connection's idle watchdog then wakes this receive)."""
         conn = self.conn
         while len(self.buf) < 4:
-            with trio.move_on_after(conn.limits.idle_timeout) as idle:
+            conn.waiting_since = trio.current_time()
+            try:
                 data = await self.stream.receive_some(READ_CHUNK)
-            if idle.cancelled_caught:
-                if conn.outstanding:
-                    continue            # a long poll or an unwritten answer: not idle
-                self.eof_reason = f"idle for connections.max.idle.ms={conn.limits.idle_timeout * 1000:.0f}"
-                conn.limits.count(conn.limits.closed, "idle")
-                return False
+            except trio.ClosedResourceError:
+                if conn.idle:
+                    self.eof_reason = f"idle for connections.max.idle.ms={conn.limits.idle_timeout * 1000:.0f}"
+                    return False
+                raise
+            finally:
+                conn.waiting_since = None
             if not data:
                 if self.buf:
                     raise CloseConnection(f"connection closed inside a frame ({len(self.buf)} bytes of 4 received)")
@@ -195,6 +204,13 @@ class Connection:
         self.request_bytes = 0          # request budget bytes this connection holds
         self.response_bytes = 0         # response budget bytes this connection holds (encoded, unwritten)
         self._polls: set[trio.CancelScope] = set()     # long polls pending (Deferred.poll)
+        self._queue: collections.deque = collections.deque()   # _Outgoing | _Waiting, in request order
+        self._queued: trio.Event | None = None     # set when the writer, waiting for work, may go on
+        self._room: trio.Event | None = None       # set when the reader, waiting for a queue slot, may go on
+        self._reading_done = False
+        self._eof = False                          # the client's EOF (or idle): polls not yet started are skipped
+        self.waiting_since: float | None = None    # trio time the reader began waiting for a request's bytes
+        self.idle = False                          # the idle watchdog ended the wait for a request
 
     def _log_fields(self) -> str:
         return (f"conn={self.id} peer={self.peer} client_id={self.client_id!r} "
@@ -205,20 +221,26 @@ class Connection:
         reason = "closed by client"
         try:
             async with trio.open_nursery() as nursery:
-                send, receive = trio.open_memory_channel(MAX_IN_FLIGHT)
-                nursery.start_soon(self._write_responses, receive)
-                async with send:
+                nursery.start_soon(self._write_responses)
+                watchdog = trio.CancelScope()
+                nursery.start_soon(self._watch_idle, watchdog)
+                try:
                     with self.reader_scope:
-                        reason = await self._read_requests(send, nursery)
+                        reason = await self._read_requests()
                     if self.reader_scope.cancelled_caught:
                         reason = "server shutting down"
                     else:
                         # EOF or idle: long polls end now instead of at their own deadlines; other
                         # answers (an acks=all produce waiting for its fsync) still go to a client that
                         # only half-closed, for up to EOF_GRACE.
+                        self._eof = True
                         for scope in self._polls:
                             scope.cancel()
                         nursery.cancel_scope.deadline = trio.current_time() + EOF_GRACE
+                finally:
+                    watchdog.cancel()
+                    self._reading_done = True       # the writer ends once the queue is empty
+                    self._wake_writer()
         except* CloseConnection as group:
             reason = "; ".join(str(e) for e in group.exceptions)
             log.warning("closing connection: %s %s", reason, self._log_fields())
@@ -235,6 +257,23 @@ class Connection:
                     pass
             log.info("connection close %s requests=%d reason=%r", self._log_fields(), self.requests, reason)
 
+    async def _watch_idle(self, scope: trio.CancelScope) -> None:
+        """connections.max.idle.ms: wake the reader's receive (trio's notify_closing) once it has waited that long
+        for a request with no answer outstanding.  One sleeping task per connection instead of a timeout per
+        receive."""
+        timeout = self.limits.idle_timeout
+        with scope:
+            while True:
+                since = self.waiting_since
+                now = trio.current_time()
+                if since is not None and now - since >= timeout and not self.outstanding:
+                    self.idle = True
+                    self.limits.count(self.limits.closed, "idle")
+                    trio.lowlevel.notify_closing(self.stream.socket)
+                    return
+                # checked every quarter period while busy: an idle connection is closed within 1.25 periods
+                await trio.sleep(timeout / 4 if since is None or self.outstanding else since + timeout - now)
+
     async def _wait_for_room(self) -> None:
         """Back-pressure: read no new request while this connection holds its share of request memory, or its
         unwritten responses fill its share or the broker's response budget (Kafka mutes such a channel)."""
@@ -250,10 +289,19 @@ class Connection:
         self.request_bytes -= charged
         self.limits.requests.release(charged)
 
-    async def _read_requests(self, send, nursery) -> str:
+    def _wake_writer(self) -> None:
+        if self._queued is not None:
+            self._queued.set()
+            self._queued = None
+
+    async def _read_requests(self) -> str:
         reader = FrameReader(self, self.broker.config["socket.request.max.bytes"])
+        queue = self._queue
         while True:
             await self._wait_for_room()
+            while len(queue) >= MAX_IN_FLIGHT:
+                self._room = trio.Event()
+                await self._room.wait()
             frame = await reader.read_frame()
             if frame is None:
                 return reader.eof_reason
@@ -261,20 +309,21 @@ class Connection:
             charged = reader.charged
             self.request_bytes += charged
             try:
-                item = await self._dispatch(frame, nursery, charged, reader.started)
+                item = await self._dispatch(frame, charged, reader.started)
             except BaseException:
                 self._release_request(charged)
                 raise
-            if not isinstance(item, _Pending):
+            if type(item) is not _Waiting:
                 self._release_request(charged)      # the handler is done with the frame (a Deferred releases later)
             if item is not None:
                 self.outstanding += 1
-                await send.send(item)
+                queue.append(item)
+                self._wake_writer()
 
-    async def _dispatch(self, frame: bytearray, nursery, charged: int, received: float):
-        """Decode and handle one request → what the writer should send (or None).  ``received`` is when its frame
-        began to arrive (``time.perf_counter()``).  A Deferred's task releases the request's ``charged`` budget
-        bytes when it completes."""
+    async def _dispatch(self, frame: bytearray, charged: int, received: float):
+        """Decode and handle one request → what the writer should send (an _Outgoing, a _Waiting) or None.
+        ``received`` is when its frame began to arrive (``time.perf_counter()``).  A Deferred releases the
+        request's ``charged`` budget bytes when it completes."""
         dispatched = time.perf_counter()
         try:
             api_key, api_version = headers.peek_api(frame)
@@ -318,12 +367,11 @@ class Connection:
                       traceback.format_exc())
             raise CloseConnection(f"internal error in {handler.name}") from None
         metrics = self.broker.metrics
-        metrics.observe_request(handler.name, time.perf_counter() - started)
+        handled = time.perf_counter()
+        metrics.observe_request(handler.name, handled - started)
         metrics.observe_phase(handler.name, "receive", dispatched - received)
-        if isinstance(result, Deferred):
-            pending = _Pending()
-            nursery.start_soon(self._complete, pending, result, handler, header, charged, received)
-            return pending
+        if type(result) is Deferred:
+            return _Waiting(result, handler, header, charged, received, handled)
         if result is None:
             metrics.observe_latency(handler.name, time.perf_counter() - received)
             return None
@@ -349,24 +397,31 @@ class Connection:
         self.limits.responses.take(size + 4)
         return _Outgoing(body, size + 4, api, time.perf_counter() - started, received)
 
-    async def _complete(self, pending: _Pending, deferred: Deferred, handler, header, charged: int,
-                        received: float) -> None:
-        started = time.perf_counter()
-        with trio.CancelScope() as scope:
-            if deferred.poll:
-                self._polls.add(scope)
-            try:
+    async def _finish(self, item: _Waiting) -> _Outgoing | None:
+        """Run a Deferred's wait → its encoded answer (None: no answer, or a long poll the client's EOF ended)."""
+        deferred, handler = item.deferred, item.handler
+        value = None
+        try:
+            if not deferred.poll:
                 value = await deferred.wait()
-                self.broker.metrics.observe_phase(handler.name, "wait", time.perf_counter() - started)
-            except Exception:
-                log.error("deferred %s failed %s\n%s", handler.name, self._log_fields(), traceback.format_exc())
-                raise CloseConnection(f"internal error in {handler.name}") from None
-            finally:
-                self._polls.discard(scope)
-                self._release_request(charged)
-            if value is not None:
-                pending.value = self._encode(header, value, handler.response, received)
-        pending.event.set()         # a cancelled long poll leaves no answer: the writer skips it
+            elif not self._eof:
+                with trio.CancelScope() as scope:
+                    self._polls.add(scope)
+                    try:
+                        value = await deferred.wait()
+                    finally:
+                        self._polls.discard(scope)
+            # from the handler's return: the time queued behind earlier answers counts as waiting, as it did when
+            # every Deferred ran in a task of its own
+            self.broker.metrics.observe_phase(handler.name, "wait", time.perf_counter() - item.handled)
+        except Exception:
+            log.error("deferred %s failed %s\n%s", handler.name, self._log_fields(), traceback.format_exc())
+            raise CloseConnection(f"internal error in {handler.name}") from None
+        finally:
+            self._release_request(item.charged)
+        if value is None:
+            return None
+        return self._encode(item.header, value, handler.response, item.received)
 
     def _api_versions_fallback(self, frame) -> _Outgoing:
         """A version of ApiVersions we don't know: answer in v0 layout with E.UNSUPPORTED_VERSION.code and, as
@@ -378,49 +433,88 @@ class Connection:
                                            if e.api_key == headers.API_VERSIONS_KEY])
         return self._outgoing(correlation_id, 0, _API_VERSIONS.encode(body, 0), None, time.perf_counter())
 
-    async def _write_responses(self, receive) -> None:
-        async with receive:
-            async for item in receive:
-                if isinstance(item, _Pending):
-                    await item.event.wait()
-                    item = item.value
-                    if item is None:
-                        self.outstanding -= 1
-                        continue
-                ready = time.perf_counter()
-                await self._send_vectored(item.buffers)
-                self.outstanding -= 1
-                self.response_bytes -= item.size
-                self.limits.responses.release(item.size)
-                if item.api is not None:
-                    sent = time.perf_counter()
-                    self.broker.metrics.observe_phase(item.api, "respond", item.encode_seconds + sent - ready)
-                    if item.received is not None:
-                        self.broker.metrics.observe_latency(item.api, sent - item.received)
+    async def _write_responses(self) -> None:
+        """Send answers in request order: run each Deferred in its turn, and send every answer that is ready
+        with one sendmsg.  An answer that is ready is not held back while a Deferred after it waits."""
+        queue = self._queue
+        batch: list[_Outgoing] = []
+        while True:
+            while queue and len(batch) < MAX_IN_FLIGHT:
+                item = queue[0]
+                if type(item) is _Waiting:
+                    ready = item.deferred.ready
+                    if batch and (ready is None or not ready()):
+                        break                   # send what is ready first
+                    item = await self._finish(item)
+                queue.popleft()
+                if self._room is not None:
+                    self._room.set()
+                    self._room = None
+                if item is None:
+                    self.outstanding -= 1
+                else:
+                    batch.append(item)
+            if batch:
+                await self._send(batch)
+                batch = []
+            elif self._reading_done and not queue:
+                return
+            elif not queue:
+                self._queued = trio.Event()
+                await self._queued.wait()
+
+    async def _send(self, batch: list[_Outgoing]) -> None:
+        ready = time.perf_counter()
+        await self._send_vectored([b for item in batch for b in item.buffers])
+        sent = time.perf_counter()
+        size = 0
+        metrics = self.broker.metrics
+        for item in batch:
+            size += item.size
+            if item.api is not None:
+                metrics.observe_phase(item.api, "respond", item.encode_seconds + sent - ready)
+                if item.received is not None:
+                    metrics.observe_latency(item.api, sent - item.received)
+        self.outstanding -= len(batch)
+        self.response_bytes -= size
+        self.limits.responses.release(size)
 
     async def _send_vectored(self, buffers: list) -> None:
-        """Send header pieces and stored record bytes with sendmsg, without joining them first.  A client that
-        takes none of them for trireme.response.send.timeout.ms is disconnected."""
+        """Send header pieces and stored record bytes with sendmsg, without joining them first.  What the socket
+        takes at once is sent without waiting (no checkpoint); a client that then takes none of the rest for
+        trireme.response.send.timeout.ms is disconnected."""
         views = [memoryview(b) for b in buffers if len(b)]
         sock = self.stream.socket
+        try:
+            sent = os.writev(sock.fileno(), views[:_IOV_MAX])
+        except BlockingIOError:
+            sent = 0
+        first = _consumed(views, 0, sent)
+        if first == len(views):
+            return
         timeout = self.limits.send_timeout
-        first = 0
         with trio.move_on_after(timeout) as stalled:
             while first < len(views):
                 sent = await sock.sendmsg(views[first:first + _IOV_MAX])
                 stalled.deadline = trio.current_time() + timeout
-                while sent:
-                    head = views[first]
-                    if sent >= len(head):
-                        sent -= len(head)
-                        first += 1
-                    else:
-                        views[first] = head[sent:]
-                        sent = 0
+                first = _consumed(views, first, sent)
         if stalled.cancelled_caught:
             self.limits.count(self.limits.closed, "send timeout")
             raise CloseConnection(f"the client read nothing of a response for "
                                   f"trireme.response.send.timeout.ms={timeout * 1000:.0f}")
+
+
+def _consumed(views: list, first: int, sent: int) -> int:
+    """Drop ``sent`` bytes from ``views[first:]`` (trimming a view sent in part) → the first view left."""
+    while sent:
+        head = views[first]
+        if sent >= len(head):
+            sent -= len(head)
+            first += 1
+        else:
+            views[first] = head[sent:]
+            sent = 0
+    return first
 
 
 def api_version_entries(entry_cls) -> list:

@@ -7,8 +7,14 @@ from typing import Any, Awaitable, Callable
 
 @dataclasses.dataclass(slots=True)
 class Deferred:
-    """``await wait()`` returns the response (or None for no response).  A ``poll`` (a long-polling fetch) only
-    waits for something to happen: it is cancelled, unanswered, as soon as the client's connection ends."""
+    """``await wait()`` returns the response (or None for no response).  A connection runs the waits of its
+    requests one after another, in request order, as it writes their answers.
+
+    A ``poll`` (a long-polling fetch) only waits for something to happen: it is cancelled, unanswered, as soon
+    as the client's connection ends.  ``ready``, if given, says whether ``wait()`` would finish now without
+    waiting (an acks=all produce whose data is durable already): answers before it are then sent together with
+    it instead of ahead of it."""
 
     wait: Callable[[], Awaitable[Any]]
     poll: bool = False
+    ready: Callable[[], bool] | None = None

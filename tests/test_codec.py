@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+import struct
 import sys
 import uuid
 
@@ -428,6 +429,36 @@ def test_request_header_functions_match_kafka_python(api_key, api_version, corre
     assert (hdr.api_key, hdr.api_version, hdr.correlation_id, hdr.client_id, hdr.size) == (
         api_key, api_version, correlation_id, client_id, len(ours))
     assert H.peek_api(ours + b"\x00" * 8) == (api_key, api_version)
+
+
+def _header_or_error(decode, frame, flexible):
+    try:
+        h = decode(frame, flexible)
+    except CodecError:
+        return "CodecError"
+    return (h.api_key, h.api_version, h.correlation_id, h.client_id, h.size)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(head=st.binary(min_size=8, max_size=8), client_id=st.none() | st.binary(max_size=12) | st.text(max_size=6),
+       length_delta=st.integers(-3, 3), tail=st.binary(max_size=6), flexible=st.booleans())
+def test_request_header_fast_path_matches_the_codec(head, client_id, length_delta, tail, flexible):
+    """decode_request_header's fast path reads every frame as the compiled RequestHeader codec does: the same
+    header (and size) or a CodecError, for well-formed, truncated, mis-sized and non-UTF-8 client ids, with and
+    without tagged fields."""
+    raw = client_id.encode() if isinstance(client_id, str) else client_id
+    n = -1 if raw is None else len(raw) + length_delta
+    frame = head + struct.pack(">h", n) + (raw or b"") + tail
+    for candidate in (frame, frame[:len(frame) // 2], bytearray(frame)):
+        assert _header_or_error(H.decode_request_header, candidate, flexible) == \
+            _header_or_error(H.decode_request_header_generic, candidate, flexible)
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(frame=st.binary(max_size=40), flexible=st.booleans())
+def test_request_header_fast_path_matches_the_codec_on_any_bytes(frame, flexible):
+    assert _header_or_error(H.decode_request_header, frame, flexible) == \
+        _header_or_error(H.decode_request_header_generic, frame, flexible)
 
 
 def test_header_golden_bytes():

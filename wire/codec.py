@@ -107,6 +107,13 @@ class _Gen:
     def emit(self, indent: int, line: str) -> None:
         self.lines.append("    " * indent + line)
 
+    def default_instance(self, cls: type) -> str:
+        """A name for one default instance of ``cls``, made once, to compare tagged struct fields with."""
+        name = f"D{id(cls)}"
+        if name not in self.ns:
+            self.ns[name] = cls()
+        return name
+
     def struct_const(self, fmt: str) -> str:
         name = "S_" + fmt.replace("?", "Q_")
         if name not in self.ns:
@@ -226,8 +233,9 @@ def _decode_struct(g: _Gen, ind: int, owner: FieldSpec | None, fields: list[Fiel
                 g.emit(ind + 1, f"{'if' if i == 0 else 'elif'} {tag} == {f.tag}:")
                 _decode_field(g, ind + 2, f, version, flexible, values[f.py_name])
             g.emit(ind + 1, f"pos = {end}")
-        else:
-            g.emit(ind, "_, pos = skip_tagged_fields(buf, pos)")
+        else:   # almost always an empty section: one byte 0
+            g.emit(ind, "if buf[pos]: _, pos = skip_tagged_fields(buf, pos)")
+            g.emit(ind, "else: pos += 1")
     args = ", ".join(values.get(f.py_name) or _default_expr(f, g.classes) for f in fields)
     g.emit(ind, f"{target} = {cls_name}({args})")
 
@@ -301,7 +309,7 @@ def _encode_struct(g: _Gen, ind: int, fields: list[FieldSpec], version: int, fle
             cond = f"{value}"
         elif f.is_struct:
             cond = (f"{value} is not None" if f.nullable is not None
-                    else f"{value} != C{id(g.classes[id(f)])}()")
+                    else f"{value} != {g.default_instance(g.classes[id(f)])}")
         else:
             cond = f"{value} != {_default_expr(f, g.classes)}"
         tb = g.var("tb")

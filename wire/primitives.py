@@ -28,6 +28,10 @@ ZERO_UUID = uuid.UUID(int=0)
 
 def read_uvarint(buf, pos: int, max_bytes: int = 5) -> tuple[int, int]:
     """An unsigned LEB128 varint of at most ``max_bytes`` bytes."""
+    if pos < len(buf):
+        b = buf[pos]
+        if b < 0x80:
+            return b, pos + 1           # one byte: every small length and count
     result = 0
     shift = 0
     end = len(buf)

@@ -43,10 +43,11 @@ def fetch(ctx, request):
         response.error_code = E.FETCH_SESSION_ID_NOT_FOUND.code
         return response
     moved = broker.data_event()          # taken before reading, so no flush in between is missed
-    size, by_topic = _fill(ctx, request, response)
-    if size >= request.min_bytes or request.max_wait_ms <= 0:
-        broker.metrics.count_bytes_out(by_topic)
-        return response
+    if request.max_wait_ms <= 0 or request.min_bytes <= 0 or _readable(ctx, request):
+        size, by_topic = _fill(ctx, request, response)
+        if size >= request.min_bytes or request.max_wait_ms <= 0:
+            broker.metrics.count_bytes_out(by_topic)
+            return response
     deadline = trio.current_time() + request.max_wait_ms / 1000
 
     async def long_poll():
@@ -54,12 +55,38 @@ def fetch(ctx, request):
         while True:
             await broker.wait_for_data(deadline, moved)
             moved = broker.data_event()
+            expired = trio.current_time() >= deadline
+            if not expired and not _readable(ctx, request):
+                continue                    # a high watermark moved, but none of these partitions'
             response = ctx.response()
             got, by_topic = _fill(ctx, request, response)
-            if got >= request.min_bytes or trio.current_time() >= deadline:
+            if got >= request.min_bytes or expired:
                 broker.metrics.count_bytes_out(by_topic)
                 return response
     return Deferred(long_poll, poll=True)
+
+
+def _readable(ctx, request) -> bool:
+    """Whether a fill could find records: some requested partition has a fetch offset in [log start, read bound)
+    and no epoch error.  Checked before filling, so a long poll woken by another partition's flush, or one with
+    nothing to read yet, builds no response (False means a fill would gather 0 bytes)."""
+    broker = ctx.broker
+    by_id = ctx.api_version >= 13
+    read_committed = request.isolation_level == READ_COMMITTED
+    for fetch_topic in request.topics:
+        topic = broker.topics.by_id(fetch_topic.topic_id) if by_id else broker.topics.get(fetch_topic.topic)
+        if topic is None:
+            continue
+        for fp in fetch_topic.partitions:
+            partition = broker.partition(topic.name, fp.partition)
+            if partition is None or fp.partition_max_bytes <= 0:
+                continue
+            plog = partition.log
+            bound = partition.last_stable_offset() if read_committed else plog.high_watermark
+            if plog.log_start_offset <= fp.fetch_offset < bound \
+                    and not partition.leader_epoch_error(fp.current_leader_epoch):
+                return True
+    return False
 
 
 def _fill(ctx, request, response) -> tuple[int, dict[str, int]]:
@@ -69,6 +96,10 @@ def _fill(ctx, request, response) -> tuple[int, dict[str, int]]:
     cls = type(response).FetchableTopicResponse
     pcls = cls.PartitionData
     acls = pcls.AbortedTransaction
+    # Every partition answered shares one instance of each tagged struct left at its default: read-only here, and
+    # a hundred-partition long poll would otherwise build three objects per partition per answer.
+    unset = {"diverging_epoch": pcls.EpochEndOffset(), "current_leader": pcls.LeaderIdAndEpoch(),
+             "snapshot_id": pcls.SnapshotId()}
     budget = request.max_bytes if ctx.api_version >= 3 else 0x7FFFFFFF
     budget = min(budget, broker.config["fetch.max.bytes"])
     gathered = 0
@@ -81,7 +112,7 @@ def _fill(ctx, request, response) -> tuple[int, dict[str, int]]:
         before = gathered
         for fp in fetch_topic.partitions:
             result = pcls(partition_index=fp.partition, high_watermark=-1, last_stable_offset=-1,
-                          log_start_offset=-1, records=None)
+                          log_start_offset=-1, records=None, **unset)
             out.partitions.append(result)
             partition = broker.partition(topic.name, fp.partition) if topic is not None else None
             if partition is None:

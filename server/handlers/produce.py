@@ -192,7 +192,10 @@ def _produce_now(ctx, request, added, *, close_on_acks0_error: bool = True):
                 result.error_message = partition.storage_error or "the partition was deleted"
                 result.base_offset = -1
         return response
-    return Deferred(wait_durable)
+
+    def durable() -> bool:
+        return all(broker.durable_or_lost(partition, offset) for partition, offset, _ in waits)
+    return Deferred(wait_durable, ready=durable)
 
 
 @handles_legacy("Produce", "LegacyProduce", 0, 2)
