@@ -27,10 +27,15 @@ async def _until_durable(p, offset: int) -> None:
             await trio.sleep(0.005)
 
 
-def test_default_acknowledges_only_what_is_fsynced(tmp_path):
-    broker = _broker(tmp_path)
+def _broker_with_partition(tmp_path, **props):
+    """A broker with the flush policy ``props`` and the partition t-0."""
+    broker = _broker(tmp_path, **props)
     broker.create_topic("t", 1)
-    p = broker.partition("t", 0)
+    return broker, broker.partition("t", 0)
+
+
+def test_default_acknowledges_only_what_is_fsynced(tmp_path):
+    broker, p = _broker_with_partition(tmp_path)
 
     async def body(b):
         _append(b, p, 5)
@@ -42,9 +47,7 @@ def test_default_acknowledges_only_what_is_fsynced(tmp_path):
 
 
 def test_flush_interval_messages(tmp_path):
-    broker = _broker(tmp_path, **{"log.flush.interval.messages": 10})
-    broker.create_topic("t", 1)
-    p = broker.partition("t", 0)
+    broker, p = _broker_with_partition(tmp_path, **{"log.flush.interval.messages": 10})
 
     async def body(b):
         _append(b, p, 5)
@@ -60,9 +63,7 @@ def test_flush_interval_messages(tmp_path):
 
 
 def test_flush_interval_ms(tmp_path):
-    broker = _broker(tmp_path, **{"log.flush.interval.ms": 50})
-    broker.create_topic("t", 1)
-    p = broker.partition("t", 0)
+    broker, p = _broker_with_partition(tmp_path, **{"log.flush.interval.ms": 50})
 
     async def body(b):
         _append(b, p, 3)

@@ -113,10 +113,9 @@ def _implicit_adds(ctx, request) -> dict[tuple[int, int], list[tuple[str, int]]]
             if partition is None or not data.records:
                 continue
             try:
-                batches = records.validate_batches(data.records)
+                header = records.parse_batch_header(data.records)     # the first header only: _append validates
             except CodecError:
                 continue                    # refused when it is appended
-            header = batches[0][1]
             if header.is_transactional and not header.is_control and not _open_here(partition, header):
                 adds.setdefault((header.producer_id, header.producer_epoch), []).append(
                     (partition.topic.name, partition.index))
