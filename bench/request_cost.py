@@ -17,12 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import selectors
 import socket
 import struct
 import sys
 import threading
 import time
 import uuid
+from collections import deque
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from produce_consume import (PhaseClock, ServerStats, broker, create_topic, percentile,  # noqa: E402
@@ -80,15 +82,80 @@ def _connection(bootstrap: str, frame: bytes, requests: int, in_flight: int, exp
     sock.close()
 
 
+def _paced(bootstrap: str, frames: list[bytes], rate: float, seconds: float, latencies: list,
+           start: threading.Event) -> int:
+    """Open loop from one thread: the connections together send ``rate`` requests/s for ``seconds``, each
+    on its own staggered schedule, whatever the answers do; a request's latency runs from the time it was
+    due (not sent), so a client that fell behind does not hide the broker's delay.  → requests answered."""
+    socks = []
+    for _ in frames:
+        host, port = bootstrap.rsplit(":", 1)
+        sock = socket.create_connection((host, int(port)))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setblocking(False)
+        socks.append(sock)
+    n = len(socks)
+    interval = n / rate
+    selector = selectors.DefaultSelector()
+    state = []
+    for i, sock in enumerate(socks):
+        entry = {"sock": sock, "buf": bytearray(), "due": deque()}
+        selector.register(sock, selectors.EVENT_READ, entry)
+        state.append(entry)
+    start.wait()
+    t0 = time.perf_counter()
+    next_due = [t0 + interval * i / n for i in range(n)]
+    end = t0 + seconds
+    answered = outstanding = 0
+    while True:
+        now = time.perf_counter()
+        for i in range(n):
+            if next_due[i] <= now and next_due[i] < end:
+                state[i]["sock"].sendall(frames[i])    # small frames: the socket buffer takes them whole
+                state[i]["due"].append(next_due[i])
+                next_due[i] += interval
+                outstanding += 1
+        upcoming = min(next_due)
+        if upcoming >= end and not outstanding:
+            break
+        timeout = max(0.0, upcoming - time.perf_counter()) if upcoming < end else 1.0
+        for key, _ in selector.select(timeout):
+            entry = key.data
+            data = entry["sock"].recv(1 << 16)
+            if not data:
+                raise SystemExit("the broker closed the connection")
+            buf = entry["buf"]
+            buf += data
+            now = time.perf_counter()
+            while len(buf) >= 4:
+                size = _SIZE.unpack_from(buf)[0]
+                if len(buf) < 4 + size:
+                    break
+                del buf[:4 + size]
+                latencies.append(now - entry["due"].popleft())
+                answered += 1
+                outstanding -= 1
+    for sock in socks:
+        sock.close()
+    return answered
+
+
 def run(args, bootstrap: str, stats: ServerStats) -> dict:
     topic = f"cost-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, args.partitions)
     per_connection = args.requests // args.connections
     start = threading.Event()
     latencies: list[float] = []
-    threads = [threading.Thread(target=_connection, args=(
-        bootstrap, produce_frame(topic, i % args.partitions, args.acks, args.records, args.record_size),
-        per_connection, args.in_flight, args.acks != 0, latencies, start)) for i in range(args.connections)]
+    frames = [produce_frame(topic, i % args.partitions, args.acks, args.records, args.record_size)
+              for i in range(args.connections)]
+    paced_answers: list[int] = []
+    if args.rate:
+        threads = [threading.Thread(target=lambda: paced_answers.append(
+            _paced(bootstrap, frames, args.rate, args.seconds, latencies, start)))]
+    else:
+        threads = [threading.Thread(target=_connection, args=(
+            bootstrap, frames[i], per_connection, args.in_flight, args.acks != 0, latencies, start))
+            for i in range(args.connections)]
     for t in threads:
         t.start()
     time.sleep(0.5)                     # connected
@@ -100,21 +167,25 @@ def run(args, bootstrap: str, stats: ServerStats) -> dict:
         t.join()
     times = clock.stop()
     after = scrape_metrics(stats.metrics_url)
-    done = per_connection * args.connections
+    done = paced_answers[0] if args.rate else per_connection * args.connections
     server_cpu = times["server_cpu_s"]
     latencies.sort()
-    result = {"connections": args.connections, "in_flight": args.in_flight, "records": args.records,
+    result = {"connections": args.connections, "in_flight": None if args.rate else args.in_flight,
+              "rate": args.rate or None, "records": args.records,
               "record_size": args.record_size, "acks": args.acks, "partitions": args.partitions,
               "fsync": args.fsync, "requests": done, "seconds": round(times["seconds"], 3),
               "requests_per_s": round(done / times["seconds"]),
               "broker_cpu_us_per_request": None if server_cpu is None else round(server_cpu / done * 1e6, 1),
-              "latency_ms": {"p50": _ms(percentile(latencies, 0.5)), "p99": _ms(percentile(latencies, 0.99))},
+              "latency_ms": {"p50": _ms(percentile(latencies, 0.5)), "p99": _ms(percentile(latencies, 0.99)),
+                             "max": _ms(latencies[-1] if latencies else None)},
               "fsyncs": None if before is None else after["fsyncs"] - before["fsyncs"],
               **{k: times[k] for k in ("server_cpu_s", "client_cpu_s", "other_processes_cpu_s")}}
-    print(f"{done:,} requests ({args.connections} connections x {args.in_flight} in flight, {args.records} x "
+    shape = (f"{args.rate:,} requests/s paced" if args.rate else f"{args.in_flight} in flight")
+    print(f"{done:,} requests ({args.connections} connections x {shape}, {args.records} x "
           f"{args.record_size} B, acks={args.acks}, fsync {'on' if args.fsync else 'off'}): "
           f"{result['requests_per_s']:,} requests/s, broker CPU {result['broker_cpu_us_per_request']} us/request, "
-          f"round trip ms p50 {result['latency_ms']['p50']} p99 {result['latency_ms']['p99']}; flushes "
+          f"round trip ms p50 {result['latency_ms']['p50']} p99 {result['latency_ms']['p99']} max "
+          f"{result['latency_ms']['max']}; flushes "
           f"{result['fsyncs']}; CPU s: broker "
           f"{server_cpu}, client {round(times['client_cpu_s'], 2)}, others "
           f"{None if times['other_processes_cpu_s'] is None else round(times['other_processes_cpu_s'], 2)}",
@@ -133,6 +204,9 @@ def main(argv=None) -> int:
     ap.add_argument("--requests", type=int, default=20000, help="requests in all")
     ap.add_argument("--records", type=int, default=10, help="records per request")
     ap.add_argument("--record-size", type=int, default=100)
+    ap.add_argument("--rate", type=float, default=0,
+                    help="open loop: all connections together send this many requests/s (one thread) for --seconds")
+    ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--acks", type=int, default=-1, choices=[-1, 0, 1])
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--fsync", action=argparse.BooleanOptionalAction, default=True)

@@ -173,7 +173,7 @@ class Broker:
             self.storage, f"logs/{topic.name}-{index}",
             segment_bytes=int(cfg["segment.bytes"]), retention_ms=int(cfg["retention.ms"]),
             retention_bytes=int(cfg["retention.bytes"]), now_ms=now_ms(), unsafe_no_fsync=not self.fsync,
-            ack_before_flush=self.ack_before_flush)
+            ack_before_flush=self.ack_before_flush, write_behind=True)
         directory = f"logs/{topic.name}-{index}"
         producers, start = self._load_producer_snapshot(plog, directory)
         for header in plog.iter_batch_headers(start):

@@ -19,6 +19,12 @@ from .status_page import StatusPage
 
 log = logging.getLogger("trireme")
 
+# The flusher's worker thread needs the GIL back after each fdatasync to report it done; with Python's
+# default 5 ms switch interval a busy event loop made it wait up to that long per file, so a flush round of
+# a few partitions took tens of milliseconds under load (docs/performance.md, "Small requests").  Only the
+# broker process (``trireme serve``) sets it; an embedding process keeps its own.
+GIL_SWITCH_INTERVAL = 0.0005
+
 
 def _properties_help() -> str:
     lines = ["broker properties (Kafka's names; set in --config or with --set NAME=VALUE):"]
@@ -128,6 +134,7 @@ def main(argv=None) -> int:
         return 2
     logging.basicConfig(level=config["trireme.log.level"], stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL)
     try:
         trio.run(run_broker, config, None, topics)
     except TopicError as e:

@@ -96,11 +96,38 @@ class FrameReader:
     def __init__(self, conn: "Connection", max_size: int):
         self.conn = conn
         self.stream = conn.stream
+        self.fd = conn.stream.socket.fileno()
         self.max_size = max_size
         self.buf = bytearray()
         self.started = 0.0
         self.charged = 0                # request budget bytes the last frame took
         self.eof_reason = "closed by client"
+        self.drained = True             # the last read took all the socket had (it returned less than asked)
+
+    async def receive_some(self) -> bytes:
+        """Up to READ_CHUNK bytes of the socket, waiting for them; b"" at EOF.
+
+        The connection's read fast path, in place of trio's ``SocketStream.receive_some``, which always reads
+        first and, when that fails with EAGAIN (the usual case for a client that waits for its answer),
+        waits for readability and reads again.  After a short read the socket is most likely drained, so this
+        waits first and reads once: one syscall and one exception fewer per request.  After a full read it
+        reads again at once, with a checkpoint, so a client that keeps the socket full does not starve other
+        tasks.  Errors are trio's: BrokenResourceError for the socket's, ClosedResourceError when the idle
+        watchdog closes the wait."""
+        if self.drained:
+            await trio.lowlevel.wait_readable(self.fd)
+        else:
+            await trio.lowlevel.checkpoint()
+        while True:
+            try:
+                data = os.read(self.fd, READ_CHUNK)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(self.fd)
+                continue
+            except OSError as e:
+                raise trio.BrokenResourceError(f"receive failed: {e!r}") from e
+            self.drained = len(data) < READ_CHUNK
+            return data
 
     async def _wait_prefix(self) -> bool:
         """Receive until a size prefix is buffered; False at EOF or when the connection was idle too long (the
@@ -109,7 +136,7 @@ class FrameReader:
         while len(self.buf) < 4:
             conn.waiting_since = trio.current_time()
             try:
-                data = await self.stream.receive_some(READ_CHUNK)
+                data = await self.receive_some()
             except trio.ClosedResourceError:
                 if conn.idle:
                     self.eof_reason = f"idle for connections.max.idle.ms={conn.limits.idle_timeout * 1000:.0f}"
@@ -184,6 +211,7 @@ class FrameReader:
             self.charged = 0
             raise
         conn.request_bytes -= self.charged      # the caller charges the whole frame to the request
+        self.drained = False                    # the next frame may have followed this one: read before waiting
         return frame
 
 

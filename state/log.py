@@ -124,7 +124,7 @@ class _Segment:
                  "time_ts", "time_rel", "max_ts", "max_ts_offset", "bytes_since_index",
                  "sealed", "index_persisted", "deleted",
                  "txn_handle", "txn_on_disk", "txn_count", "txn_written", "txn_synced", "txn_unwritten",
-                 "txn_pending")
+                 "txn_pending", "tail", "tail_start")
 
     def __init__(self, base_offset: int, path: str, size: int = 0, handle: ReadFile | None = None) -> None:
         self.base_offset = base_offset
@@ -147,6 +147,10 @@ class _Segment:
         self.txn_count = self.txn_written = self.txn_synced = 0
         self.txn_unwritten = bytearray()
         self.txn_pending = False  # in PartitionLog._txn_pending
+        # Write-behind: the appended bytes from file position tail_start on, not yet known written to the file
+        # (views of the request buffers they came in); tail_start + their length == size.
+        self.tail: list = []
+        self.tail_start = size
 
     @property
     def index_path(self) -> str:
@@ -232,11 +236,64 @@ class _FlushPlan:
     """What one flush must do, fixed by flush_begin so that flush can run in another thread."""
 
     target: int
+    writes: tuple[tuple[_Segment, AppendFile, int, tuple], ...]  # (segment, handle, position, tail buffers)
     files: tuple[tuple[_Segment, AppendFile], ...]
     txn_files: tuple[tuple[_Segment, AppendFile | None, int, int], ...]  # (segment, handle, written, count)
     sync_dir: bool
     dir_generation: int
     seal: tuple[_Segment, ...]
+
+
+def _write_tail(handle: AppendFile, pos: int, buffers: tuple) -> None:
+    """Write a write-behind tail taken at file position ``pos`` (flushing thread), skipping what an earlier flush
+    of the same bytes wrote already; raises OSError."""
+    skip = handle.size - pos
+    if skip < 0:
+        raise OSError(errno.EIO, f"{handle.path}: {-skip} bytes before the unwritten tail are missing")
+    views = []
+    for buf in buffers:
+        if skip >= len(buf):
+            skip -= len(buf)
+            continue
+        views.append(buf[skip:] if skip else buf)
+        skip = 0
+    if views:
+        handle.write_vectored(views)
+
+
+class _TailReader(ReadFile):
+    """A segment read while part of it is only in memory (write-behind): the file below ``tail_start``, the tail
+    buffers from there."""
+
+    __slots__ = ("file", "tail_start", "tail", "path")
+
+    def __init__(self, file: ReadFile, tail_start: int, tail: list) -> None:
+        self.file = file
+        self.tail_start = tail_start
+        self.tail = tail
+        self.path = file.path
+
+    @property
+    def size(self) -> int:
+        return self.tail_start + sum(len(b) for b in self.tail)
+
+    def read(self, pos: int, n: int) -> bytes:
+        end = pos + n
+        parts = []
+        if pos < self.tail_start:
+            parts.append(self.file.read(pos, min(end, self.tail_start) - pos))
+        at = self.tail_start
+        for buf in self.tail:
+            if at >= end:
+                break
+            following = at + len(buf)
+            if following > pos:
+                parts.append(buf[max(pos - at, 0):min(end, following) - at])
+            at = following
+        return b"".join(parts)
+
+    def close(self) -> None:
+        pass                # the segment's own handle is closed with the segment
 
 
 # --- the log ----------------------------------------------------------------------------------
@@ -247,7 +304,10 @@ class PartitionLog:
 
     Durability: appends only write. `high_watermark` is the offset below which everything is
     fsynced. A flush is flush_begin (plan, owning thread) → flush (fsyncs, any thread) →
-    flush_done (owning thread). A sealed segment's indexes are persisted only after its data
+    flush_done (owning thread). With `write_behind` (fsync on, acknowledging after the flush) an append
+    does not even write: it keeps a view of the batch bytes as they came, and the flush writes everything
+    appended since the last one with one `pwritev` per segment before its fsync, in the flushing thread;
+    reads of those bytes meanwhile are served from memory (`_TailReader`). A sealed segment's indexes are persisted only after its data
     was fsynced, so on open a segment with indexes is known durable; every segment from the
     first one without them is validated batch by batch and truncated at the first bad batch.
 
@@ -260,11 +320,15 @@ class PartitionLog:
     """
 
     def __init__(self, storage: Storage, directory: str, *, segment_bytes: int, retention_ms: int,
-                 retention_bytes: int, unsafe_no_fsync: bool, ack_before_flush: bool = False) -> None:
+                 retention_bytes: int, unsafe_no_fsync: bool, ack_before_flush: bool = False,
+                 write_behind: bool = False) -> None:
         self._storage = storage
         self._directory = directory
         self._unsafe = unsafe_no_fsync
         self._ack_before_flush = ack_before_flush
+        # Only where nothing is visible or acknowledged before its flush: bytes not yet written would be lost
+        # by a process crash, which the page cache survives.
+        self._write_behind = write_behind and not unsafe_no_fsync and not ack_before_flush
         self.configure(segment_bytes=segment_bytes, retention_ms=retention_ms, retention_bytes=retention_bytes)
         self._segments: list[_Segment] = []
         self._bases: list[int] = []
@@ -294,16 +358,18 @@ class PartitionLog:
     @classmethod
     def open(cls, storage: Storage, directory: str, *, segment_bytes: int = 1073741824,
              retention_ms: int = 604800000, retention_bytes: int = -1, now_ms: int,
-             unsafe_no_fsync: bool = False, ack_before_flush: bool = False) -> PartitionLog:
+             unsafe_no_fsync: bool = False, ack_before_flush: bool = False,
+             write_behind: bool = False) -> PartitionLog:
         """Open (or create) the log in `directory`, recovering the tail after a crash.
 
         With `ack_before_flush` (Kafka's flush policy, log.flush.interval.*) the high watermark is the
         log end offset: data is visible once written, and flushes (still with every durability rule)
-        only move `durable_offset`.
+        only move `durable_offset`.  `write_behind` (ignored with either of the others) leaves the writes
+        to the flush (see the class).
         """
         log = cls(storage, directory, segment_bytes=segment_bytes, retention_ms=retention_ms,
                   retention_bytes=retention_bytes, unsafe_no_fsync=unsafe_no_fsync,
-                  ack_before_flush=ack_before_flush)
+                  ack_before_flush=ack_before_flush, write_behind=write_behind)
         log._load()
         return log
 
@@ -601,14 +667,19 @@ class PartitionLog:
                 set_log_append_time(view, pos, now_ms)
             offset += header.last_offset_delta + 1
 
-        try:
-            seg.handle.write(view[first_pos:end])
-        except OSError:
-            try:  # leave no partial batch behind for recovery to resurrect
-                seg.handle.truncate(seg.size)
+        if self._write_behind:
+            if not seg.tail:
+                seg.tail_start = seg.size
+            seg.tail.append(view[first_pos:end])        # written by the flush
+        else:
+            try:
+                seg.handle.write(view[first_pos:end])
             except OSError:
-                pass
-            raise  # nothing else has changed
+                try:  # leave no partial batch behind for recovery to resurrect
+                    seg.handle.truncate(seg.size)
+                except OSError:
+                    pass
+                raise  # nothing else has changed
 
         file_pos = seg.size
         offset = base_offset
@@ -745,9 +816,11 @@ class PartitionLog:
             files[seg.base_offset] = (seg, seg.handle)
         for seg in self._unpersisted:
             files[seg.base_offset] = (seg, seg.handle)
+        planned = tuple(files[b] for b in sorted(files))
         self._plans[target] = _FlushPlan(
             target=target,
-            files=tuple(files[b] for b in sorted(files)),
+            writes=tuple((seg, handle, seg.tail_start, tuple(seg.tail)) for seg, handle in planned if seg.tail),
+            files=planned,
             txn_files=tuple((seg, seg.txn_handle, seg.txn_written, seg.txn_count)
                             for seg in sorted(self._txn_pending, key=lambda s: s.base_offset)),
             sync_dir=self._dir_generation > self._dir_synced_generation,
@@ -764,6 +837,9 @@ class PartitionLog:
         if plan is None:
             self.flush_begin()  # only valid from the owning thread
             plan = self._plans[self.log_end_offset]
+        for seg, handle, pos, buffers in plan.writes:
+            if not seg.deleted:
+                _write_tail(handle, pos, buffers)
         for seg, handle in plan.files:
             try:
                 handle.sync()
@@ -798,6 +874,10 @@ class PartitionLog:
         for stale in [t for t in self._plans if t < target]:
             del self._plans[stale]
         if plan is not None:
+            for seg, _handle, pos, buffers in plan.writes:
+                if seg.tail_start == pos:       # not trimmed already (by a later plan that wrote them again)
+                    del seg.tail[:len(buffers)]
+                    seg.tail_start += sum(len(b) for b in buffers)
             for seg in plan.seal:
                 seg.index_persisted = True
             self._unpersisted = [s for s in self._unpersisted if not s.index_persisted]
@@ -913,6 +993,8 @@ class PartitionLog:
     def _reader(self, seg: _Segment) -> ReadFile:
         if seg.handle is None:
             seg.handle = self._storage.open_read(seg.path)
+        if seg.tail:
+            return _TailReader(seg.handle, seg.tail_start, seg.tail)
         return seg.handle
 
     # --- timestamps ---

@@ -8,6 +8,7 @@ import random
 import threading
 from abc import ABC, abstractmethod
 
+_IOV_MAX = 1024       # buffers per pwritev call (Linux's UIO_MAXIOV)
 TEMP_SUFFIX = ".tmp"  # `write_atomic` stages data in `path + TEMP_SUFFIX`; leftovers may be removed
 
 # Errors that mean "out of descriptors (or kernel memory for them)", not a broken disk: never sticky,
@@ -48,6 +49,11 @@ class AppendFile(ReadFile):
     @abstractmethod
     def write(self, buf: bytes | bytearray | memoryview) -> None:
         """Append all of `buf` at the logical end. On OSError the logical size is unchanged."""
+
+    def write_vectored(self, buffers: list) -> None:
+        """Append the buffers one after another, as `write` of their concatenation (implementations may gather
+        them with one system call instead of joining them first)."""
+        self.write(b"".join(buffers))
 
     @abstractmethod
     def truncate(self, n: int) -> None:
@@ -304,6 +310,32 @@ class _FileAppendFile(_FileHandle, AppendFile):
         finally:
             self._unpin()
         self._size = pos + done
+
+    def write_vectored(self, buffers: list) -> None:
+        views = [v for v in (_as_bytes_view(b) for b in buffers) if len(v)]
+        pos = self._size
+        total = sum(len(v) for v in views)
+        done = 0
+        first = 0
+        fd = self._pin()
+        try:
+            while first < len(views):
+                n = os.pwritev(fd, views[first:first + _IOV_MAX], pos + done)
+                done += n
+                while n and n >= len(views[first]):
+                    n -= len(views[first])
+                    first += 1
+                if n:
+                    views[first] = views[first][n:]
+        except OSError:
+            try:
+                os.ftruncate(fd, pos)
+            except OSError:
+                pass
+            raise
+        finally:
+            self._unpin()
+        self._size = pos + total
 
     def read(self, pos: int, n: int) -> bytes:
         return self._pread(pos, n)

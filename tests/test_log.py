@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import bisect
+import posixpath
 import random
 import struct
 import threading
@@ -112,8 +113,20 @@ def storage(request, tmp_path):
     return FileStorage(tmp_path) if request.param == "file" else MemoryStorage()
 
 
+WRITE_BEHIND = {"write_behind": False}
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["write-through", "write-behind"])
+def write_mode(request):
+    """Every test runs with appends written at once and with appends written by the flush (write-behind)."""
+    WRITE_BEHIND["write_behind"] = request.param
+    yield request.param
+    WRITE_BEHIND["write_behind"] = False
+
+
 def open_log(storage, **kw) -> PartitionLog:
     kw.setdefault("now_ms", 0)
+    kw.setdefault("write_behind", WRITE_BEHIND["write_behind"])
     return PartitionLog.open(storage, DIR, **kw)
 
 
@@ -559,6 +572,10 @@ def test_random_append_flush_crash(ops, final_seed):
                 log.close()
                 _healthy(storage)
                 log = open_log(storage, segment_bytes=seg)  # restart after a failed fsync; page cache intact
+                if WRITE_BEHIND["write_behind"]:
+                    # what the failed flush did not write is gone (it was never acknowledged); the rest stays
+                    assert flushed <= log.log_end_offset <= len(values)
+                    values = values[:log.log_end_offset]
                 flushed = log.high_watermark
                 assert flushed == len(values)
                 assert_contents(log)
@@ -601,7 +618,8 @@ def test_random_append_flush_crash(ops, final_seed):
 # --- injected failures --------------------------------------------------------------------------
 
 
-def test_write_failure_leaves_log_intact():
+@pytest.mark.parametrize("write_mode", [False], indirect=True, ids=["write-through"])   # appends write
+def test_write_failure_leaves_log_intact(write_mode):
     storage = MemoryStorage()
     log = open_log(storage)
     vals = fill(log, 3)
@@ -616,7 +634,8 @@ def test_write_failure_leaves_log_intact():
     assert values_of(read_all(log)) == vals + [b"ok"]
 
 
-def test_write_failure_on_roll_leaves_log_intact():
+@pytest.mark.parametrize("write_mode", [False], indirect=True, ids=["write-through"])   # appends write
+def test_write_failure_on_roll_leaves_log_intact(write_mode):
     storage = MemoryStorage()
     log = open_log(storage, segment_bytes=500)
     vals = fill(log, 2)
@@ -668,8 +687,13 @@ def test_every_failure_point_in_a_flush_keeps_the_promise(fault):
             reopened = open_log(storage.crash(), segment_bytes=500)
             assert 1 <= reopened.log_end_offset and values_of(read_all(reopened)) == vals[: reopened.log_end_offset]
             log.close()
-            log = open_log(storage, segment_bytes=500)  # restart without a crash: nothing lost
-            assert values_of(read_all(log)) == vals and log.high_watermark == 5
+            log = open_log(storage, segment_bytes=500)  # restart without a crash: nothing lost...
+            if WRITE_BEHIND["write_behind"] and fault == "write":
+                # ...but what the failed flush did not write (never acknowledged)
+                assert 1 <= log.log_end_offset and values_of(read_all(log)) == vals[:log.log_end_offset]
+                vals = vals[:log.log_end_offset]
+            else:
+                assert values_of(read_all(log)) == vals and log.high_watermark == 5
         else:
             assert log.high_watermark == 5
         log = open_log(storage.crash(), segment_bytes=500)
@@ -1315,3 +1339,59 @@ def test_random_aborted_txns_with_flush_crash_and_failures(ops, final_seed):
     storage = storage.crash(torn_tail=True, rng=random.Random(final_seed))
     log = open_log(storage, segment_bytes=seg)
     check_reopened(log)
+
+
+# --- write-behind ---------------------------------------------------------------------------------
+
+
+def _segment_file_bytes(storage, log: PartitionLog) -> int:
+    return sum(storage.size(posixpath.join(DIR, name)) for name in storage.list(DIR) if name.endswith(".log"))
+
+
+@pytest.mark.parametrize("write_mode", [True], indirect=True, ids=["write-behind"])
+def test_write_behind_writes_at_the_flush_and_reads_from_memory_meanwhile(storage, write_mode):
+    log = open_log(storage, segment_bytes=1_500)
+    vals = fill(log, 12)                            # rolls segments: sealed ones keep unwritten tails too
+    assert _segment_file_bytes(storage, log) == 0   # nothing written yet
+    assert values_of(read_all(log)) == vals         # served from the appended buffers
+    assert log.offset_for_timestamp(0) is not None
+    log.sync()
+    assert _segment_file_bytes(storage, log) == log.size_bytes
+    vals += fill(log, 3)
+    assert values_of(read_all(log)) == vals         # file below, memory above
+    log.sync()
+    log.close()
+    assert values_of(read_all(open_log(storage, segment_bytes=1_500))) == vals
+
+
+@pytest.mark.parametrize("write_mode", [True], indirect=True, ids=["write-behind"])
+def test_write_behind_failed_write_is_retried_by_the_next_flush_without_duplicates(write_mode):
+    storage = MemoryStorage()
+    log = open_log(storage)
+    vals = fill(log, 4)
+    storage.fail_next_write()                       # half the bytes land, then ENOSPC
+    target = log.flush_begin()
+    with pytest.raises(OSError):
+        log.flush(target)
+    vals += fill(log, 2)
+    log.sync()                                      # a new plan writes all six, once
+    assert log.high_watermark == 6
+    log = open_log(storage.crash())
+    assert values_of(read_all(log)) == vals
+
+
+@pytest.mark.parametrize("write_mode", [True], indirect=True, ids=["write-behind"])
+def test_write_behind_overlapping_plans_write_each_byte_once(write_mode):
+    storage = MemoryStorage()
+    log = open_log(storage)
+    vals = fill(log, 3)
+    first = log.flush_begin()
+    vals += fill(log, 2)
+    second = log.flush_begin()                      # takes all five again
+    log.flush(first)
+    log.flush(second)                               # writes only the two the first did not
+    log.flush_done(second)
+    assert log.high_watermark == 5
+    assert _segment_file_bytes(storage, log) == log.size_bytes
+    log = open_log(storage.crash())
+    assert values_of(read_all(log)) == vals

@@ -44,6 +44,16 @@ def test_append_read_size(storage):
     r.close()
 
 
+def test_write_vectored_appends_the_buffers_in_order(storage):
+    f = storage.open_append("v.log")
+    f.write(b"head:")
+    parts = [b"a" * 3, b"", bytearray(b"bc"), memoryview(b"..def..")[2:5]] + [bytes([65 + i % 26]) for i in range(1500)]
+    f.write_vectored(parts)         # more buffers than one pwritev takes
+    expected = b"head:" + b"".join(bytes(p) for p in parts)
+    assert f.size == len(expected) and storage.read_all("v.log") == expected
+    f.close()
+
+
 def test_memoryview_of_other_format_is_written_as_bytes(storage):
     import array
 
