@@ -67,19 +67,28 @@ def _connection(bootstrap: str, frame: bytes, requests: int, in_flight: int, exp
         if not expect_answers:
             answered = sent
             continue
-        data = sock.recv(1 << 16)
-        if not data:
-            raise SystemExit("the broker closed the connection")
-        buf += data
-        now = time.perf_counter()
-        while len(buf) >= 4:
-            n = _SIZE.unpack_from(buf)[0]
-            if len(buf) < 4 + n:
-                break
-            del buf[:4 + n]
+        now, count = _receive_answers(sock, buf)
+        for _ in range(count):
             latencies.append(now - sent_at[answered])
             answered += 1
     sock.close()
+
+
+def _receive_answers(sock, buf: bytearray) -> tuple[float, int]:
+    """One recv into ``buf`` → (when, how many whole answers it completed); those are dropped from ``buf``."""
+    data = sock.recv(1 << 16)
+    if not data:
+        raise SystemExit("the broker closed the connection")
+    buf += data
+    now = time.perf_counter()
+    count = 0
+    while len(buf) >= 4:
+        size = _SIZE.unpack_from(buf)[0]
+        if len(buf) < 4 + size:
+            break
+        del buf[:4 + size]
+        count += 1
+    return now, count
 
 
 def _paced(bootstrap: str, frames: list[bytes], rate: float, seconds: float, latencies: list,
@@ -121,20 +130,11 @@ def _paced(bootstrap: str, frames: list[bytes], rate: float, seconds: float, lat
         timeout = max(0.0, upcoming - time.perf_counter()) if upcoming < end else 1.0
         for key, _ in selector.select(timeout):
             entry = key.data
-            data = entry["sock"].recv(1 << 16)
-            if not data:
-                raise SystemExit("the broker closed the connection")
-            buf = entry["buf"]
-            buf += data
-            now = time.perf_counter()
-            while len(buf) >= 4:
-                size = _SIZE.unpack_from(buf)[0]
-                if len(buf) < 4 + size:
-                    break
-                del buf[:4 + size]
+            now, count = _receive_answers(entry["sock"], entry["buf"])
+            for _ in range(count):
                 latencies.append(now - entry["due"].popleft())
-                answered += 1
-                outstanding -= 1
+            answered += count
+            outstanding -= count
     for sock in socks:
         sock.close()
     return answered

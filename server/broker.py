@@ -143,6 +143,7 @@ class Broker:
         self._dirty: set[Partition] = set()
         self._dirty_event = trio.Event()
         self._hw_event = trio.Event()
+        self._wake_callbacks: set = set()       # call_on_next_wake
         self.advertised_host = config.advertised_host or config.listen_host
         self.advertised_port = config.advertised_port or config.listen_port
         started = time.perf_counter()
@@ -352,6 +353,7 @@ class Broker:
                     # re-created topic of that name clears them first.
                     log.warning("could not remove files of %s-%d yet: %r", name, index, e)
         self.groups.forget_topic(name)
+        self._wake_waiters()                # produce waits on its partitions end now (KAFKA_STORAGE_ERROR)
         log.info("deleted topic name=%s", name)
 
     def add_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
@@ -435,9 +437,18 @@ class Broker:
         with trio.move_on_at(deadline):
             await (event if event is not None else self._hw_event).wait()
 
+    def call_on_next_wake(self, callback) -> None:
+        """Call ``callback()`` (once) when high watermarks next move, or a partition fails or goes: how a connection
+        whose next answer waits for a flush sleeps until then without a task of its own parked on the event."""
+        self._wake_callbacks.add(callback)
+
     def _wake_waiters(self) -> None:
         self._hw_event.set()
         self._hw_event = trio.Event()
+        if self._wake_callbacks:
+            callbacks, self._wake_callbacks = self._wake_callbacks, set()
+            for callback in callbacks:
+                callback()
 
     async def run_interval_flusher(self) -> None:
         """With Kafka's flush policy: every log.flush.interval.ms, flush whatever is not durable yet."""

@@ -23,7 +23,7 @@ log = logging.getLogger("trireme")
 # default 5 ms switch interval a busy event loop made it wait up to that long per file, so a flush round of
 # a few partitions took tens of milliseconds under load (docs/performance.md, "Small requests").  Only the
 # broker process (``trireme serve``) sets it; an embedding process keeps its own.
-GIL_SWITCH_INTERVAL = 0.0005
+GIL_SWITCH_INTERVAL = 0.002
 
 
 def _properties_help() -> str:

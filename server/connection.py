@@ -34,7 +34,10 @@ from .dispatch import RequestContext
 log = logging.getLogger("trireme.connection")
 
 MAX_IN_FLIGHT = 64
-READ_CHUNK = 256 * 1024
+# What one read of a connection asks for.  Larger frames are read straight into their own buffer (_receive), so
+# this only needs to hold a few pipelined small requests; above 128 KiB each read's buffer would be a fresh
+# mmap (glibc), which cost 17 µs per read here against 4 µs at 64 KiB.
+READ_CHUNK = 64 * 1024
 GROW_MIN = 1 << 20          # a frame's buffer starts at this (or its size, if smaller) and then doubles
 _API_VERSIONS = message("ApiVersionsResponse")
 _IOV_MAX = 1024
@@ -346,7 +349,12 @@ class Connection:
             if item is not None:
                 self.outstanding += 1
                 queue.append(item)
-                self._wake_writer()
+                if type(item) is _Waiting and _waits_for_flush(item.deferred):
+                    # Nothing to send before the next flush: the writer is woken by it, not now (one task
+                    # switch less per acks=all produce).  A writer that is busy meanwhile gets to it anyway.
+                    self.broker.call_on_next_wake(self._wake_writer)
+                else:
+                    self._wake_writer()
 
     async def _dispatch(self, frame: bytearray, charged: int, received: float):
         """Decode and handle one request → what the writer should send (an _Outgoing, a _Waiting) or None.
@@ -530,6 +538,12 @@ class Connection:
             self.limits.count(self.limits.closed, "send timeout")
             raise CloseConnection(f"the client read nothing of a response for "
                                   f"trireme.response.send.timeout.ms={timeout * 1000:.0f}")
+
+
+def _waits_for_flush(deferred: Deferred) -> bool:
+    """Whether ``deferred`` is a wait for durability (it has a ``ready`` check) that cannot finish yet."""
+    ready = deferred.ready
+    return ready is not None and not ready()
 
 
 def _consumed(views: list, first: int, sent: int) -> int:

@@ -23,6 +23,7 @@ INDEX_INTERVAL_BYTES = 4096  # an offset index entry roughly every this many byt
 CHECKPOINT_NAME = "log-start-offset.checkpoint"
 
 _INT32_MAX = 2**31 - 1
+WRITE_BEHIND_MAX = 16384  # batches this big are written by the append itself (see PartitionLog)
 _READAHEAD = 8192  # bytes read at a time when hopping from batch header to batch header
 _RECOVERY_CHUNK = 1 << 20
 _SEGMENT_NAME = re.compile(r"(\d{20})\.(log|index|timeindex|txnindex)")
@@ -236,29 +237,12 @@ class _FlushPlan:
     """What one flush must do, fixed by flush_begin so that flush can run in another thread."""
 
     target: int
-    writes: tuple[tuple[_Segment, AppendFile, int, tuple], ...]  # (segment, handle, position, tail buffers)
+    write_error: OSError | None     # writing a write-behind tail failed: the flush fails with it
     files: tuple[tuple[_Segment, AppendFile], ...]
     txn_files: tuple[tuple[_Segment, AppendFile | None, int, int], ...]  # (segment, handle, written, count)
     sync_dir: bool
     dir_generation: int
     seal: tuple[_Segment, ...]
-
-
-def _write_tail(handle: AppendFile, pos: int, buffers: tuple) -> None:
-    """Write a write-behind tail taken at file position ``pos`` (flushing thread), skipping what an earlier flush
-    of the same bytes wrote already; raises OSError."""
-    skip = handle.size - pos
-    if skip < 0:
-        raise OSError(errno.EIO, f"{handle.path}: {-skip} bytes before the unwritten tail are missing")
-    views = []
-    for buf in buffers:
-        if skip >= len(buf):
-            skip -= len(buf)
-            continue
-        views.append(buf[skip:] if skip else buf)
-        skip = 0
-    if views:
-        handle.write_vectored(views)
 
 
 class _TailReader(ReadFile):
@@ -305,9 +289,11 @@ class PartitionLog:
     Durability: appends only write. `high_watermark` is the offset below which everything is
     fsynced. A flush is flush_begin (plan, owning thread) → flush (fsyncs, any thread) →
     flush_done (owning thread). With `write_behind` (fsync on, acknowledging after the flush) an append
-    does not even write: it keeps a view of the batch bytes as they came, and the flush writes everything
-    appended since the last one with one `pwritev` per segment before its fsync, in the flushing thread;
-    reads of those bytes meanwhile are served from memory (`_TailReader`). A sealed segment's indexes are persisted only after its data
+    of a small batch does not write: it keeps a view of the batch bytes as they came, and flush_begin
+    writes everything appended since the last flush with one `pwritev` per segment (one system call per
+    partition and flush round instead of one per request); reads of those bytes meanwhile are served
+    from memory (`_TailReader`). A batch of WRITE_BEHIND_MAX bytes or more is written at once when
+    nothing is pending before it. A sealed segment's indexes are persisted only after its data
     was fsynced, so on open a segment with indexes is known durable; every segment from the
     first one without them is validated batch by batch and truncated at the first bad batch.
 
@@ -667,7 +653,7 @@ class PartitionLog:
                 set_log_append_time(view, pos, now_ms)
             offset += header.last_offset_delta + 1
 
-        if self._write_behind:
+        if self._write_behind and (seg.tail or total < WRITE_BEHIND_MAX):
             if not seg.tail:
                 seg.tail_start = seg.size
             seg.tail.append(view[first_pos:end])        # written by the flush
@@ -819,7 +805,7 @@ class PartitionLog:
         planned = tuple(files[b] for b in sorted(files))
         self._plans[target] = _FlushPlan(
             target=target,
-            writes=tuple((seg, handle, seg.tail_start, tuple(seg.tail)) for seg, handle in planned if seg.tail),
+            write_error=self._write_tails(planned),
             files=planned,
             txn_files=tuple((seg, seg.txn_handle, seg.txn_written, seg.txn_count)
                             for seg in sorted(self._txn_pending, key=lambda s: s.base_offset)),
@@ -829,6 +815,19 @@ class PartitionLog:
         )
         return target
 
+    def _write_tails(self, planned) -> OSError | None:
+        """Write the write-behind tails of the segments a flush covers, one `pwritev` each, in order; → the error
+        that stopped it (its tail and those after it stay in memory for the next flush to write)."""
+        for seg, handle in planned:
+            if seg.tail:
+                try:
+                    handle.write_vectored(seg.tail)
+                except OSError as e:
+                    return e
+                seg.tail = []
+                seg.tail_start = seg.size
+        return None
+
     def flush(self, target: int) -> None:
         """Make everything below `target` durable (blocking; safe in a worker thread). Raises OSError."""
         if self._unsafe:
@@ -837,9 +836,8 @@ class PartitionLog:
         if plan is None:
             self.flush_begin()  # only valid from the owning thread
             plan = self._plans[self.log_end_offset]
-        for seg, handle, pos, buffers in plan.writes:
-            if not seg.deleted:
-                _write_tail(handle, pos, buffers)
+        if plan.write_error is not None:
+            raise plan.write_error
         for seg, handle in plan.files:
             try:
                 handle.sync()
@@ -874,10 +872,6 @@ class PartitionLog:
         for stale in [t for t in self._plans if t < target]:
             del self._plans[stale]
         if plan is not None:
-            for seg, _handle, pos, buffers in plan.writes:
-                if seg.tail_start == pos:       # not trimmed already (by a later plan that wrote them again)
-                    del seg.tail[:len(buffers)]
-                    seg.tail_start += sum(len(b) for b in buffers)
             for seg in plan.seal:
                 seg.index_persisted = True
             self._unpersisted = [s for s in self._unpersisted if not s.index_persisted]

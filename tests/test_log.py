@@ -1395,3 +1395,24 @@ def test_write_behind_overlapping_plans_write_each_byte_once(write_mode):
     assert _segment_file_bytes(storage, log) == log.size_bytes
     log = open_log(storage.crash())
     assert values_of(read_all(log)) == vals
+
+
+@pytest.mark.parametrize("write_mode", [True], indirect=True, ids=["write-behind"])
+def test_write_behind_writes_large_batches_at_once_unless_small_ones_are_pending(storage, write_mode):
+    big = log_mod.WRITE_BEHIND_MAX
+    log = open_log(storage)
+    first = [value(0, big)]
+    append(log, make_batch(first))                  # nothing pending: written by the append
+    assert _segment_file_bytes(storage, log) == log.size_bytes
+    small = [value(1)]
+    append(log, make_batch(small))                  # pending in memory
+    written = _segment_file_bytes(storage, log)
+    assert written < log.size_bytes
+    second = [value(2, big)]
+    append(log, make_batch(second))                 # behind a pending one: pending too, in order
+    assert _segment_file_bytes(storage, log) == written
+    assert values_of(read_all(log)) == first + small + second
+    log.sync()
+    assert _segment_file_bytes(storage, log) == log.size_bytes
+    log.close()
+    assert values_of(read_all(open_log(storage))) == first + small + second

@@ -103,6 +103,10 @@ def read_length32(buf, pos):
 
 def read_compact_length(buf, pos):
     """Compact lengths are stored plus one, so 0 means null (-1)."""
+    if pos < len(buf):
+        b = buf[pos]
+        if b < 0x80:
+            return b - 1, pos + 1       # one byte: every length under 127 (read_uvarint's own fast path, inlined)
     n, pos = read_uvarint(buf, pos)
     return n - 1, pos
 
@@ -133,6 +137,11 @@ def read_nullable_string(buf, pos):
 
 
 def read_compact_string(buf, pos):
+    if pos < len(buf):
+        n = buf[pos] - 1
+        end = pos + 1 + n
+        if 0 <= n < 0x7F and end <= len(buf):       # a one-byte length, in the buffer: the usual string
+            return _decode_utf8(buf[pos + 1:end]), end
     n, pos = read_compact_length(buf, pos)
     if n < 0:
         raise CodecError("null where a non-nullable string is required")
@@ -214,7 +223,12 @@ def read_array_length(buf, pos):
 
 
 def read_compact_array_length(buf, pos):
-    n, pos = read_compact_length(buf, pos)
+    if pos < len(buf) and buf[pos] < 0x80:
+        n = buf[pos] - 1
+        pos += 1
+    else:
+        n, pos = read_uvarint(buf, pos)
+        n -= 1
     if n > len(buf) - pos:
         raise CodecError(f"array of {n} elements overruns the buffer")
     return n, pos
@@ -254,7 +268,11 @@ def write_compact_string(out: bytearray, value: str | None) -> None:
         out.append(0)
         return
     raw = _utf8(value)
-    write_uvarint(out, len(raw) + 1)
+    n = len(raw) + 1
+    if n < 0x80:
+        out.append(n)
+    else:
+        write_uvarint(out, n)
     out += raw
 
 
@@ -283,4 +301,8 @@ def write_array_length(out: bytearray, value) -> None:
 
 
 def write_compact_array_length(out: bytearray, value) -> None:
-    write_uvarint(out, 0 if value is None else len(value) + 1)
+    n = 0 if value is None else len(value) + 1
+    if n < 0x80:
+        out.append(n)
+    else:
+        write_uvarint(out, n)
