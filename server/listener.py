@@ -116,13 +116,11 @@ class Listener:
                 peer = "?"
             conn = Connection(stream, self.broker, peer)
             self.connections.add(conn)
-            self.broker.metrics.connections += 1
             try:
                 await conn.run()
             except Exception:
                 log.exception("connection task failed conn=%d", conn.id)
             finally:
                 self.connections.discard(conn)
-                self.broker.metrics.connections -= 1
         finally:
             admission.closed(ip)

@@ -51,7 +51,6 @@ class Metrics:
         self.bytes_out = 0
         self.topic_bytes_in: collections.Counter = collections.Counter()
         self.topic_bytes_out: collections.Counter = collections.Counter()
-        self.connections = 0
 
     def observe_phase(self, api: str, phase: str, seconds: float) -> None:
         """Time a request spent in one phase besides its handler (``observe_request``): receive (its frame), wait
@@ -169,7 +168,7 @@ def render_broker(broker) -> str:
                [({"topic": t}, n) for t, n in sorted(m.topic_bytes_in.items())])
     out.metric("trireme_topic_bytes_out_total", "counter", "Record batch bytes sent in Fetch responses, per topic.",
                [({"topic": t}, n) for t, n in sorted(m.topic_bytes_out.items())])
-    out.metric("trireme_connections", "gauge", "Open client connections.", m.connections)
+    out.metric("trireme_connections", "gauge", "Open client connections.", broker.limits.admission.count)
     _partition_metrics(out, broker)
     _group_metrics(out, broker)
     _transaction_metrics(out, broker, now_ms())

@@ -143,7 +143,7 @@ class StatusPage:
         cards = [("topics", len(broker.topics.all()), "partitions"),
                  ("partitions", len(broker.partitions), "partitions"),
                  ("consumer groups", len(groups), "groups"), ("open transactions", len(ongoing), "transactions"),
-                 ("hanging transactions", len(hanging), "hanging"), ("connections", broker.metrics.connections, "")]
+                 ("hanging transactions", len(hanging), "hanging"), ("connections", broker.limits.admission.count, "")]
         parts = [
             "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
             f"<title>Trireme · node {_e(broker.node_id)}</title>",
