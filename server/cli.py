@@ -21,7 +21,7 @@ log = logging.getLogger("trireme")
 
 # The flusher's worker thread needs the GIL back after each fdatasync to report it done; with Python's
 # default 5 ms switch interval a busy event loop made it wait up to that long per file, so a flush round of
-# a few partitions took tens of milliseconds under load (docs/performance.md, "Small requests").  Only the
+# a few partitions took tens of milliseconds under load (docs/performance.md, "Small requests", second round).  Only the
 # broker process (``trireme serve``) sets it; an embedding process keeps its own.
 GIL_SWITCH_INTERVAL = 0.002
 

@@ -294,24 +294,11 @@ class _FileAppendFile(_FileHandle, AppendFile):
         return self._size
 
     def write(self, buf: bytes | bytearray | memoryview) -> None:
-        view = _as_bytes_view(buf)
-        pos = self._size
-        done = 0
-        fd = self._pin()
-        try:
-            while done < len(view):
-                done += os.pwrite(fd, view[done:], pos + done)
-        except OSError:
-            try:
-                os.ftruncate(fd, pos)
-            except OSError:
-                pass  # the garbage beyond the logical end is overwritten by the next write
-            raise
-        finally:
-            self._unpin()
-        self._size = pos + done
+        self.write_vectored([buf])
 
     def write_vectored(self, buffers: list) -> None:
+        """One `pwritev` per IOV_MAX buffers, continuing after short writes; on failure the file is cut back to
+        where it was, so no partial batch is left for recovery to find."""
         views = [v for v in (_as_bytes_view(b) for b in buffers) if len(v)]
         pos = self._size
         total = sum(len(v) for v in views)
