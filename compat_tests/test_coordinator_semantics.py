@@ -2,6 +2,7 @@
 read-your-writes on one connection, acks=0 failures, batch offset ranges, deleted-topic files."""
 import os
 import struct
+import time
 
 import crc32c
 from confluent_kafka import Consumer, TopicPartition
@@ -73,6 +74,51 @@ def test_pipelined_offset_fetch_sees_the_commit_before_it(module_server):
         fetched = conn.read_response("OffsetFetch", 7, fetch_id)
         assert commit.topics[0].partitions[0].error_code == 0
         assert fetched.topics[0].partitions[0].committed_offset == i
+
+
+UNKNOWN_MEMBER_ID = 25
+MEMBER_ID_REQUIRED = 79
+
+
+def _join(conn, group, member_id="", *, send_only=False):
+    """JoinGroup v5 of a consumer with one "range" protocol; → the response (or the correlation id)."""
+    cls = message("JoinGroupRequest").cls
+    body = cls(group_id=group, session_timeout_ms=30_000, rebalance_timeout_ms=60_000, member_id=member_id,
+               protocol_type="consumer", protocols=[cls.JoinGroupRequestProtocol(name="range", metadata=b"m")])
+    if send_only:
+        return conn.send_request("JoinGroup", 5, body)
+    return conn.request("JoinGroup", 5, body, timeout=10)
+
+
+def _new_member(conn, group) -> str:
+    first = _join(conn, group)
+    assert first.error_code == MEMBER_ID_REQUIRED
+    return first.member_id
+
+
+def test_leave_group_pipelined_behind_a_parked_join_answers_both(module_server):
+    """A member whose JoinGroup waits for the others to rejoin leaves on the same connection (kafka-python's
+    close() does this when a rebalance starts as it closes).  The leave ends the join: both are answered at
+    once, the join with UNKNOWN_MEMBER_ID as Kafka answers a join of a member removed while it waited, instead
+    of the join's answer waiting for the leave's and the leave's for the join's."""
+    group = unique("g")
+    a, b = _conn(module_server), _conn(module_server)
+    a_id = _new_member(a, group)
+    joined = _join(a, group, a_id)                          # alone: the join phase ends at once
+    assert (joined.error_code, joined.leader) == (NONE, a_id)
+    synced = a.request("SyncGroup", 3, req("SyncGroup", group_id=group, generation_id=joined.generation_id,
+                                            member_id=a_id, assignments=[]), timeout=10)
+    assert synced.error_code == NONE
+    b_id = _new_member(b, group)
+    join_id = _join(b, group, b_id, send_only=True)        # parked until a rejoins (up to 60 s)
+    time.sleep(0.3)                                         # the join is parked before the leave arrives
+    leave_id = b.send_request("LeaveGroup", 3, req("LeaveGroup", group_id=group, members=[
+        message("LeaveGroupRequest").cls.MemberIdentity(member_id=b_id)]))
+    assert b.read_response("JoinGroup", 5, join_id, timeout=10).error_code == UNKNOWN_MEMBER_ID
+    left = b.read_response("LeaveGroup", 3, leave_id, timeout=10)
+    assert (left.error_code, [m.error_code for m in left.members]) == (NONE, [NONE])
+    rejoined = _join(a, group, a_id)                        # a rejoins the rebalance b started: alone again
+    assert (rejoined.error_code, [m.member_id for m in rejoined.members]) == (NONE, [a_id])
 
 
 def test_deleted_group_does_not_get_offsets_back(module_server):

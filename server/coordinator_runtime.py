@@ -153,12 +153,14 @@ class CoordinatorRuntime:
 
     def stage(self, effects: Effects | list, *, producer_id: int = -1, producer_epoch: int = -1,
               transactional: bool = False):
-        """Carry out the synchronous part of ``effects`` (or a plain record list): append, set timers.
+        """Carry out the synchronous part of ``effects`` (or a plain record list): append, set timers, and see to
+        its answers.  → what :meth:`complete` takes, to wait until the records are durable.
 
-        Pass the result to :meth:`complete`.  The answers then wait for everything staged so far, not
-        just these records: an answer may rest on state that an earlier, not yet durable record
-        established (a follower's SyncGroup on the leader's assignment), as Kafka's runtime waits for
-        its last write.
+        The answers wait for everything staged so far, not just these records: an answer may rest on state
+        that an earlier, not yet durable record established (a follower's SyncGroup on the leader's
+        assignment), as Kafka's runtime waits for its last write.  The runtime releases them itself, not the
+        caller's wait: an answer may go to another request queued ahead of the caller's on its connection (a
+        LeaveGroup ends the parked JoinGroup before it), whose answer must not wait for the caller's.
         """
         if not isinstance(effects, Effects):
             effects = records_only(effects)
@@ -171,7 +173,13 @@ class CoordinatorRuntime:
             else:
                 self._unreplayed.append(_Staged(last, effects.records, producer_id, transactional))
         self._schedule(effects)
-        return self._target(), effects.responses, failed
+        target = self._target()
+        if effects.responses:
+            if target is None or failed:
+                self._release(effects.responses, not failed)
+            elif not self.start_soon(self._release_when_durable, target, effects.responses):
+                raise RuntimeError(f"{self.name}: answers staged before the runtime runs")
+        return target, failed
 
     def stage_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int):
         """Append a transaction marker to this log (WriteTxnMarkers for this partition); → for :meth:`complete`.
@@ -184,7 +192,7 @@ class CoordinatorRuntime:
         last = self._append(batch, sync=False)
         if last is not None:
             self._unreplayed.append(_Staged(last, None, producer_id, commit))
-        return self._target(), [], last is None
+        return self._target(), last is None
 
     def _target(self) -> int | None:
         return self._unreplayed[-1].last_offset if self._unreplayed else None
@@ -199,13 +207,22 @@ class CoordinatorRuntime:
             self._timers_changed.set()
 
     async def complete(self, staged) -> bool:
-        """Wait until the staged records are durable, replay them in log order, release the answers;
-        → whether the records are durable."""
-        target, responses, failed = staged
+        """Wait until the staged records are durable and replay them in log order; → whether they are durable."""
+        target, failed = staged
         durable = not failed
         if target is not None:
             durable = await self.durability.wait_durable(self.partition, target) and durable
             self._replay_durable()
+        return durable
+
+    async def _release_when_durable(self, target: int, responses: list) -> None:
+        durable = await self.durability.wait_durable(self.partition, target)
+        self._replay_durable()
+        self._release(responses, durable)
+
+    def _release(self, responses: list, durable: bool) -> None:
+        """Hand answers to the requests waiting in :meth:`call` (an answer resting on records that could not be
+        made durable becomes COORDINATOR_NOT_AVAILABLE)."""
         for request_id, result in responses:
             waiter = self._waiters.pop(request_id, None)
             if waiter is None:
@@ -214,7 +231,6 @@ class CoordinatorRuntime:
                 result = result._replace(error=E.COORDINATOR_NOT_AVAILABLE.code)
             waiter.result = result
             waiter.event.set()
-        return durable
 
     def _replay_durable(self) -> None:
         hw = self.partition.log.high_watermark
@@ -241,7 +257,7 @@ class CoordinatorRuntime:
     async def wait_replayed(self) -> None:
         """Wait until everything staged so far is durable and replayed, so a read sees it."""
         if self._unreplayed:
-            await self.complete((self._unreplayed[-1].last_offset, [], False))
+            await self.complete((self._unreplayed[-1].last_offset, False))
 
     def after_staged_writes(self, answer):
         """``answer()`` now if every staged record is replayed, else a Deferred that waits for them first."""
@@ -253,18 +269,18 @@ class CoordinatorRuntime:
             return answer()
         return Deferred(wait)
 
-    async def call(self, operation, *args, **kwargs):
-        """Run an operation that answers through Effects (JoinGroup, SyncGroup) and wait for its answer,
-        which may come from a later operation or a timer."""
+    def call(self, operation, *args, **kwargs):
+        """Run an operation that answers through Effects (JoinGroup, SyncGroup) now, so that the requests of a
+        connection change the state in their order; → an async function that returns its answer, which this
+        operation, a later one or a timer gives."""
         request_id = next(self._ids)
         waiter = self._waiters[request_id] = _Waiter()
-        try:
-            effects = operation(request_id, *args, **kwargs)
-            await self.complete(self.stage(effects))
+        self.stage(operation(request_id, *args, **kwargs))
+
+        async def answer():
             await waiter.event.wait()
-        finally:
-            self._waiters.pop(request_id, None)
-        return waiter.result
+            return waiter.result
+        return answer
 
     # --- background work -------------------------------------------------------------------
 

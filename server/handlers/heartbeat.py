@@ -15,7 +15,7 @@ def heartbeat(ctx, request):
                                                   request.group_instance_id, ctx.now_ms())
     response = ctx.response(error_code=error)
     staged = groups.stage(effects)           # usually just a new session deadline
-    if groups.settled() and not effects.responses:
+    if groups.settled():
         return response
 
     async def wait():

@@ -17,14 +17,16 @@ def join_group(ctx, request):
     version = ctx.api_version
     rebalance_timeout = request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
 
+    answer = groups.call(
+        groups.coordinator.join_group, request.group_id, request.member_id, request.group_instance_id,
+        request.protocol_type, [(p.name, p.metadata) for p in request.protocols],
+        request.session_timeout_ms, rebalance_timeout, ctx.now_ms(),
+        require_known_member_id=version >= 4, supports_skip_assignment=version >= 9,
+        client_id=ctx.client_id or "", client_host="/" + ctx.connection.peer.rsplit(":", 1)[0],
+        reason=request.reason)
+
     async def wait():
-        result = await groups.call(
-            groups.coordinator.join_group, request.group_id, request.member_id, request.group_instance_id,
-            request.protocol_type, [(p.name, p.metadata) for p in request.protocols],
-            request.session_timeout_ms, rebalance_timeout, ctx.now_ms(),
-            require_known_member_id=version >= 4, supports_skip_assignment=version >= 9,
-            client_id=ctx.client_id or "", client_host="/" + ctx.connection.peer.rsplit(":", 1)[0],
-            reason=request.reason)
+        result = await answer()
         response = ctx.response(
             error_code=result.error, generation_id=result.generation_id, protocol_type=result.protocol_type,
             protocol_name=result.protocol_name if version >= 7 else (result.protocol_name or ""),

@@ -14,12 +14,14 @@ def sync_group(ctx, request):
     groups = ctx.broker.groups
     version = ctx.api_version
 
+    answer = groups.call(
+        groups.coordinator.sync_group, request.group_id, request.generation_id, request.member_id,
+        request.group_instance_id, request.protocol_type if version >= 5 else None,
+        request.protocol_name if version >= 5 else None,
+        [(a.member_id, a.assignment) for a in request.assignments], ctx.now_ms())
+
     async def wait():
-        result = await groups.call(
-            groups.coordinator.sync_group, request.group_id, request.generation_id, request.member_id,
-            request.group_instance_id, request.protocol_type if version >= 5 else None,
-            request.protocol_name if version >= 5 else None,
-            [(a.member_id, a.assignment) for a in request.assignments], ctx.now_ms())
+        result = await answer()
         return ctx.response(error_code=result.error, protocol_type=result.protocol_type,
                             protocol_name=result.protocol_name, assignment=result.assignment or b"")
     return Deferred(wait)

@@ -77,7 +77,7 @@ def _append_marker(broker, partition, marker, now: int):
     runtime = partition.runtime
     if runtime is not None:          # a coordinator's log: the runtime appends it and replays it in log order
         staged = runtime.stage_marker(marker.producer_id, marker.producer_epoch, commit, marker.coordinator_epoch)
-        target, _, failed = staged
+        target, failed = staged
         if failed:
             return None
         offset = target
