@@ -382,10 +382,6 @@ class Connection:
         except CodecError as e:
             raise CloseConnection(f"bad {handler.name} request header: {e}") from None
         self.client_id = header.client_id
-        try:
-            request, _ = request_codec.decode(memoryview(frame), api_version, header.size)
-        except CodecError as e:
-            raise CloseConnection(f"malformed {handler.name} v{api_version} request: {e}") from None
         if CAPTURE_DIR:
             _capture(handler.name, api_version, self.client_software_name or header.client_id,
                      "request", bytes(frame[header.size:]))
@@ -393,9 +389,16 @@ class Connection:
                              self.principal, self, frame)
         started = time.perf_counter()
         try:
-            result = handler.fn(ctx, request)
-            if inspect.isawaitable(result):
-                result = await result
+            result = dispatch.NOT_HANDLED if handler.fast is None else handler.fast(ctx, frame, header.size)
+            if result is dispatch.NOT_HANDLED:
+                try:
+                    request, _ = request_codec.decode(memoryview(frame), api_version, header.size)
+                except CodecError as e:
+                    raise CloseConnection(f"malformed {handler.name} v{api_version} request: {e}") from None
+                started = time.perf_counter()           # handler time: decoding is not the handler's
+                result = handler.fn(ctx, request)
+                if inspect.isawaitable(result):
+                    result = await result
         except CloseConnection:
             raise
         except Exception:
@@ -417,7 +420,7 @@ class Connection:
         """Encode a response now, so its size counts against the response budgets while it waits to be written."""
         started = time.perf_counter()
         header_version = headers.response_header_version(header.api_key, codec.is_flexible(header.api_version))
-        body = codec.encode(response, header.api_version)
+        body = [response.body] if type(response) is dispatch.Encoded else codec.encode(response, header.api_version)
         if CAPTURE_DIR:
             _capture(codec.name[: -len("Response")], header.api_version,
                      self.client_software_name or header.client_id, "response", b"".join(body))

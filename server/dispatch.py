@@ -31,6 +31,7 @@ class Handler:
     request: MessageCodec
     response: MessageCodec
     advertised_min: int                   # may be below min_version (Produce 0-2, see produce.py)
+    fast: Callable | None = None          # see fast_path
 
 
 @dataclasses.dataclass(slots=True)
@@ -57,6 +58,17 @@ class RequestContext:
         return LEGACY[self.api_key].response.cls(**fields)
 
 
+class Encoded:
+    """A response a handler encoded itself (a fast path's answer): the body's bytes, after the response header."""
+
+    __slots__ = ("body",)
+
+    def __init__(self, body: bytes):
+        self.body = body
+
+
+NOT_HANDLED = object()       # what a fast path returns for a request it leaves to the decoder and the handler
+
 HANDLERS: dict[int, Handler] = {}
 LEGACY: dict[int, Handler] = {}
 
@@ -72,6 +84,18 @@ def handles(name: str, min_version: int, max_version: int, *, advertised_min: in
                              f"{request.min_version}-{request.max_version}")
         HANDLERS[key] = Handler(key, name, min_version, max_version, fn, request, response,
                                 min_version if advertised_min is None else advertised_min)
+        return fn
+    return register
+
+
+def fast_path(name: str):
+    """Register the decorated function as the fast path of API ``name`` (registered already): called as
+    ``fn(ctx, frame, body_start)`` before the body is decoded, it returns what a handler returns (or an
+    :class:`Encoded` answer, or a Deferred of one), or NOT_HANDLED to have the body decoded and the handler
+    called.  For a request shape common enough to be worth reading without message objects; the codec still
+    defines the bytes (the fast path's tests compare both)."""
+    def register(fn):
+        HANDLERS[API_KEYS[name]].fast = fn
         return fn
     return register
 

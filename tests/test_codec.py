@@ -461,6 +461,13 @@ def test_request_header_fast_path_matches_the_codec_on_any_bytes(frame, flexible
         _header_or_error(H.decode_request_header_generic, frame, flexible)
 
 
+@settings(max_examples=200, deadline=None, database=None)
+@given(correlation_id=st.integers(-2**31, 2**31 - 1), version=st.integers(0, 1))
+def test_response_header_fast_path_matches_the_codec(correlation_id, version):
+    assert H.encode_response_header(correlation_id, version) == \
+        H.encode_response_header_generic(correlation_id, version)
+
+
 def test_header_golden_bytes():
     # Request header v2 (flexible): ClientId stays a classic int16 string ("flexibleVersions": "none").
     assert H.encode_request_header(18, 3, 1, "abc", True).hex() == "0012" "0003" "00000001" "0003616263" "00"

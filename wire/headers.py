@@ -10,7 +10,7 @@ import dataclasses
 import struct
 
 from .codec import message
-from .primitives import INT16, CodecError
+from .primitives import INT16, INT32, CodecError
 
 API_VERSIONS_KEY = 18
 
@@ -72,6 +72,12 @@ def response_header_version(api_key: int, flexible: bool) -> int:
 
 
 def encode_response_header(correlation_id: int, version: int) -> bytes:
+    """v0 is the correlation id; v1 adds an empty tagged-field section (the only one we send).
+    ``tests/test_codec.py`` checks this against the compiled codec (:func:`encode_response_header_generic`)."""
+    return INT32.pack(correlation_id) + b"\x00" if version else INT32.pack(correlation_id)
+
+
+def encode_response_header_generic(correlation_id: int, version: int) -> bytes:
     return _RESPONSE_HEADER.encode_bytes(_RESPONSE_HEADER.cls(correlation_id), version)
 
 

@@ -36,6 +36,9 @@ Behaviour / version notes:
   not appended again.
 - Records are otherwise never decoded: the base offset (and, for LogAppendTime topics, the timestamp and
   CRC) are rewritten in the request frame and those bytes are what the log writes.
+- Fast path (:func:`produce_small`): a request of one partition of one existing topic, with no
+  transactional id and acks 1 or -1, is read and (once accepted) answered by wire/small_produce.py
+  without message objects; its batch takes the same checks and append as any other.
 - acks=0: no response.  acks=1 and acks=-1 (a single node is the whole ISR) are answered only
   after the fsync covering the batch (group commit across requests).  Other acks values →
   INVALID_REQUIRED_ACKS.  If the fsync fails the partition goes offline and the produce is
@@ -50,11 +53,12 @@ import trio
 from trireme.server.clock import now_ms
 from trireme.server.connection import CloseConnection
 from trireme.server.deferred import Deferred
-from trireme.server.dispatch import handles, handles_legacy
+from trireme.server.dispatch import NOT_HANDLED, Encoded, fast_path, handles, handles_legacy
 from trireme.server.transactions import add_to_transaction, verify_in_transaction
 from trireme.wire import error_codes as E
 from trireme.wire import records
-from trireme.wire.primitives import CodecError
+from trireme.wire.primitives import ZERO_UUID, CodecError
+from trireme.wire.small_produce import encode_small_produce_response, read_small_produce
 
 
 IMPLICIT_ADD_SINCE = 12
@@ -168,11 +172,7 @@ def _produce_now(ctx, request, added, *, close_on_acks0_error: bool = True):
             error, message = _append(broker, partition, data.records, request.transactional_id, now, result,
                                      waits, added)
             if error:
-                result.error_code = error
-                result.error_message = message
-                if version >= 8:
-                    result.record_errors = [partition_cls.BatchIndexAndErrorMessage(
-                        batch_index=0, batch_index_error_message=message)]
+                _refuse(result, error, message, version)
             result.log_start_offset = partition.log.log_start_offset
     if acks == 0:
         failed = [(t.name, p.index, p.error_code) for t in response.responses for p in t.partition_responses
@@ -187,14 +187,86 @@ def _produce_now(ctx, request, added, *, close_on_acks0_error: bool = True):
     async def wait_durable():
         for partition, offset, result in waits:
             if not await broker.wait_durable(partition, offset):
-                result.error_code = E.KAFKA_STORAGE_ERROR.code
-                result.error_message = partition.storage_error or "the partition was deleted"
-                result.base_offset = -1
+                _lost(result, partition)
         return response
 
     def durable() -> bool:
         return all(broker.durable_or_lost(partition, offset) for partition, offset, _ in waits)
     return Deferred(wait_durable, ready=durable)
+
+
+def _refuse(result, error: int, message: str | None, version: int) -> None:
+    """A partition's answer refusing its batch: the error, its message and (v8+) the batch's record error."""
+    result.error_code = error
+    result.error_message = message
+    if version >= 8:
+        result.record_errors = [type(result).BatchIndexAndErrorMessage(batch_index=0,
+                                                                        batch_index_error_message=message)]
+
+
+def _lost(result, partition) -> None:
+    """A partition's answer for a batch that was appended but never became durable."""
+    result.error_code = E.KAFKA_STORAGE_ERROR.code
+    result.error_message = partition.storage_error or "the partition was deleted"
+    result.base_offset = -1
+
+
+@fast_path("Produce")
+def produce_small(ctx, frame, body_start: int):
+    """The fast path of the common small Produce: one partition of one topic that exists (not an internal one), no
+    transactional id, acks 1 or -1, and no produce of this connection still waiting for an implicit add.  Its
+    batch goes through :func:`_append` as any other; only reading the request and answering an accepted batch
+    skip the message objects (wire/small_produce.py).  Anything else is NOT_HANDLED: decoded and handled by
+    :func:`produce`."""
+    small = read_small_produce(frame, body_start, ctx.api_version)
+    if small is None or (small.acks != -1 and small.acks != 1):
+        return NOT_HANDLED
+    broker = ctx.broker
+    topic = broker.topics.get(small.topic) if small.topic_id is None else broker.topics.by_id(small.topic_id)
+    partition = broker.partition(topic.name, small.partition) if topic is not None else None
+    if partition is None or records.first_batch_is_transactional(small.records):
+        return NOT_HANDLED
+    previous = _ORDER.get(ctx.connection) if ctx.connection is not None else None
+    if previous is not None and not previous.is_set():
+        return NOT_HANDLED
+    result = _SmallResult()
+    waits: list = []
+    error, message = _append(broker, partition, small.records, None, now_ms(), result, waits, {})
+    if error:
+        return _small_answer(ctx, small, partition, result, lambda r: _refuse(r, error, message, ctx.api_version))
+    [(_, offset, _)] = waits
+    body = encode_small_produce_response(ctx.api_version, small.topic, small.topic_id, small.partition,
+                                         result.base_offset, result.log_append_time_ms,
+                                         partition.log.log_start_offset)
+
+    async def wait_durable():
+        if await broker.wait_durable(partition, offset):
+            return Encoded(body)
+        return _small_answer(ctx, small, partition, result, lambda r: _lost(r, partition))
+    return Deferred(wait_durable, ready=lambda: broker.durable_or_lost(partition, offset))
+
+
+class _SmallResult:
+    """What :func:`_append` fills in for the fast path, in place of a partition's answer object."""
+
+    __slots__ = ("base_offset", "log_append_time_ms")
+
+    def __init__(self):
+        self.base_offset = -1
+        self.log_append_time_ms = -1
+
+
+def _small_answer(ctx, small, partition, appended: _SmallResult, set_error):
+    """The fast path's answer when it is not a plain acceptance: the response object, as :func:`produce` builds it."""
+    response = ctx.response()
+    topic_cls = type(response).TopicProduceResponse
+    result = topic_cls.PartitionProduceResponse(index=small.partition, base_offset=appended.base_offset,
+                                                log_append_time_ms=appended.log_append_time_ms)
+    set_error(result)
+    result.log_start_offset = partition.log.log_start_offset
+    response.responses.append(topic_cls(name=small.topic or "", topic_id=small.topic_id or ZERO_UUID,
+                                        partition_responses=[result]))
+    return response
 
 
 @handles_legacy("Produce", "LegacyProduce", 0, 2)

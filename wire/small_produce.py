@@ -1,0 +1,119 @@
+"""The common small Produce (one topic, one partition, no transactional id) read and answered without message objects.
+
+Most produce requests of many-producer, low-latency workloads have this shape, and building the request
+and response objects of the compiled codec cost more than the rest of their handling.  These two
+functions read exactly that shape and write the answer of one accepted batch; everything else (more
+topics or partitions, a transactional id, tagged fields, any malformed byte) is left to the codec,
+which defines the bytes: ``tests/test_small_produce.py`` checks on random input that both read the
+same fields, that what the codec refuses is never read here, and that both write the same answer.
+"""
+from __future__ import annotations
+
+import struct
+import uuid
+from typing import NamedTuple
+
+from .primitives import write_uvarint
+
+FIRST_FLEXIBLE = 9           # ProduceRequest/Response are flexible from v9
+FIRST_TOPIC_ID = 13          # v13 names topics by id
+
+_ACKS_TIMEOUT = struct.Struct(">hi")
+_INT32 = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
+# v3-8: transactional id (null), acks, timeout, one topic, its name's length
+_CLASSIC_START = struct.Struct(">hhiih")
+_CLASSIC_PARTITION = struct.Struct(">iii")       # one partition, its index, its records' length
+# after the record bytes, flexible: the partition's, topic's and request's empty tagged fields
+_FLEXIBLE_END = b"\x00\x00\x00"
+
+
+class SmallProduce(NamedTuple):
+    acks: int
+    timeout_ms: int
+    topic: str | None            # v3-12
+    topic_id: uuid.UUID | None   # v13
+    partition: int
+    records: memoryview          # a view into the frame: the batch is written from it as it came
+
+
+def read_small_produce(frame, pos: int, version: int) -> SmallProduce | None:
+    """The body of a ProduceRequest of ``version`` (3-13) starting at ``pos``, if it has the small shape; else
+    None (the codec reads it, and refuses it if it is malformed)."""
+    view = memoryview(frame)
+    end = len(view)
+    try:
+        if version < FIRST_FLEXIBLE:
+            tid, acks, timeout, topics, n = _CLASSIC_START.unpack_from(view, pos)
+            if tid != -1 or topics != 1 or n < 0:
+                return None
+            pos += 14
+            topic = str(view[pos:pos + n], "utf-8")
+            pos += n
+            partitions, index, size = _CLASSIC_PARTITION.unpack_from(view, pos)
+            pos += 12
+            if partitions != 1 or size <= 0 or pos + size != end:
+                return None
+            return SmallProduce(acks, timeout, topic, None, index, view[pos:end])
+        if view[pos] != 0:                                # compact nullable string: 0 is null
+            return None
+        acks, timeout = _ACKS_TIMEOUT.unpack_from(view, pos + 1)
+        if view[pos + 7] != 2:                            # compact array of one topic
+            return None
+        pos += 8
+        if version < FIRST_TOPIC_ID:
+            n = view[pos] - 1                             # one-byte length: names under 127 bytes
+            if n < 0 or n >= 0x7F:
+                return None
+            topic, topic_id = str(view[pos + 1:pos + 1 + n], "utf-8"), None
+            pos += 1 + n
+        else:
+            topic, topic_id = None, uuid.UUID(bytes=bytes(view[pos:pos + 16]))
+            pos += 16
+        if view[pos] != 2:                                # compact array of one partition
+            return None
+        index = _INT32.unpack_from(view, pos + 1)[0]
+        pos += 5
+        size, pos = _compact_length(view, pos)
+        if size <= 0 or pos + size + 3 != end or view[end - 3:end] != _FLEXIBLE_END:
+            return None
+        return SmallProduce(acks, timeout, topic, topic_id, index, view[pos:pos + size])
+    except (struct.error, IndexError, UnicodeDecodeError, ValueError):
+        return None
+
+
+def _compact_length(view, pos: int) -> tuple[int, int]:
+    """A compact length (an unsigned varint of length + 1, at most 5 bytes) → (length, position after it)."""
+    value = shift = 0
+    for i in range(pos, pos + 5):
+        b = view[i]
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value - 1, i + 1
+        shift += 7
+    return -1, pos
+
+
+def encode_small_produce_response(version: int, topic: str | None, topic_id: uuid.UUID | None, partition: int,
+                                  base_offset: int, log_append_time_ms: int, log_start_offset: int) -> bytes:
+    """The body of a ProduceResponse of ``version`` answering one partition of one topic: accepted, no error,
+    no throttle."""
+    if version >= FIRST_TOPIC_ID:
+        name = topic_id.bytes
+    else:
+        raw = topic.encode()
+        name = (_compact_name(raw) if version >= FIRST_FLEXIBLE else _INT16.pack(len(raw))) + raw
+    offsets = struct.pack(">ihqq", partition, 0, base_offset, log_append_time_ms)
+    if version >= 5:
+        offsets += struct.pack(">q", log_start_offset)
+    if version >= FIRST_FLEXIBLE:
+        # topics: one; partitions: one; no record errors, null error message, tags; topic tags; throttle; tags
+        return b"".join((b"\x02", name, b"\x02", offsets, b"\x01\x00\x00\x00", b"\x00\x00\x00\x00\x00"))
+    tail = b"\x00\x00\x00\x00\xff\xff" if version >= 8 else b""     # no record errors, null error message
+    return b"".join((b"\x00\x00\x00\x01", name, b"\x00\x00\x00\x01", offsets, tail, b"\x00\x00\x00\x00"))
+
+
+def _compact_name(raw: bytes) -> bytes:
+    out = bytearray()
+    write_uvarint(out, len(raw) + 1)
+    return bytes(out)
