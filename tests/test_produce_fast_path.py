@@ -173,3 +173,16 @@ def test_a_refusal_is_answered_at_once():
     frame = bytearray(HEADER + body(9, b"\x00" * 70))
     result = PRODUCE.fast(context(broker, 9, frame), frame, len(HEADER))
     assert type(result) is message("ProduceResponse").cls
+
+
+def test_the_wait_for_durability_holds_no_part_of_the_frame():
+    """The frame is freed when the request has been handled, as the general path frees it: a 1 MB frame kept
+    until its fsync made the allocator map fresh memory for every large request (measured: 15-30 % more
+    event-loop CPU for 1 MB batches)."""
+    broker = make()
+    frame = bytearray(HEADER + body(9, batch(3)))
+    ctx = context(broker, 9, frame)
+    result = PRODUCE.fast(ctx, frame, len(HEADER))
+    assert type(result) is Deferred
+    held = [cell.cell_contents for fn in (result.wait, result.ready) for cell in fn.__closure__ or ()]
+    assert held and not any(x is frame or x is ctx or isinstance(x, memoryview) for x in held)

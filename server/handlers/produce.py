@@ -57,6 +57,7 @@ from trireme.server.dispatch import NOT_HANDLED, Encoded, fast_path, handles, ha
 from trireme.server.transactions import add_to_transaction, verify_in_transaction
 from trireme.wire import error_codes as E
 from trireme.wire import records
+from trireme.wire.codec import message as codec_message
 from trireme.wire.primitives import ZERO_UUID, CodecError
 from trireme.wire.small_produce import encode_small_produce_response, read_small_produce
 
@@ -231,18 +232,20 @@ def produce_small(ctx, frame, body_start: int):
         return NOT_HANDLED
     result = _SmallResult()
     waits: list = []
+    version = ctx.api_version
+    where = (small.topic, small.topic_id, small.partition)
     error, message = _append(broker, partition, small.records, None, now_ms(), result, waits, {})
     if error:
-        return _small_answer(ctx, small, partition, result, lambda r: _refuse(r, error, message, ctx.api_version))
+        return _small_answer(where, partition, result, lambda r: _refuse(r, error, message, version))
     [(_, offset, _)] = waits
-    body = encode_small_produce_response(ctx.api_version, small.topic, small.topic_id, small.partition,
-                                         result.base_offset, result.log_append_time_ms,
+    body = encode_small_produce_response(version, *where, result.base_offset, result.log_append_time_ms,
                                          partition.log.log_start_offset)
 
+    # Holds neither the request nor its context: the frame is freed now, as the general path's is.
     async def wait_durable():
         if await broker.wait_durable(partition, offset):
             return Encoded(body)
-        return _small_answer(ctx, small, partition, result, lambda r: _lost(r, partition))
+        return _small_answer(where, partition, result, lambda r: _lost(r, partition))
     return Deferred(wait_durable, ready=lambda: broker.durable_or_lost(partition, offset))
 
 
@@ -256,17 +259,20 @@ class _SmallResult:
         self.log_append_time_ms = -1
 
 
-def _small_answer(ctx, small, partition, appended: _SmallResult, set_error):
-    """The fast path's answer when it is not a plain acceptance: the response object, as :func:`produce` builds it."""
-    response = ctx.response()
-    topic_cls = type(response).TopicProduceResponse
-    result = topic_cls.PartitionProduceResponse(index=small.partition, base_offset=appended.base_offset,
+_RESPONSE = codec_message("ProduceResponse").cls
+
+
+def _small_answer(where, partition, appended: _SmallResult, set_error):
+    """The fast path's answer when it is not a plain acceptance: the response object, as :func:`produce` builds it.
+    ``where``: the topic's name (v3-12) or id (v13) and the partition's index."""
+    topic, topic_id, index = where
+    topic_cls = _RESPONSE.TopicProduceResponse
+    result = topic_cls.PartitionProduceResponse(index=index, base_offset=appended.base_offset,
                                                 log_append_time_ms=appended.log_append_time_ms)
     set_error(result)
     result.log_start_offset = partition.log.log_start_offset
-    response.responses.append(topic_cls(name=small.topic or "", topic_id=small.topic_id or ZERO_UUID,
-                                        partition_responses=[result]))
-    return response
+    return _RESPONSE(responses=[topic_cls(name=topic or "", topic_id=topic_id or ZERO_UUID,
+                                          partition_responses=[result])])
 
 
 @handles_legacy("Produce", "LegacyProduce", 0, 2)
