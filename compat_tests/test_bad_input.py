@@ -75,9 +75,16 @@ def decode_response(api: str, version: int, payload: bytes, codec_name: str | No
 class RawConn:
     """One TCP connection speaking size-prefixed frames."""
 
-    def __init__(self, bootstrap: str, timeout: float = 10.0):
+    def __init__(self, bootstrap: str, timeout: float = 10.0, receive_buffer: int | None = None):
         host, _, port = bootstrap.rpartition(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        if receive_buffer is None:
+            self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        else:                       # set before connecting: it sets the window the broker sees
+            family, kind, proto, _, address = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)[0]
+            self.sock = socket.socket(family, kind, proto)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+            self.sock.settimeout(timeout)
+            self.sock.connect(address)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.timeout = timeout
         self._ids = itertools.count(1)
@@ -778,6 +785,46 @@ def test_pipelined_requests_answered_in_order(module_server, witness, topic):
     values = stored_values(witness, topic, 0) + stored_values(witness, topic, 1)
     expected = {b"%d" % i for i, (api, _, obj, _) in enumerate(plan) if api == "Produce" and obj.acks in (0, 1, -1)}
     assert sorted(values) == sorted(expected)
+    assert_healthy(module_server, witness)
+
+
+def test_acknowledgements_to_a_client_that_reads_late_all_arrive_in_order(module_server, witness, topic):
+    """A producer pipelines 4,000 acks=all requests and reads nothing until it has sent them all, through a small
+    receive buffer.  Their answers, sent after each flush, fill the socket; what it does not take is sent once
+    the client reads.  Every answer arrives, in order."""
+    count = 4000
+    wire_bytes = b"".join(encode_request("Produce", 9, produce_request(topic, {0: batch([b"late%d" % i])}), i)
+                          for i in range(count))
+    with RawConn(module_server.bootstrap, timeout=30, receive_buffer=4096) as conn:
+        conn.sock.sendall(wire_bytes)
+        time.sleep(0.5)                         # the answers pile up against the unread socket
+        offsets = []
+        for i in range(count):
+            cid, resp = decode_response("Produce", 9, conn.read_frame(timeout=30))
+            assert cid == i
+            [part] = resp.responses[0].partition_responses
+            assert part.error_code == NONE
+            offsets.append(part.base_offset)
+    assert offsets == list(range(offsets[0], offsets[0] + count))
+    assert_healthy(module_server, witness)
+
+
+def test_a_client_that_resets_with_acknowledgements_pending_is_dropped_cleanly(module_server, witness, topic):
+    """Producers that reset their connection (RST) right after pipelining acks=all requests, whose answers the
+    next flush would send: the broker drops those connections, sends nothing to them, and goes on serving."""
+    log = LogWatch(module_server)
+    for _ in range(20):
+        wire_bytes = b"".join(encode_request("Produce", 9, produce_request(topic, {1: batch([b"rst"])}), i)
+                              for i in range(50))
+        with RawConn(module_server.bootstrap) as c:
+            c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            c.sock.sendall(wire_bytes)
+    deadline = time.monotonic() + 10
+    while log.text().count("connection close") < 20 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    closed = [line for line in log.text().splitlines() if "connection close" in line]
+    assert len(closed) == 20 and all("client_id='bad-input'" in line for line in closed), closed
+    assert "Traceback" not in log.text() and "internal error" not in log.text()
     assert_healthy(module_server, witness)
 
 

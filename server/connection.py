@@ -239,6 +239,9 @@ class Connection:
         self._queued: trio.Event | None = None     # set when the writer, waiting for work, may go on
         self._room: trio.Event | None = None       # set when the reader, waiting for a queue slot, may go on
         self._reading_done = False
+        self._closed = False                       # run() ended: nothing more is sent
+        self._unsent = None                        # (views, batch, ready time): a send from a flush left these
+        self._failure: BaseException | None = None     # what a send from a flush hit, for the writer to raise
         self._eof = False                          # the client's EOF (or idle): polls not yet started are skipped
         self.waiting_since: float | None = None    # trio time the reader began waiting for a request's bytes
         self.idle = False                          # the idle watchdog ended the wait for a request
@@ -278,6 +281,7 @@ class Connection:
         except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as group:
             reason = f"connection lost: {group.exceptions[0]!r}"
         finally:
+            self._closed = True
             self.limits.requests.release(self.request_bytes)
             self.limits.responses.release(self.response_bytes)
             self.request_bytes = self.response_bytes = 0
@@ -350,9 +354,9 @@ class Connection:
                 self.outstanding += 1
                 queue.append(item)
                 if type(item) is _Waiting and _waits_for_flush(item.deferred):
-                    # Nothing to send before the next flush: the writer is woken by it, not now (one task
-                    # switch less per acks=all produce).  A writer that is busy meanwhile gets to it anyway.
-                    self.broker.call_on_next_wake(self._wake_writer)
+                    # Nothing to send before the next flush: the flush sends it (_send_after_flush), the
+                    # writer is not woken.  A writer that is busy meanwhile gets to it anyway.
+                    self.broker.call_on_next_wake(self._send_after_flush)
                 else:
                     self._wake_writer()
 
@@ -438,7 +442,7 @@ class Connection:
 
     async def _finish(self, item: _Waiting) -> _Outgoing | None:
         """Run a Deferred's wait → its encoded answer (None: no answer, or a long poll the client's EOF ended)."""
-        deferred, handler = item.deferred, item.handler
+        deferred = item.deferred
         value = None
         try:
             if not deferred.poll:
@@ -450,17 +454,41 @@ class Connection:
                         value = await deferred.wait()
                     finally:
                         self._polls.discard(scope)
-            # from the handler's return: the time queued behind earlier answers counts as waiting, as it did when
-            # every Deferred ran in a task of its own
-            self.broker.metrics.observe_phase(handler.name, "wait", time.perf_counter() - item.handled)
-        except Exception:
-            log.error("deferred %s failed %s\n%s", handler.name, self._log_fields(), traceback.format_exc())
-            raise CloseConnection(f"internal error in {handler.name}") from None
-        finally:
+        except BaseException as e:
             self._release_request(item.charged)
+            if isinstance(e, Exception):
+                raise self._failed(item) from None
+            raise
+        return self._finished(item, value)
+
+    def _finish_now(self, item: _Waiting) -> _Outgoing | None:
+        """:meth:`_finish` of a Deferred that is ready: its wait runs to its end here, without a task switch (a ready
+        Deferred's wait does not suspend, as Deferred's contract says; one that does is an internal error)."""
+        wait = item.deferred.wait()
+        try:
+            wait.send(None)
+        except StopIteration as done:
+            return self._finished(item, done.value)
+        except Exception:
+            self._release_request(item.charged)
+            raise self._failed(item) from None
+        wait.close()
+        self._release_request(item.charged)
+        raise CloseConnection(f"internal error in {item.handler.name}: a ready answer waited")
+
+    def _finished(self, item: _Waiting, value=None) -> _Outgoing | None:
+        """A Deferred's wait is over: release its request, and encode its answer (None: no answer)."""
+        self._release_request(item.charged)
+        # from the handler's return: the time queued behind earlier answers counts as waiting, as it did when
+        # every Deferred ran in a task of its own
+        self.broker.metrics.observe_phase(item.handler.name, "wait", time.perf_counter() - item.handled)
         if value is None:
             return None
-        return self._encode(item.header, value, handler.response, item.received)
+        return self._encode(item.header, value, item.handler.response, item.received)
+
+    def _failed(self, item: _Waiting) -> CloseConnection:
+        log.error("deferred %s failed %s\n%s", item.handler.name, self._log_fields(), traceback.format_exc())
+        return CloseConnection(f"internal error in {item.handler.name}")
 
     def _api_versions_fallback(self, frame) -> _Outgoing:
         """A version of ApiVersions we don't know: answer in v0 layout with E.UNSUPPORTED_VERSION.code and, as
@@ -478,6 +506,13 @@ class Connection:
         queue = self._queue
         batch: list[_Outgoing] = []
         while True:
+            if self._failure is not None:
+                raise self._failure
+            if self._unsent is not None:
+                (views, first), unsent, ready = self._unsent
+                self._unsent = None
+                await self._send_rest(views, first)
+                self._sent(unsent, ready)
             while queue and len(batch) < MAX_IN_FLIGHT:
                 item = queue[0]
                 if type(item) is _Waiting:
@@ -485,14 +520,7 @@ class Connection:
                     if batch and (ready is None or not ready()):
                         break                   # send what is ready first
                     item = await self._finish(item)
-                queue.popleft()
-                if self._room is not None:
-                    self._room.set()
-                    self._room = None
-                if item is None:
-                    self.outstanding -= 1
-                else:
-                    batch.append(item)
+                self._dequeued(item, batch)
             if batch:
                 await self._send(batch)
                 batch = []
@@ -502,9 +530,59 @@ class Connection:
                 self._queued = trio.Event()
                 await self._queued.wait()
 
+    def _dequeued(self, item: _Outgoing | None, batch: list[_Outgoing]) -> None:
+        """The head of the queue is answered (``item``, or None for no answer): take it off, add it to ``batch``."""
+        self._queue.popleft()
+        if self._room is not None:
+            self._room.set()
+            self._room = None
+        if item is None:
+            self.outstanding -= 1
+        else:
+            batch.append(item)
+
+    def _send_after_flush(self) -> None:
+        """What a flush calls (Broker.call_on_next_wake) for a connection whose next answer waited for it: while
+        the writer sleeps, send the answers now ready at the head of the queue from here, in the flusher's turn,
+        so that an acks=all produce costs no task switch of its own.  The writer is woken only for what this
+        leaves: an answer that waits for something else, the rest of a send the socket did not take at once, or
+        a failure to raise."""
+        if self._queued is None or self._closed:
+            return                              # the writer is awake, or gone: it sends, or nothing is sent
+        queue = self._queue
+        batch: list[_Outgoing] = []
+        try:
+            while queue and len(batch) < MAX_IN_FLIGHT:
+                item = queue[0]
+                if type(item) is _Waiting:
+                    if item.deferred.poll or item.deferred.ready is None or not item.deferred.ready():
+                        break
+                    item = self._finish_now(item)
+                self._dequeued(item, batch)
+            if batch:
+                ready = time.perf_counter()
+                views, first = self._send_now([b for item in batch for b in item.buffers])
+                if first < len(views):
+                    self._unsent = ((views, first), batch, ready)
+                    self._wake_writer()
+                    return
+                self._sent(batch, ready)
+        except (CloseConnection, OSError) as e:
+            self._failure = e if isinstance(e, CloseConnection) else trio.BrokenResourceError(f"send failed: {e!r}")
+            self._wake_writer()
+            return
+        if queue and _waits_for_flush(queue[0].deferred if type(queue[0]) is _Waiting else None):
+            self.broker.call_on_next_wake(self._send_after_flush)
+        elif queue or self._reading_done:
+            self._wake_writer()
+
     async def _send(self, batch: list[_Outgoing]) -> None:
         ready = time.perf_counter()
         await self._send_vectored([b for item in batch for b in item.buffers])
+        self._sent(batch, ready)
+
+    def _sent(self, batch: list[_Outgoing], ready: float) -> None:
+        """``batch`` was sent (it was ready to send at ``ready``): metrics, and its budget bytes are free."""
         sent = time.perf_counter()
         size = 0
         metrics = self.broker.metrics
@@ -522,15 +600,21 @@ class Connection:
         """Send header pieces and stored record bytes with sendmsg, without joining them first.  What the socket
         takes at once is sent without waiting (no checkpoint); a client that then takes none of the rest for
         trireme.response.send.timeout.ms is disconnected."""
+        await self._send_rest(*self._send_now(buffers))
+
+    def _send_now(self, buffers: list) -> tuple[list, int]:
+        """One writev of ``buffers`` → (their views, the first not sent whole: len(views) once all went)."""
         views = [memoryview(b) for b in buffers if len(b)]
-        sock = self.stream.socket
         try:
-            sent = os.writev(sock.fileno(), views[:_IOV_MAX])
+            sent = os.writev(self.stream.socket.fileno(), views[:_IOV_MAX])
         except BlockingIOError:
             sent = 0
-        first = _consumed(views, 0, sent)
+        return views, _consumed(views, 0, sent)
+
+    async def _send_rest(self, views: list, first: int) -> None:
         if first == len(views):
             return
+        sock = self.stream.socket
         timeout = self.limits.send_timeout
         with trio.move_on_after(timeout) as stalled:
             while first < len(views):
@@ -543,8 +627,10 @@ class Connection:
                                   f"trireme.response.send.timeout.ms={timeout * 1000:.0f}")
 
 
-def _waits_for_flush(deferred: Deferred) -> bool:
+def _waits_for_flush(deferred: Deferred | None) -> bool:
     """Whether ``deferred`` is a wait for durability (it has a ``ready`` check) that cannot finish yet."""
+    if deferred is None:
+        return False
     ready = deferred.ready
     return ready is not None and not ready()
 

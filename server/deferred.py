@@ -13,7 +13,8 @@ class Deferred:
     A ``poll`` (a long-polling fetch) only waits for something to happen: it is cancelled, unanswered, as soon
     as the client's connection ends.  ``ready``, if given, says whether ``wait()`` would finish now without
     waiting (an acks=all produce whose data is durable already): answers before it are then sent together with
-    it instead of ahead of it."""
+    it instead of ahead of it, and a flush that makes it ready runs its ``wait()`` itself, outside any task, and
+    sends the answer (so a ready ``wait()`` must not suspend: the connection closes if it does)."""
 
     wait: Callable[[], Awaitable[Any]]
     poll: bool = False
