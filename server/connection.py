@@ -567,8 +567,14 @@ class Connection:
                     self._wake_writer()
                     return
                 self._sent(batch, ready)
-        except (CloseConnection, OSError) as e:
-            self._failure = e if isinstance(e, CloseConnection) else trio.BrokenResourceError(f"send failed: {e!r}")
+        except Exception as e:                  # never into the flusher: the writer raises it for this connection
+            if isinstance(e, OSError):
+                self._failure = trio.BrokenResourceError(f"send failed: {e!r}")
+            elif isinstance(e, CloseConnection):
+                self._failure = e
+            else:
+                log.error("sending answers after a flush failed %s\n%s", self._log_fields(), traceback.format_exc())
+                self._failure = CloseConnection("internal error sending answers")
             self._wake_writer()
             return
         if queue and _waits_for_flush(queue[0].deferred if type(queue[0]) is _Waiting else None):
