@@ -28,7 +28,7 @@ from collections import deque
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from produce_consume import (PhaseClock, ServerStats, broker, create_topic, percentile,  # noqa: E402
-                             scrape_metrics)
+                             scrape_metrics, broker_latency, format_broker_latency)
 
 from trireme.wire import headers, records  # noqa: E402
 from trireme.wire.codec import message  # noqa: E402
@@ -179,6 +179,7 @@ def run(args, bootstrap: str, stats: ServerStats) -> dict:
               "latency_ms": {"p50": _ms(percentile(latencies, 0.5)), "p99": _ms(percentile(latencies, 0.99)),
                              "max": _ms(latencies[-1] if latencies else None)},
               "fsyncs": None if before is None else after["fsyncs"] - before["fsyncs"],
+              "broker_latency": broker_latency(before, after),
               **{k: times[k] for k in ("server_cpu_s", "client_cpu_s", "other_processes_cpu_s")}}
     shape = (f"{args.rate:,} requests/s paced" if args.rate else f"{args.in_flight} in flight")
     print(f"{done:,} requests ({args.connections} connections x {shape}, {args.records} x "
@@ -188,8 +189,8 @@ def run(args, bootstrap: str, stats: ServerStats) -> dict:
           f"{result['latency_ms']['max']}; flushes "
           f"{result['fsyncs']}; CPU s: broker "
           f"{server_cpu}, client {round(times['client_cpu_s'], 2)}, others "
-          f"{None if times['other_processes_cpu_s'] is None else round(times['other_processes_cpu_s'], 2)}",
-          flush=True)
+          f"{None if times['other_processes_cpu_s'] is None else round(times['other_processes_cpu_s'], 2)}"
+          f"{format_broker_latency(result['broker_latency'])}", flush=True)
     return result
 
 

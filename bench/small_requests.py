@@ -35,7 +35,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from produce_consume import (PhaseClock, ServerStats, broker, create_topic, percentile,  # noqa: E402
-                             scrape_metrics)
+                             scrape_metrics, broker_latency, format_broker_latency)
 
 RECORD = b"x" * 100
 
@@ -208,9 +208,10 @@ def _latency_ms(values: list[float]) -> dict:
         ("p50", percentile(values, 0.50)), ("p99", percentile(values, 0.99)), ("max", values[-1] if values else None))}
 
 
-def _broker_counts(stats: ServerStats) -> tuple[dict, float | None]:
+def _broker_counts(stats: ServerStats) -> tuple[dict, float | None, dict | None]:
+    """(requests per API, the broker's CPU seconds, the whole scrape) now."""
     metrics = scrape_metrics(stats.metrics_url)
-    return (metrics["requests"] if metrics else {}), stats.cpu_seconds()
+    return (metrics["requests"] if metrics else {}), stats.cpu_seconds(), metrics
 
 
 def _per_request(api: str, before, after) -> tuple[int, float | None]:
@@ -263,6 +264,7 @@ def run_produce(args, bootstrap: str, stats: ServerStats) -> dict:
             "records_per_request": round(delivered / requests, 2) if requests else None,
             "broker_cpu_us_per_request": None if cpu_us is None else round(cpu_us, 1),
             "latency_ms": _latency_ms([x for r in results for x in r["latencies"]]),
+            "broker_latency": broker_latency(before[2], after[2]),
             "workers_cpu_s": round(sum(r["cpu_s"] for r in results), 2),
             **{k: times[k] for k in ("server_cpu_s", "client_cpu_s", "other_processes_cpu_s", "loadavg_1m")}}
 
@@ -319,7 +321,8 @@ def report(r: dict) -> None:
               f"{r['records_per_s']:,} records/s, {r['records_per_request']} records/request; broker CPU "
               f"{r['broker_cpu_us_per_request']} us/request; latency ms p50 {lat['p50']} p99 {lat['p99']} "
               f"max {lat['max']}; CPU s: broker {r['server_cpu_s']}, producers {r['workers_cpu_s']}, others "
-              f"{others if others is None else round(max(0.0, others - r['workers_cpu_s']), 2)}", flush=True)
+              f"{others if others is None else round(max(0.0, others - r['workers_cpu_s']), 2)}"
+              f"{format_broker_latency(r['broker_latency'])}", flush=True)
         if r["failed"] or r["undelivered"]:
             print(f"  failed {r['failed']}, undelivered {r['undelivered']}: {r['errors']}", flush=True)
     else:
