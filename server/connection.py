@@ -513,14 +513,10 @@ class Connection:
                 self._unsent = None
                 await self._send_rest(views, first)
                 self._sent(unsent, ready)
-            while queue and len(batch) < MAX_IN_FLIGHT:
-                item = queue[0]
-                if type(item) is _Waiting:
-                    ready = item.deferred.ready
-                    if batch and (ready is None or not ready()):
-                        break                   # send what is ready first
-                    item = await self._finish(item)
-                self._dequeued(item, batch)
+            self._take_ready(batch)
+            if not batch and queue:             # nothing ready: wait for the head's answer, then take what follows
+                self._dequeued(await self._finish(queue[0]), batch)
+                continue
             if batch:
                 await self._send(batch)
                 batch = []
@@ -529,6 +525,19 @@ class Connection:
             elif not queue:
                 self._queued = trio.Event()
                 await self._queued.wait()
+
+    def _take_ready(self, batch: list[_Outgoing]) -> None:
+        """Move the answers ready at the head of the queue into ``batch`` (a ready Deferred's wait runs here, see
+        :meth:`_finish_now`), up to MAX_IN_FLIGHT; stop at the first that still waits."""
+        queue = self._queue
+        while queue and len(batch) < MAX_IN_FLIGHT:
+            item = queue[0]
+            if type(item) is _Waiting:
+                deferred = item.deferred
+                if deferred.poll or deferred.ready is None or not deferred.ready():
+                    return
+                item = self._finish_now(item)
+            self._dequeued(item, batch)
 
     def _dequeued(self, item: _Outgoing | None, batch: list[_Outgoing]) -> None:
         """The head of the queue is answered (``item``, or None for no answer): take it off, add it to ``batch``."""
@@ -552,13 +561,7 @@ class Connection:
         queue = self._queue
         batch: list[_Outgoing] = []
         try:
-            while queue and len(batch) < MAX_IN_FLIGHT:
-                item = queue[0]
-                if type(item) is _Waiting:
-                    if item.deferred.poll or item.deferred.ready is None or not item.deferred.ready():
-                        break
-                    item = self._finish_now(item)
-                self._dequeued(item, batch)
+            self._take_ready(batch)
             if batch:
                 ready = time.perf_counter()
                 views, first = self._send_now([b for item in batch for b in item.buffers])
@@ -577,7 +580,8 @@ class Connection:
                 self._failure = CloseConnection("internal error sending answers")
             self._wake_writer()
             return
-        if queue and _waits_for_flush(queue[0].deferred if type(queue[0]) is _Waiting else None):
+        head = queue[0] if queue else None
+        if type(head) is _Waiting and _waits_for_flush(head.deferred):
             self.broker.call_on_next_wake(self._send_after_flush)
         elif queue or self._reading_done:
             self._wake_writer()
@@ -633,10 +637,8 @@ class Connection:
                                   f"trireme.response.send.timeout.ms={timeout * 1000:.0f}")
 
 
-def _waits_for_flush(deferred: Deferred | None) -> bool:
+def _waits_for_flush(deferred: Deferred) -> bool:
     """Whether ``deferred`` is a wait for durability (it has a ``ready`` check) that cannot finish yet."""
-    if deferred is None:
-        return False
     ready = deferred.ready
     return ready is not None and not ready()
 

@@ -216,9 +216,7 @@ class CoordinatorRuntime:
         return durable
 
     async def _release_when_durable(self, target: int, responses: list) -> None:
-        durable = await self.durability.wait_durable(self.partition, target)
-        self._replay_durable()
-        self._release(responses, durable)
+        self._release(responses, await self.complete((target, False)))
 
     def _release(self, responses: list, durable: bool) -> None:
         """Hand answers to the requests waiting in :meth:`call` (an answer resting on records that could not be

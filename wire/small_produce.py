@@ -13,14 +13,12 @@ import struct
 import uuid
 from typing import NamedTuple
 
-from .primitives import write_uvarint
+from .primitives import INT32, CodecError, read_compact_length, write_compact_string, write_string
 
 FIRST_FLEXIBLE = 9           # ProduceRequest/Response are flexible from v9
 FIRST_TOPIC_ID = 13          # v13 names topics by id
 
 _ACKS_TIMEOUT = struct.Struct(">hi")
-_INT32 = struct.Struct(">i")
-_INT16 = struct.Struct(">h")
 # v3-8: transactional id (null), acks, timeout, one topic, its name's length
 _CLASSIC_START = struct.Struct(">hhiih")
 _CLASSIC_PARTITION = struct.Struct(">iii")       # one partition, its index, its records' length
@@ -62,47 +60,35 @@ def read_small_produce(frame, pos: int, version: int) -> SmallProduce | None:
             return None
         pos += 8
         if version < FIRST_TOPIC_ID:
-            n = view[pos] - 1                             # one-byte length: names under 127 bytes
-            if n < 0 or n >= 0x7F:
+            n, pos = read_compact_length(view, pos)
+            if n < 0:
                 return None
-            topic, topic_id = str(view[pos + 1:pos + 1 + n], "utf-8"), None
-            pos += 1 + n
+            topic, topic_id = str(view[pos:pos + n], "utf-8"), None
+            pos += n
         else:
             topic, topic_id = None, uuid.UUID(bytes=bytes(view[pos:pos + 16]))
             pos += 16
         if view[pos] != 2:                                # compact array of one partition
             return None
-        index = _INT32.unpack_from(view, pos + 1)[0]
+        index = INT32.unpack_from(view, pos + 1)[0]
         pos += 5
-        size, pos = _compact_length(view, pos)
+        size, pos = read_compact_length(view, pos)
         if size <= 0 or pos + size + 3 != end or view[end - 3:end] != _FLEXIBLE_END:
             return None
         return SmallProduce(acks, timeout, topic, topic_id, index, view[pos:pos + size])
-    except (struct.error, IndexError, UnicodeDecodeError, ValueError):
+    except (struct.error, IndexError, UnicodeDecodeError, ValueError, CodecError):
         return None
-
-
-def _compact_length(view, pos: int) -> tuple[int, int]:
-    """A compact length (an unsigned varint of length + 1, at most 5 bytes) → (length, position after it)."""
-    value = shift = 0
-    for i in range(pos, pos + 5):
-        b = view[i]
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value - 1, i + 1
-        shift += 7
-    return -1, pos
 
 
 def encode_small_produce_response(version: int, topic: str | None, topic_id: uuid.UUID | None, partition: int,
                                   base_offset: int, log_append_time_ms: int, log_start_offset: int) -> bytes:
     """The body of a ProduceResponse of ``version`` answering one partition of one topic: accepted, no error,
     no throttle."""
+    name = bytearray()
     if version >= FIRST_TOPIC_ID:
-        name = topic_id.bytes
+        name += topic_id.bytes
     else:
-        raw = topic.encode()
-        name = (_compact_name(raw) if version >= FIRST_FLEXIBLE else _INT16.pack(len(raw))) + raw
+        (write_compact_string if version >= FIRST_FLEXIBLE else write_string)(name, topic)
     offsets = struct.pack(">ihqq", partition, 0, base_offset, log_append_time_ms)
     if version >= 5:
         offsets += struct.pack(">q", log_start_offset)
@@ -111,9 +97,3 @@ def encode_small_produce_response(version: int, topic: str | None, topic_id: uui
         return b"".join((b"\x02", name, b"\x02", offsets, b"\x01\x00\x00\x00", b"\x00\x00\x00\x00\x00"))
     tail = b"\x00\x00\x00\x00\xff\xff" if version >= 8 else b""     # no record errors, null error message
     return b"".join((b"\x00\x00\x00\x01", name, b"\x00\x00\x00\x01", offsets, tail, b"\x00\x00\x00\x00"))
-
-
-def _compact_name(raw: bytes) -> bytes:
-    out = bytearray()
-    write_uvarint(out, len(raw) + 1)
-    return bytes(out)
