@@ -32,6 +32,7 @@ import re
 import resource
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -76,8 +77,57 @@ def machine_busy_seconds() -> float | None:
     return (sum(fields[:8]) - idle) / CLK_TCK                      # user..steal, without guest
 
 
+def reference_rounds_us(rounds: int = 1000) -> float:
+    """µs this process takes for ``rounds`` of a fixed pure-Python loop (struct, slices, a dict)."""
+    header = struct.Struct(">ihhi")
+    buf = bytes(range(48))
+    t = time.perf_counter()
+    table: dict = {}
+    for i in range(rounds):
+        size, key, version, correlation = header.unpack_from(buf, i & 31)
+        table[i & 63] = (size + key + version + correlation, buf[i & 15:(i & 15) + 8])
+    return (time.perf_counter() - t) * 1e6
+
+
+def sample_speed_until_stdin_closes(interval: float = 0.05) -> None:
+    """The speed sampler's process: "ready", then a reference loop every ``interval`` s; once stdin closes, the
+    µs of each, one per line."""
+    import select
+    print("ready", flush=True)
+    samples = []
+    while not select.select([sys.stdin], [], [], interval)[0]:
+        samples.append(reference_rounds_us())
+    print("\n".join(f"{x:.1f}" for x in samples), flush=True)
+
+
+class SpeedSampler:
+    """The machine's single-thread speed during a phase, from a small process that times `reference_rounds_us`
+    20 times a second (about 1 % of a core).
+
+    This VM's cores run that loop in ~250 µs or, for stretches of milliseconds to minutes (a busy neighbour
+    on the host, it seems), in ~470 µs, whatever our own load; a run's median tells which it mostly had.
+    Per-request CPU figures of runs whose medians differ are not comparable: interleave A/B runs."""
+
+    def start(self) -> None:
+        """Start the sampler and wait until it samples, so its start-up is not in the phase."""
+        code = (f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); "
+                "from produce_consume import sample_speed_until_stdin_closes as s; s()")
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.proc.stdout.readline()
+
+    def stop(self) -> dict | None:
+        """Median and p90 of the samples (µs per 1,000 rounds), or None if there were none."""
+        out, _ = self.proc.communicate(timeout=30)
+        samples = sorted(float(x) for x in out.split())
+        if not samples:
+            return None
+        return {"samples": len(samples), "p50": round(percentile(samples, 0.5), 1),
+                "p90": round(percentile(samples, 0.9), 1)}
+
+
 class PhaseClock:
-    """Wall time, server/client/other CPU seconds over one phase."""
+    """Wall time, server/client/other CPU seconds and the machine's speed (`SpeedSampler`) over one phase."""
 
     def __init__(self, stats: ServerStats):
         self.stats = stats
@@ -88,6 +138,8 @@ class PhaseClock:
                 machine_busy_seconds())
 
     def start(self) -> float:
+        self.speed = SpeedSampler()
+        self.speed.start()
         self.t0 = self._sample()
         return self.t0[0]
 
@@ -100,7 +152,7 @@ class PhaseClock:
         others = None if busy is None or server is None else max(0.0, busy - server - client)
         return {"seconds": wall, "server_cpu_s": server, "client_cpu_s": client,
                 "other_processes_cpu_s": others, "cores": os.cpu_count(),
-                "loadavg_1m": os.getloadavg()[0]}
+                "loadavg_1m": os.getloadavg()[0], "reference_us": self.speed.stop()}
 
 
 # --- the server process -------------------------------------------------------------------------
@@ -455,7 +507,8 @@ def _send_java(args, bootstrap: str, topic: str, clock) -> dict:
 
 
 def scrape_metrics(url: str | None) -> dict | None:
-    """fsyncs and per-API request counts from the broker's Prometheus endpoint (None without one)."""
+    """fsyncs, per-API request counts and three histograms (Produce latency; group commits as the flusher saw
+    them and the time of their fsync thread) from the broker's Prometheus endpoint (None without one)."""
     if not url:
         return None
     import urllib.request
@@ -468,26 +521,45 @@ def scrape_metrics(url: str | None) -> dict | None:
                 r'trireme_request_handler_seconds_total\{api="(\w+)"\} (\S+)', text)},
             "requests": {api: int(n) for api, n in re.findall(r'trireme_requests_total\{api="(\w+)"\} (\d+)', text)},
             "produce_latency": [(float(le), int(n)) for le, n in re.findall(
-                r'trireme_request_duration_seconds_bucket\{api="Produce",le="([^"]+)"\} (\d+)', text)]}
+                r'trireme_request_duration_seconds_bucket\{api="Produce",le="([^"]+)"\} (\d+)', text)],
+            "fsync_duration": [(float(le), int(n)) for le, n in re.findall(
+                r'trireme_fsync_duration_seconds_bucket\{le="([^"]+)"\} (\d+)', text)],
+            "fsync_worker": [(float(le), int(n)) for le, n in re.findall(
+                r'trireme_fsync_worker_seconds_bucket\{le="([^"]+)"\} (\d+)', text)]}
 
 
-def broker_latency(before: dict | None, after: dict | None) -> dict | None:
-    """The Produce latency the broker itself measured between two scrapes (first byte of the request read to
-    last byte of the answer written; time in the socket before the broker reads is not in it): the share
-    answered within 5 ms, and the histogram bucket bounds that hold p50 and p99 ("<= X ms")."""
-    if not before or not after or not after["produce_latency"]:
+def histogram_delta(before: dict | None, after: dict | None, key: str) -> dict | None:
+    """What a broker histogram (``key`` of `scrape_metrics`) counted between two scrapes: how many, the share
+    within 5 ms, and the bucket bounds that hold p50, p99 and the largest ("<= X ms"; inf beyond the last)."""
+    if not before or not after or not after[key]:
         return None
-    old = dict(before["produce_latency"])
-    buckets = [(le, n - old.get(le, 0)) for le, n in after["produce_latency"]]
+    old = dict(before[key])
+    buckets = [(le, n - old.get(le, 0)) for le, n in after[key]]
     total = buckets[-1][1]
     if not total:
         return None
 
     def bound(q: float) -> float:
-        return next(le for le, n in buckets if n >= q * total)
+        return next(le for le, n in buckets if n >= q * total) * 1000
     within = max((n for le, n in buckets if le <= 0.005), default=0)
-    return {"requests": total, "within_5ms": round(within / total, 4),
-            "p50_le_ms": bound(0.5) * 1000, "p99_le_ms": bound(0.99) * 1000}
+    return {"count": total, "within_5ms": round(within / total, 4),
+            "p50_le_ms": bound(0.5), "p99_le_ms": bound(0.99), "max_le_ms": bound(1.0)}
+
+
+def broker_latency(before: dict | None, after: dict | None) -> dict | None:
+    """The Produce latency the broker itself measured between two scrapes (first byte of the request read to
+    last byte of the answer written; time in the socket before the broker reads is not in it)."""
+    return histogram_delta(before, after, "produce_latency")
+
+
+def fsync_latency(before: dict | None, after: dict | None) -> dict | None:
+    """The broker's group commits between two scrapes: each whole round as its flusher saw it, and (key "worker")
+    the worker thread's time on the fsyncs. A stalling disk shows in both, a busy event loop only in the round;
+    a broker short of CPU in both (the worker waits for the GIL between fsyncs)."""
+    rounds = histogram_delta(before, after, "fsync_duration")
+    if rounds is not None:
+        rounds["worker"] = histogram_delta(before, after, "fsync_worker")
+    return rounds
 
 
 def format_broker_latency(b: dict | None) -> str:
@@ -495,6 +567,22 @@ def format_broker_latency(b: dict | None) -> str:
         return ""
     return (f"; broker-measured latency p50 <= {b['p50_le_ms']:g} ms, p99 <= {b['p99_le_ms']:g} ms, "
             f"{b['within_5ms'] * 100:.2f} % within 5ms")
+
+
+def format_fsync_latency(f: dict | None) -> str:
+    if not f:
+        return ""
+    worker = f.get("worker")
+    return (f"; flush rounds p99 <= {f['p99_le_ms']:g} ms, max <= {f['max_le_ms']:g} ms"
+            + (f" (in the fsync thread p99 <= {worker['p99_le_ms']:g} ms, max <= {worker['max_le_ms']:g} ms)"
+               if worker else ""))
+
+
+def format_reference(times: dict) -> str:
+    speed = times.get("reference_us")
+    if not speed:
+        return ""
+    return f"; reference loop p50 {speed['p50']:g} us, p90 {speed['p90']:g} us"
 
 
 def consume_phase(args, bootstrap: str, topic: str, stats: ServerStats) -> dict:

@@ -28,7 +28,8 @@ from collections import deque
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from produce_consume import (PhaseClock, ServerStats, broker, create_topic, percentile,  # noqa: E402
-                             scrape_metrics, broker_latency, format_broker_latency)
+                             scrape_metrics, broker_latency, format_broker_latency, fsync_latency,
+                             format_fsync_latency, format_reference)
 
 from trireme.wire import headers, records  # noqa: E402
 from trireme.wire.codec import message  # noqa: E402
@@ -179,8 +180,8 @@ def run(args, bootstrap: str, stats: ServerStats) -> dict:
               "latency_ms": {"p50": _ms(percentile(latencies, 0.5)), "p99": _ms(percentile(latencies, 0.99)),
                              "max": _ms(latencies[-1] if latencies else None)},
               "fsyncs": None if before is None else after["fsyncs"] - before["fsyncs"],
-              "broker_latency": broker_latency(before, after),
-              **{k: times[k] for k in ("server_cpu_s", "client_cpu_s", "other_processes_cpu_s")}}
+              "broker_latency": broker_latency(before, after), "fsync_latency": fsync_latency(before, after),
+              **{k: times[k] for k in ("server_cpu_s", "client_cpu_s", "other_processes_cpu_s", "reference_us")}}
     shape = (f"{args.rate:,} requests/s paced" if args.rate else f"{args.in_flight} in flight")
     print(f"{done:,} requests ({args.connections} connections x {shape}, {args.records} x "
           f"{args.record_size} B, acks={args.acks}, fsync {'on' if args.fsync else 'off'}): "
@@ -190,7 +191,8 @@ def run(args, bootstrap: str, stats: ServerStats) -> dict:
           f"{result['fsyncs']}; CPU s: broker "
           f"{server_cpu}, client {round(times['client_cpu_s'], 2)}, others "
           f"{None if times['other_processes_cpu_s'] is None else round(times['other_processes_cpu_s'], 2)}"
-          f"{format_broker_latency(result['broker_latency'])}", flush=True)
+          f"{format_broker_latency(result['broker_latency'])}{format_fsync_latency(result['fsync_latency'])}"
+          f"{format_reference(result)}", flush=True)
     return result
 
 

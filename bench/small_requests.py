@@ -35,7 +35,8 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from produce_consume import (PhaseClock, ServerStats, broker, create_topic, percentile,  # noqa: E402
-                             scrape_metrics, broker_latency, format_broker_latency)
+                             scrape_metrics, broker_latency, format_broker_latency, fsync_latency,
+                             format_fsync_latency, format_reference)
 
 RECORD = b"x" * 100
 
@@ -264,9 +265,10 @@ def run_produce(args, bootstrap: str, stats: ServerStats) -> dict:
             "records_per_request": round(delivered / requests, 2) if requests else None,
             "broker_cpu_us_per_request": None if cpu_us is None else round(cpu_us, 1),
             "latency_ms": _latency_ms([x for r in results for x in r["latencies"]]),
-            "broker_latency": broker_latency(before[2], after[2]),
+            "broker_latency": broker_latency(before[2], after[2]), "fsync_latency": fsync_latency(before[2], after[2]),
             "workers_cpu_s": round(sum(r["cpu_s"] for r in results), 2),
-            **{k: times[k] for k in ("server_cpu_s", "client_cpu_s", "other_processes_cpu_s", "loadavg_1m")}}
+            **{k: times[k] for k in ("server_cpu_s", "client_cpu_s", "other_processes_cpu_s", "loadavg_1m",
+                                     "reference_us")}}
 
 
 def run_consume(args, bootstrap: str, stats: ServerStats) -> dict:
@@ -308,7 +310,8 @@ def run_consume(args, bootstrap: str, stats: ServerStats) -> dict:
             "broker_cpu_share": None if cpu is None else round(cpu / seconds, 3),
             "delivery_latency_ms": _latency_ms([x for r in results for x in r["latencies"]]),
             "workers_cpu_s": round(sum(r["cpu_s"] for r in results), 2),
-            **{k: times[k] for k in ("server_cpu_s", "client_cpu_s", "other_processes_cpu_s", "loadavg_1m")}}
+            **{k: times[k] for k in ("server_cpu_s", "client_cpu_s", "other_processes_cpu_s", "loadavg_1m",
+                                     "reference_us")}}
 
 
 def report(r: dict) -> None:
@@ -322,7 +325,8 @@ def report(r: dict) -> None:
               f"{r['broker_cpu_us_per_request']} us/request; latency ms p50 {lat['p50']} p99 {lat['p99']} "
               f"max {lat['max']}; CPU s: broker {r['server_cpu_s']}, producers {r['workers_cpu_s']}, others "
               f"{others if others is None else round(max(0.0, others - r['workers_cpu_s']), 2)}"
-              f"{format_broker_latency(r['broker_latency'])}", flush=True)
+              f"{format_broker_latency(r['broker_latency'])}{format_fsync_latency(r['fsync_latency'])}"
+              f"{format_reference(r)}", flush=True)
         if r["failed"] or r["undelivered"]:
             print(f"  failed {r['failed']}, undelivered {r['undelivered']}: {r['errors']}", flush=True)
     else:
@@ -332,8 +336,8 @@ def report(r: dict) -> None:
               f"{r['records_received']:,} records received of {r['records_sent']:,} sent x {r['consumers']}; broker "
               f"CPU {r['broker_cpu_us_per_fetch']} us/fetch, {r['broker_cpu_share']} of a core; delivery ms "
               f"p50 {lat['p50']} p99 {lat['p99']}; CPU s: broker {r['server_cpu_s']}, consumers {r['workers_cpu_s']}, "
-              f"others {others if others is None else round(max(0.0, others - r['workers_cpu_s']), 2)}",
-              flush=True)
+              f"others {others if others is None else round(max(0.0, others - r['workers_cpu_s']), 2)}"
+              f"{format_reference(r)}", flush=True)
 
 
 # The standard matrix: the three producer counts, with fsync on and off, a latency run, consumers.

@@ -135,6 +135,11 @@ def test_latency_fsync_bytes_and_group_lag_after_client_traffic(server):
         == value(m, "trireme_fsyncs_total") >= 1
     assert value(m, "trireme_fsync_duration_seconds", "trireme_fsync_duration_seconds_sum") \
         == pytest.approx(value(m, "trireme_fsync_seconds_total"))
+    # The disk's share of each group commit: one observation per fsync round, never longer than the round.
+    assert value(m, "trireme_fsync_worker_seconds", "trireme_fsync_worker_seconds_count") \
+        == value(m, "trireme_fsyncs_total")
+    assert 0 < value(m, "trireme_fsync_worker_seconds", "trireme_fsync_worker_seconds_sum") \
+        <= value(m, "trireme_fsync_seconds_total")
     # Bytes per topic: only this topic was produced to and fetched from.
     bytes_in = value(m, "trireme_topic_bytes_in_total", topic=topic)
     assert bytes_in == value(m, "trireme_bytes_in_total") > 20 * 100

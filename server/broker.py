@@ -467,8 +467,8 @@ class Broker:
             batch = [(p, p.log.flush_begin()) for p in self._dirty]
             self._dirty.clear()
             started = time.perf_counter()
-            failures = await trio.to_thread.run_sync(self._flush_all, batch)
-            self.metrics.observe_fsync(time.perf_counter() - started, len(batch))
+            failures, worker_seconds = await trio.to_thread.run_sync(self._flush_all, batch)
+            self.metrics.observe_fsync(time.perf_counter() - started, worker_seconds, len(batch))
             snapshots = []
             retry = False
             for p, target in batch:
@@ -497,8 +497,9 @@ class Broker:
             except OSError as e:
                 log.warning("could not write producer state snapshot %s: %r", path, e)
 
-    def _flush_all(self, batch) -> dict:
-        """fsync every log in ``batch`` (in a worker thread); → {partition: error} for failures."""
+    def _flush_all(self, batch) -> tuple[dict, float]:
+        """fsync every log in ``batch`` (in a worker thread); → ({partition: error} for failures, seconds taken)."""
+        started = time.perf_counter()
         failures = {}
         for p, target in batch:
             if self.partitions.get((p.topic.name, p.index)) is not p:
@@ -507,7 +508,7 @@ class Broker:
                 p.log.flush(target)
             except OSError as e:
                 failures[p] = e
-        return failures
+        return failures, time.perf_counter() - started
 
     async def run_retention(self) -> None:
         interval = self.config["log.retention.check.interval.ms"] / 1000
