@@ -90,12 +90,13 @@ def reference_rounds_us(rounds: int = 1000) -> float:
 
 
 def sample_speed_until_stdin_closes(interval: float = 0.05) -> None:
-    """The speed sampler's process: "ready", then a reference loop every ``interval`` s; once stdin closes, the
-    µs of each, one per line."""
+    """The speed sampler's process: "ready", then a reference loop every ``interval`` s (the second of two in a
+    row); once stdin closes, the µs of each, one per line."""
     import select
     print("ready", flush=True)
     samples = []
     while not select.select([sys.stdin], [], [], interval)[0]:
+        reference_rounds_us()                   # after the sleep: warms this core's caches up
         samples.append(reference_rounds_us())
     print("\n".join(f"{x:.1f}" for x in samples), flush=True)
 
@@ -104,9 +105,9 @@ class SpeedSampler:
     """The machine's single-thread speed during a phase, from a small process that times `reference_rounds_us`
     20 times a second (about 1 % of a core).
 
-    This VM's cores run that loop in ~250 µs or, for stretches of milliseconds to minutes (a busy neighbour
-    on the host, it seems), in ~470 µs, whatever our own load; a run's median tells which it mostly had.
-    Per-request CPU figures of runs whose medians differ are not comparable: interleave A/B runs."""
+    This VM's cores run that loop in ~250 µs or, for stretches from milliseconds to minutes (most often just
+    after a core has slept), in ~470 µs; a run's median tells which it mostly had. Per-request CPU figures of
+    runs whose medians differ are not comparable: interleave A/B runs."""
 
     def start(self) -> None:
         """Start the sampler and wait until it samples, so its start-up is not in the phase."""
