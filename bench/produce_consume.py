@@ -32,7 +32,6 @@ import re
 import resource
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ from array import array
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from speed_sampler import SpeedSampler, format_reference
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -77,61 +77,13 @@ def machine_busy_seconds() -> float | None:
     return (sum(fields[:8]) - idle) / CLK_TCK                      # user..steal, without guest
 
 
-def reference_rounds_us(rounds: int = 1000) -> float:
-    """µs this process takes for ``rounds`` of a fixed pure-Python loop (struct, slices, a dict)."""
-    header = struct.Struct(">ihhi")
-    buf = bytes(range(48))
-    t = time.perf_counter()
-    table: dict = {}
-    for i in range(rounds):
-        size, key, version, correlation = header.unpack_from(buf, i & 31)
-        table[i & 63] = (size + key + version + correlation, buf[i & 15:(i & 15) + 8])
-    return (time.perf_counter() - t) * 1e6
-
-
-def sample_speed_until_stdin_closes(interval: float = 0.05) -> None:
-    """The speed sampler's process: "ready", then a reference loop every ``interval`` s (the second of two in a
-    row); once stdin closes, the µs of each, one per line."""
-    import select
-    print("ready", flush=True)
-    samples = []
-    while not select.select([sys.stdin], [], [], interval)[0]:
-        reference_rounds_us()                   # after the sleep: warms this core's caches up
-        samples.append(reference_rounds_us())
-    print("\n".join(f"{x:.1f}" for x in samples), flush=True)
-
-
-class SpeedSampler:
-    """The machine's single-thread speed during a phase, from a small process that times `reference_rounds_us`
-    20 times a second (about 1 % of a core).
-
-    This VM's cores run that loop in ~250 µs or, for stretches from milliseconds to minutes (most often just
-    after a core has slept), in ~470 µs; a run's median tells which it mostly had. Per-request CPU figures of
-    runs whose medians differ are not comparable: interleave A/B runs."""
-
-    def start(self) -> None:
-        """Start the sampler and wait until it samples, so its start-up is not in the phase."""
-        code = (f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); "
-                "from produce_consume import sample_speed_until_stdin_closes as s; s()")
-        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
-        self.proc.stdout.readline()
-
-    def stop(self) -> dict | None:
-        """Median and p90 of the samples (µs per 1,000 rounds), or None if there were none."""
-        out, _ = self.proc.communicate(timeout=30)
-        samples = sorted(float(x) for x in out.split())
-        if not samples:
-            return None
-        return {"samples": len(samples), "p50": round(percentile(samples, 0.5), 1),
-                "p90": round(percentile(samples, 0.9), 1)}
-
-
 class PhaseClock:
-    """Wall time, server/client/other CPU seconds and the machine's speed (`SpeedSampler`) over one phase."""
+    """Wall time, server/client/other CPU seconds and, unless ``sample_speed`` is off, the machine's speed
+    (`SpeedSampler`: key "reference_us") over one phase."""
 
-    def __init__(self, stats: ServerStats):
+    def __init__(self, stats: ServerStats, sample_speed: bool = True):
         self.stats = stats
+        self.speed = SpeedSampler() if sample_speed else None
 
     def _sample(self):
         usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -139,8 +91,8 @@ class PhaseClock:
                 machine_busy_seconds())
 
     def start(self) -> float:
-        self.speed = SpeedSampler()
-        self.speed.start()
+        if self.speed is not None:
+            self.speed.start()
         self.t0 = self._sample()
         return self.t0[0]
 
@@ -153,7 +105,8 @@ class PhaseClock:
         others = None if busy is None or server is None else max(0.0, busy - server - client)
         return {"seconds": wall, "server_cpu_s": server, "client_cpu_s": client,
                 "other_processes_cpu_s": others, "cores": os.cpu_count(),
-                "loadavg_1m": os.getloadavg()[0], "reference_us": self.speed.stop()}
+                "loadavg_1m": os.getloadavg()[0],
+                "reference_us": None if self.speed is None else self.speed.stop()}
 
 
 # --- the server process -------------------------------------------------------------------------
@@ -521,12 +474,15 @@ def scrape_metrics(url: str | None) -> dict | None:
             | {(api, "handle"): float(sec) for api, sec in re.findall(
                 r'trireme_request_handler_seconds_total\{api="(\w+)"\} (\S+)', text)},
             "requests": {api: int(n) for api, n in re.findall(r'trireme_requests_total\{api="(\w+)"\} (\d+)', text)},
-            "produce_latency": [(float(le), int(n)) for le, n in re.findall(
-                r'trireme_request_duration_seconds_bucket\{api="Produce",le="([^"]+)"\} (\d+)', text)],
-            "fsync_duration": [(float(le), int(n)) for le, n in re.findall(
-                r'trireme_fsync_duration_seconds_bucket\{le="([^"]+)"\} (\d+)', text)],
-            "fsync_worker": [(float(le), int(n)) for le, n in re.findall(
-                r'trireme_fsync_worker_seconds_bucket\{le="([^"]+)"\} (\d+)', text)]}
+            "produce_latency": _buckets(text, "trireme_request_duration_seconds", 'api="Produce",'),
+            "fsync_duration": _buckets(text, "trireme_fsync_duration_seconds"),
+            "fsync_worker": _buckets(text, "trireme_fsync_worker_seconds")}
+
+
+def _buckets(text: str, histogram: str, labels: str = "") -> list[tuple[float, int]]:
+    """(upper bound, cumulative count) of each bucket of ``histogram`` (with ``labels``, written as in the text)."""
+    return [(float(le), int(n)) for le, n in re.findall(
+        rf'^{histogram}_bucket\{{{labels}le="([^"]+)"\}} (\d+)', text, re.M)]
 
 
 def histogram_delta(before: dict | None, after: dict | None, key: str) -> dict | None:
@@ -577,13 +533,6 @@ def format_fsync_latency(f: dict | None) -> str:
     return (f"; flush rounds p99 <= {f['p99_le_ms']:g} ms, max <= {f['max_le_ms']:g} ms"
             + (f" (in the fsync thread p99 <= {worker['p99_le_ms']:g} ms, max <= {worker['max_le_ms']:g} ms)"
                if worker else ""))
-
-
-def format_reference(times: dict) -> str:
-    speed = times.get("reference_us")
-    if not speed:
-        return ""
-    return f"; reference loop p50 {speed['p50']:g} us, p90 {speed['p90']:g} us"
 
 
 def consume_phase(args, bootstrap: str, topic: str, stats: ServerStats) -> dict:
@@ -692,7 +641,8 @@ def report_produce(r: dict) -> None:
           f"p999 {_fmt(lat['p999'], '.2f')}  max {_fmt(lat['max'], '.2f')}")
     print(f"  server: cpu {_fmt(r['server_cpu_s'], '.2f')} s, peak RSS {_fmt(r['server_peak_rss_mib'])} MiB; "
           f"client cpu {r['client_cpu_s']:.2f} s; BufferError retries {r['backpressure_retries']}")
-    print(f"  other processes: cpu {_fmt(r['other_processes_cpu_s'], '.2f')} s (load {r['loadavg_1m']:.1f})")
+    print(f"  other processes: cpu {_fmt(r['other_processes_cpu_s'], '.2f')} s (load {r['loadavg_1m']:.1f})"
+          f"{format_reference(r.get('reference_us'))}")
     if r["errors"] or r["undelivered"]:
         print(f"  delivery errors: {r['errors']}, undelivered: {r['undelivered']}; first: {r['first_errors']}")
 
@@ -703,7 +653,8 @@ def report_consume(r: dict) -> None:
           f"first after {_fmt(r['first_record_s'], '.3f')} s)")
     print(f"  server: cpu {_fmt(r['server_cpu_s'], '.2f')} s, peak RSS {_fmt(r['server_peak_rss_mib'])} MiB; "
           f"client cpu {r['client_cpu_s']:.2f} s")
-    print(f"  other processes: cpu {_fmt(r['other_processes_cpu_s'], '.2f')} s (load {r['loadavg_1m']:.1f})")
+    print(f"  other processes: cpu {_fmt(r['other_processes_cpu_s'], '.2f')} s (load {r['loadavg_1m']:.1f})"
+          f"{format_reference(r.get('reference_us'))}")
     if r["errors"]:
         print(f"  errors: {r['errors']}")
 

@@ -29,7 +29,8 @@ from collections import deque
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from produce_consume import (PhaseClock, ServerStats, broker, create_topic, percentile,  # noqa: E402
                              scrape_metrics, broker_latency, format_broker_latency, fsync_latency,
-                             format_fsync_latency, format_reference)
+                             format_fsync_latency)
+from speed_sampler import format_reference  # noqa: E402
 
 from trireme.wire import headers, records  # noqa: E402
 from trireme.wire.codec import message  # noqa: E402
@@ -192,7 +193,7 @@ def run(args, bootstrap: str, stats: ServerStats) -> dict:
           f"{server_cpu}, client {round(times['client_cpu_s'], 2)}, others "
           f"{None if times['other_processes_cpu_s'] is None else round(times['other_processes_cpu_s'], 2)}"
           f"{format_broker_latency(result['broker_latency'])}{format_fsync_latency(result['fsync_latency'])}"
-          f"{format_reference(result)}", flush=True)
+          f"{format_reference(result['reference_us'])}", flush=True)
     return result
 
 

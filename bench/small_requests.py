@@ -36,7 +36,8 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from produce_consume import (PhaseClock, ServerStats, broker, create_topic, percentile,  # noqa: E402
                              scrape_metrics, broker_latency, format_broker_latency, fsync_latency,
-                             format_fsync_latency, format_reference)
+                             format_fsync_latency)
+from speed_sampler import format_reference  # noqa: E402
 
 RECORD = b"x" * 100
 
@@ -326,7 +327,7 @@ def report(r: dict) -> None:
               f"max {lat['max']}; CPU s: broker {r['server_cpu_s']}, producers {r['workers_cpu_s']}, others "
               f"{others if others is None else round(max(0.0, others - r['workers_cpu_s']), 2)}"
               f"{format_broker_latency(r['broker_latency'])}{format_fsync_latency(r['fsync_latency'])}"
-              f"{format_reference(r)}", flush=True)
+              f"{format_reference(r['reference_us'])}", flush=True)
         if r["failed"] or r["undelivered"]:
             print(f"  failed {r['failed']}, undelivered {r['undelivered']}: {r['errors']}", flush=True)
     else:
@@ -337,7 +338,7 @@ def report(r: dict) -> None:
               f"CPU {r['broker_cpu_us_per_fetch']} us/fetch, {r['broker_cpu_share']} of a core; delivery ms "
               f"p50 {lat['p50']} p99 {lat['p99']}; CPU s: broker {r['server_cpu_s']}, consumers {r['workers_cpu_s']}, "
               f"others {others if others is None else round(max(0.0, others - r['workers_cpu_s']), 2)}"
-              f"{format_reference(r)}", flush=True)
+              f"{format_reference(r['reference_us'])}", flush=True)
 
 
 # The standard matrix: the three producer counts, with fsync on and off, a latency run, consumers.

@@ -69,7 +69,7 @@ def spark_reads(python: str, env: dict, bootstrap: str, topic: str, levels: list
                 run0: int) -> list[dict]:
     proc = subprocess.Popen([python, os.path.join(REPO, "bench", "spark_read_job.py"), bootstrap, topic, *levels],
                             stdout=subprocess.PIPE, text=True, env=env)
-    out, clock = [], PhaseClock(stats)
+    out, clock = [], PhaseClock(stats, sample_speed=False)    # started as Spark reads: a sampler's start would be in it
     for line in proc.stdout:
         if not line.startswith("{"):
             continue
@@ -84,7 +84,7 @@ def spark_reads(python: str, env: dict, bootstrap: str, topic: str, levels: list
 
 
 def java_read(classpath: str, bootstrap: str, topic: str, level: str, stats: ServerStats, run: int) -> dict:
-    clock = PhaseClock(stats)
+    clock = PhaseClock(stats, sample_speed=False)
     clock.start()
     line = subprocess.run(["java", "-cp", classpath, os.path.join(REPO, "bench", "spark_java_read.java"),
                            bootstrap, topic, level], capture_output=True, text=True, check=True).stdout

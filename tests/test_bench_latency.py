@@ -8,8 +8,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-from produce_consume import (broker_latency, format_broker_latency, format_fsync_latency, format_reference,  # noqa: E402
-                             fsync_latency, SpeedSampler)
+from produce_consume import (_buckets, broker_latency, format_broker_latency, format_fsync_latency,  # noqa: E402
+                             fsync_latency)
+from speed_sampler import SpeedSampler, format_reference  # noqa: E402
 
 BOUNDS = (0.001, 0.0025, 0.005, 0.01, 0.025, math.inf)
 
@@ -67,6 +68,20 @@ def test_the_speed_sampler_reports_the_reference_loop_over_a_phase():
     speed = sampler.stop()
     assert speed["samples"] >= 3
     assert 0 < speed["p50"] <= speed["p90"]
-    assert format_reference({"reference_us": {"samples": 9, "p50": 262.5, "p90": 471.0}}) == \
-        "; reference loop p50 262.5 us, p90 471 us"
-    assert format_reference({"reference_us": None}) == ""
+    assert format_reference({"samples": 9, "p50": 262.5, "p90": 471.0}) == "; reference loop p50 262.5 us, p90 471 us"
+    assert format_reference(None) == ""
+
+
+def test_buckets_are_read_from_the_prometheus_text_by_name_and_labels():
+    text = "\n".join([
+        '# TYPE trireme_fsync_duration_seconds histogram',
+        'trireme_fsync_duration_seconds_bucket{le="0.001"} 7',
+        'trireme_fsync_duration_seconds_bucket{le="+Inf"} 9',
+        'trireme_fsync_duration_seconds_count 9',
+        'trireme_request_duration_seconds_bucket{api="Fetch",le="0.001"} 1',
+        'trireme_request_duration_seconds_bucket{api="Produce",le="0.001"} 3',
+        'trireme_request_duration_seconds_bucket{api="Produce",le="+Inf"} 4',
+    ])
+    assert _buckets(text, "trireme_fsync_duration_seconds") == [(0.001, 7), (math.inf, 9)]
+    assert _buckets(text, "trireme_request_duration_seconds", 'api="Produce",') == [(0.001, 3), (math.inf, 4)]
+    assert _buckets(text, "trireme_fsync_worker_seconds") == []
