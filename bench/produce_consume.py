@@ -78,8 +78,8 @@ def machine_busy_seconds() -> float | None:
 
 
 class PhaseClock:
-    """Wall time, server/client/other CPU seconds and, unless ``sample_speed`` is off, the machine's speed
-    (`SpeedSampler`: key "reference_us") over one phase."""
+    """Wall time, server/client/other CPU seconds (the server's also split: `ServerStats.cpu_split`) and, unless
+    ``sample_speed`` is off, the machine's speed (`SpeedSampler`: key "reference_us") over one phase."""
 
     def __init__(self, stats: ServerStats, sample_speed: bool = True):
         self.stats = stats
@@ -88,7 +88,7 @@ class PhaseClock:
     def _sample(self):
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return (time.perf_counter(), self.stats.cpu_seconds(), usage.ru_utime + usage.ru_stime,
-                machine_busy_seconds())
+                machine_busy_seconds(), self.stats.cpu_split())
 
     def start(self) -> float:
         if self.speed is not None:
@@ -103,7 +103,8 @@ class PhaseClock:
         client = t1[2] - self.t0[2]
         busy = None if t1[3] is None or self.t0[3] is None else t1[3] - self.t0[3]
         others = None if busy is None or server is None else max(0.0, busy - server - client)
-        return {"seconds": wall, "server_cpu_s": server, "client_cpu_s": client,
+        split = None if t1[4] is None or self.t0[4] is None else {k: t1[4][k] - self.t0[4][k] for k in t1[4]}
+        return {"seconds": wall, "server_cpu_s": server, "server_cpu_split_s": split, "client_cpu_s": client,
                 "other_processes_cpu_s": others, "cores": os.cpu_count(),
                 "loadavg_1m": os.getloadavg()[0],
                 "reference_us": None if self.speed is None else self.speed.stop()}
@@ -119,15 +120,23 @@ class ServerStats:
         self.metrics_url: str | None = None
 
     def cpu_seconds(self) -> float | None:
+        split = self.cpu_split()
+        return None if split is None else split["user"] + split["system"]
+
+    def cpu_split(self) -> dict | None:
+        """User and system CPU seconds of the process and of its main thread (the broker's event loop)."""
         if self.pid is None:
             return None
-        try:
-            with open(f"/proc/{self.pid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            return None
-        fields = stat[stat.rindex(")") + 2:].split()   # after "pid (comm) "; field 3 is fields[0]
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK   # utime, stime (fields 14, 15)
+        split = {}
+        for name, path in (("", f"/proc/{self.pid}/stat"), ("main_thread_", f"/proc/{self.pid}/task/{self.pid}/stat")):
+            try:
+                with open(path) as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                return None
+            split[name + "user"] = int(fields[11]) / CLK_TCK
+            split[name + "system"] = int(fields[12]) / CLK_TCK
+        return split
 
     def peak_rss_mib(self) -> float | None:
         if self.pid is None:

@@ -9,7 +9,8 @@ one partition, one batch of ``--records`` records, encoded once with ``trireme.w
 connection i writes partition i mod ``--partitions``.  Unlike librdkafka this client does no work
 per request beyond a send and a receive, so on a shared 2-core machine the broker's CPU per request
 (``utime+stime`` from ``/proc/PID/stat`` over the run, divided by the requests answered) is
-disturbed less.  Prints requests/s, broker CPU µs per request and the client's round-trip p50/p99.
+disturbed less.  Prints requests/s, broker CPU µs per request (split into user and system time, for the
+process and for its event-loop thread) and the client's round-trip p50/p99.
 The last stdout line is a JSON summary.  Nothing is asserted.
 """
 from __future__ import annotations
@@ -93,7 +94,7 @@ def _receive_answers(sock, buf: bytearray) -> tuple[float, int]:
     return now, count
 
 
-def _paced(bootstrap: str, frames: list[bytes], rate: float, seconds: float, latencies: list,
+def paced_requests(bootstrap: str, frames: list[bytes], rate: float, seconds: float, latencies: list,
            start: threading.Event) -> int:
     """Open loop from one thread: the connections together send ``rate`` requests/s for ``seconds``, each
     on its own staggered schedule, whatever the answers do; a request's latency runs from the time it was
@@ -153,7 +154,7 @@ def run(args, bootstrap: str, stats: ServerStats) -> dict:
     paced_answers: list[int] = []
     if args.rate:
         threads = [threading.Thread(target=lambda: paced_answers.append(
-            _paced(bootstrap, frames, args.rate, args.seconds, latencies, start)))]
+            paced_requests(bootstrap, frames, args.rate, args.seconds, latencies, start)))]
     else:
         threads = [threading.Thread(target=_connection, args=(
             bootstrap, frames[i], per_connection, args.in_flight, args.acks != 0, latencies, start))
@@ -178,6 +179,8 @@ def run(args, bootstrap: str, stats: ServerStats) -> dict:
               "fsync": args.fsync, "requests": done, "seconds": round(times["seconds"], 3),
               "requests_per_s": round(done / times["seconds"]),
               "broker_cpu_us_per_request": None if server_cpu is None else round(server_cpu / done * 1e6, 1),
+              "broker_cpu_split_us": None if times["server_cpu_split_s"] is None else {
+                  k: round(v / done * 1e6, 1) for k, v in times["server_cpu_split_s"].items()},
               "latency_ms": {"p50": _ms(percentile(latencies, 0.5)), "p99": _ms(percentile(latencies, 0.99)),
                              "max": _ms(latencies[-1] if latencies else None)},
               "fsyncs": None if before is None else after["fsyncs"] - before["fsyncs"],
@@ -186,7 +189,8 @@ def run(args, bootstrap: str, stats: ServerStats) -> dict:
     shape = (f"{args.rate:,} requests/s paced" if args.rate else f"{args.in_flight} in flight")
     print(f"{done:,} requests ({args.connections} connections x {shape}, {args.records} x "
           f"{args.record_size} B, acks={args.acks}, fsync {'on' if args.fsync else 'off'}): "
-          f"{result['requests_per_s']:,} requests/s, broker CPU {result['broker_cpu_us_per_request']} us/request, "
+          f"{result['requests_per_s']:,} requests/s, broker CPU {result['broker_cpu_us_per_request']} us/request"
+          f"{_format_split(result['broker_cpu_split_us'])}, "
           f"round trip ms p50 {result['latency_ms']['p50']} p99 {result['latency_ms']['p99']} max "
           f"{result['latency_ms']['max']}; flushes "
           f"{result['fsyncs']}; CPU s: broker "
@@ -195,6 +199,14 @@ def run(args, bootstrap: str, stats: ServerStats) -> dict:
           f"{format_broker_latency(result['broker_latency'])}{format_fsync_latency(result['fsync_latency'])}"
           f"{format_reference(result['reference_us'])}", flush=True)
     return result
+
+
+def _format_split(split: dict | None) -> str:
+    """The printed split of the broker's CPU per request (`ServerStats.cpu_split`; "" without one)."""
+    if not split:
+        return ""
+    return (f" (user {split['user']}, system {split['system']}; event-loop thread user "
+            f"{split['main_thread_user']}, system {split['main_thread_system']})")
 
 
 def _ms(v):
