@@ -87,8 +87,9 @@ class PhaseClock:
 
     def _sample(self):
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        return (time.perf_counter(), self.stats.cpu_seconds(), usage.ru_utime + usage.ru_stime,
-                machine_busy_seconds(), self.stats.cpu_split())
+        split = self.stats.cpu_split()
+        return (time.perf_counter(), None if split is None else split["user"] + split["system"],
+                usage.ru_utime + usage.ru_stime, machine_busy_seconds(), split)
 
     def start(self) -> float:
         if self.speed is not None:
@@ -128,7 +129,8 @@ class ServerStats:
         if self.pid is None:
             return None
         split = {}
-        for name, path in (("", f"/proc/{self.pid}/stat"), ("main_thread_", f"/proc/{self.pid}/task/{self.pid}/stat")):
+        # the thread first: its figures then never exceed the process's, read a moment later
+        for name, path in (("main_thread_", f"/proc/{self.pid}/task/{self.pid}/stat"), ("", f"/proc/{self.pid}/stat")):
             try:
                 with open(path) as f:
                     fields = f.read().rsplit(")", 1)[1].split()

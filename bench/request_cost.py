@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import selectors
 import socket
@@ -95,7 +96,7 @@ def _receive_answers(sock, buf: bytearray) -> tuple[float, int]:
 
 
 def paced_requests(bootstrap: str, frames: list[bytes], rate: float, seconds: float, latencies: list,
-           start: threading.Event) -> int:
+                   start: threading.Event) -> int:
     """Open loop from one thread: the connections together send ``rate`` requests/s for ``seconds``, each
     on its own staggered schedule, whatever the answers do; a request's latency runs from the time it was
     due (not sent), so a client that fell behind does not hide the broker's delay.  → requests answered."""
@@ -114,23 +115,33 @@ def paced_requests(bootstrap: str, frames: list[bytes], rate: float, seconds: fl
         entry = {"sock": sock, "buf": bytearray(), "due": deque()}
         selector.register(sock, selectors.EVENT_READ, entry)
         state.append(entry)
+    # Connection i's k-th request is due at t0 + interval * (k + i/n), for every k with k + i/n < seconds /
+    # interval: counted up front, so how many a run sends does not hang on the rounding of a sum of floats.
+    counts = [max(0, math.ceil(seconds * rate / n - i / n)) for i in range(n)]
+    sent = [0] * n
     start.wait()
     t0 = time.perf_counter()
-    next_due = [t0 + interval * i / n for i in range(n)]
-    end = t0 + seconds
     answered = outstanding = 0
     while True:
         now = time.perf_counter()
+        upcoming = None
         for i in range(n):
-            if next_due[i] <= now and next_due[i] < end:
+            if sent[i] == counts[i]:
+                continue
+            due = t0 + interval * (sent[i] + i / n)
+            if due <= now:
                 state[i]["sock"].sendall(frames[i])    # small frames: the socket buffer takes them whole
-                state[i]["due"].append(next_due[i])
-                next_due[i] += interval
+                state[i]["due"].append(due)
+                sent[i] += 1
                 outstanding += 1
-        upcoming = min(next_due)
-        if upcoming >= end and not outstanding:
+                if sent[i] == counts[i]:
+                    continue
+                due += interval
+            if upcoming is None or due < upcoming:
+                upcoming = due
+        if upcoming is None and not outstanding:
             break
-        timeout = max(0.0, upcoming - time.perf_counter()) if upcoming < end else 1.0
+        timeout = 1.0 if upcoming is None else max(0.0, upcoming - time.perf_counter())
         for key, _ in selector.select(timeout):
             entry = key.data
             now, count = _receive_answers(entry["sock"], entry["buf"])

@@ -55,7 +55,7 @@ def whole_frames(buf: bytearray) -> int:
 
 # --- the servers (each runs in its own process: `--serve KIND`) --------------------------------------------------
 
-def serve_trio(listener: socket.socket, group_commit: bool, fsync: bool) -> None:
+def serve_trio(listener: socket.socket, group_commit: bool, fsync: bool, data_dir: str) -> None:
     import trio
 
     class GroupCommit:
@@ -64,33 +64,31 @@ def serve_trio(listener: socket.socket, group_commit: bool, fsync: bool) -> None
         def __init__(self, path: str):
             self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             self.chunks: list[bytes] = []
-            self.waiting: dict[int, int] = {}       # connection fd → answers owed after this round
-            self.open: set[int] = set()
+            self.waiting: dict = {}                 # connection's socket → answers owed after this round
             self.dirty = trio.Event()
 
-        def append(self, fd: int, chunk: bytes, count: int) -> None:
+        def append(self, sock, chunk: bytes, count: int) -> None:
             self.chunks.append(chunk)
-            self.waiting[fd] = self.waiting.get(fd, 0) + count
-            self.dirty.set()
+            if count:
+                self.waiting[sock] = self.waiting.get(sock, 0) + count
+                self.dirty.set()
 
         async def run(self) -> None:
             while True:
                 await self.dirty.wait()
                 self.dirty = trio.Event()
                 chunks, waiting, self.chunks, self.waiting = self.chunks, self.waiting, [], {}
-                os.writev(self.fd, chunks)
+                os.write(self.fd, b"".join(chunks))
                 if fsync:
                     await trio.to_thread.run_sync(os.fdatasync, self.fd)
-                for fd, count in waiting.items():
-                    if count and fd in self.open:
-                        _answer(fd, count)
+                for sock, count in waiting.items():
+                    if sock.fileno() != -1:         # not closed meanwhile
+                        _answer(sock.fileno(), count)
 
     async def connection(sock, commit: GroupCommit | None) -> None:
         fd = sock.fileno()
         buf = bytearray()
-        if commit is not None:
-            commit.open.add(fd)
-        try:
+        with sock:
             while True:
                 await trio.lowlevel.wait_readable(fd)
                 try:
@@ -104,26 +102,21 @@ def serve_trio(listener: socket.socket, group_commit: bool, fsync: bool) -> None
                 buf += data
                 count = whole_frames(buf)
                 if commit is not None:
-                    commit.append(fd, data, count)
+                    commit.append(sock, data, count)
                 elif count:
                     _answer(fd, count)
-        finally:
-            if commit is not None:
-                commit.open.discard(fd)
-            sock.close()
 
     async def main() -> None:
         tsock = trio.socket.from_stdlib_socket(listener)
-        with tempfile.TemporaryDirectory(prefix="request-floor-") as tmp:
-            commit = GroupCommit(os.path.join(tmp, "log")) if group_commit else None
-            async with trio.open_nursery() as nursery:
-                if commit is not None:
-                    nursery.start_soon(commit.run)
-                print("ready", flush=True)
-                while True:
-                    sock, _ = await tsock.accept()
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    nursery.start_soon(connection, sock, commit)
+        commit = GroupCommit(os.path.join(data_dir, "log")) if group_commit else None
+        async with trio.open_nursery() as nursery:
+            if commit is not None:
+                nursery.start_soon(commit.run)
+            print("ready", flush=True)
+            while True:
+                sock, _ = await tsock.accept()
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                nursery.start_soon(connection, sock, commit)
 
     trio.run(main)
 
@@ -174,14 +167,18 @@ def serve_epoll(listener: socket.socket) -> None:
 
 
 def _answer(fd: int, count: int) -> None:
-    """Write ``count`` answers (a few KiB at most: the socket buffer takes them whole)."""
+    """Write ``count`` answers (a few KiB at most: the socket buffer takes them whole, or the server stops: an
+    answer lost would leave the client waiting)."""
+    answers = ANSWER * count
     try:
-        os.write(fd, ANSWER * count)
-    except OSError:
-        pass
+        written = os.write(fd, answers)
+    except (BrokenPipeError, ConnectionResetError):
+        return                      # the client is gone
+    if written != len(answers):
+        raise RuntimeError(f"{written} of {len(answers)} answer bytes written: the socket buffer is full")
 
 
-def serve(kind: str, fsync: bool) -> None:
+def serve(kind: str, fsync: bool, data_dir: str) -> None:
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", 0))
@@ -190,13 +187,18 @@ def serve(kind: str, fsync: bool) -> None:
     if kind == "epoll":
         serve_epoll(listener)
     else:
-        serve_trio(listener, kind == "trio-group-commit", fsync)
+        serve_trio(listener, kind == "trio-group-commit", fsync, data_dir)
 
 
 # --- the client ---------------------------------------------------------------------------------------------------
 
 def measure(kind: str, args) -> dict:
-    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", kind]
+    with tempfile.TemporaryDirectory(prefix="request-floor-") as data_dir:    # the group commit's file
+        return _measure(kind, args, data_dir)
+
+
+def _measure(kind: str, args, data_dir: str) -> dict:
+    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", kind, "--data-dir", data_dir]
                             + ([] if args.fsync else ["--no-fsync"]), stdout=subprocess.PIPE, text=True)
     try:
         port = int(proc.stdout.readline())
@@ -218,13 +220,14 @@ def measure(kind: str, args) -> dict:
     finally:
         proc.kill()
         proc.wait()
+        proc.stdout.close()
     done = answered[0] if answered else 0
     latencies.sort()
-    split = times["server_cpu_split_s"]
-    per = (lambda s: round(s / done * 1e6, 1)) if done else (lambda s: None)
+    split = times["server_cpu_split_s"] or {"user": None, "system": None}
+    per = (lambda s: round(s / done * 1e6, 1)) if done and split["user"] is not None else (lambda s: None)
     return {"server": kind, "connections": args.connections, "rate": args.rate, "fsync": args.fsync,
             "requests": done, "requests_per_s": round(done / times["seconds"]),
-            "cpu_us_per_request": per(split["user"] + split["system"]),
+            "cpu_us_per_request": per(None if split["user"] is None else split["user"] + split["system"]),
             "user_us_per_request": per(split["user"]), "system_us_per_request": per(split["system"]),
             "latency_ms": {q: None if not latencies else round(percentile(latencies, p) * 1000, 3)
                            for q, p in (("p50", 0.5), ("p99", 0.99))},
@@ -248,9 +251,10 @@ def main(argv=None) -> int:
     ap.add_argument("--fsync", action=argparse.BooleanOptionalAction, default=True,
                     help="trio-group-commit: fdatasync each round")
     ap.add_argument("--serve", choices=SERVERS, help=argparse.SUPPRESS)
+    ap.add_argument("--data-dir", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serve:
-        serve(args.serve, args.fsync)
+        serve(args.serve, args.fsync, args.data_dir)
         return 0
     results = []
     for kind in args.servers.split(","):
