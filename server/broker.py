@@ -30,6 +30,7 @@ from .groups import GroupService
 from .limits import Limits, out_of_descriptors
 from .local_peer import LocalPeer
 from .metrics import Metrics
+from .worker_thread import WorkerThread
 from .transactions import TransactionService
 
 log = logging.getLogger("trireme.broker")
@@ -461,13 +462,22 @@ class Broker:
                 self._dirty_event.set()
 
     async def run_flusher(self) -> None:
+        """Group commit: fsync every partition written since the last round (in the flush thread), then
+        move their high watermarks and wake whoever waits for them."""
+        worker = WorkerThread("trireme-flush")
+        try:
+            await self._flush_rounds(worker)
+        finally:
+            worker.close()
+
+    async def _flush_rounds(self, worker: WorkerThread) -> None:
         while True:
             await self._dirty_event.wait()
             self._dirty_event = trio.Event()
             batch = [(p, p.log.flush_begin()) for p in self._dirty]
             self._dirty.clear()
             started = time.perf_counter()
-            failures, worker_seconds = await trio.to_thread.run_sync(self._flush_all, batch)
+            failures, worker_seconds = await worker.run(self._flush_all, batch)
             self.metrics.observe_fsync(time.perf_counter() - started, worker_seconds, len(batch))
             snapshots = []
             retry = False
@@ -484,7 +494,7 @@ class Broker:
             self._wake_waiters()
             snapshots = [s for s in snapshots if s is not None]
             if snapshots:
-                await trio.to_thread.run_sync(self._write_snapshots, snapshots)
+                await worker.run(self._write_snapshots, snapshots)
             if retry:
                 log.warning("out of file descriptors: %d partition(s) not flushed, retrying", len(self._dirty))
                 await trio.sleep(0.1)
@@ -498,7 +508,7 @@ class Broker:
                 log.warning("could not write producer state snapshot %s: %r", path, e)
 
     def _flush_all(self, batch) -> tuple[dict, float]:
-        """fsync every log in ``batch`` (in a worker thread); → ({partition: error} for failures, seconds taken)."""
+        """fsync every log in ``batch`` (in the flush thread); → ({partition: error} for failures, seconds taken)."""
         started = time.perf_counter()
         failures = {}
         for p, target in batch:
