@@ -30,8 +30,8 @@ from .groups import GroupService
 from .limits import Limits, out_of_descriptors
 from .local_peer import LocalPeer
 from .metrics import Metrics
-from .worker_thread import WorkerThread
 from .transactions import TransactionService
+from .worker_thread import WorkerThread
 
 log = logging.getLogger("trireme.broker")
 

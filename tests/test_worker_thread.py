@@ -2,6 +2,7 @@
 call, and close ends the thread."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -69,4 +70,70 @@ def test_close_ends_the_thread_and_refuses_later_calls():
         assert not any(t.name == "test-worker-close" for t in threading.enumerate())
         with pytest.raises(RuntimeError, match="closed"):
             await worker.run(lambda: 1)
+    trio.run(main)
+
+
+def test_a_cancelled_caller_does_not_start_a_call():
+    ran = []
+
+    async def main():
+        worker = WorkerThread("test-worker")
+        try:
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                await worker.run(ran.append, 1)
+            assert scope.cancelled_caught
+            assert await worker.run(lambda: "next") == "next"      # still usable
+        finally:
+            worker.close()
+    trio.run(main)
+    assert ran == []
+
+
+def test_ctrl_c_while_waiting_is_raised_once_the_call_has_ended(monkeypatch):
+    # trio delivers Ctrl-C to a waiting main task by ending its wait with KeyboardInterrupt: simulated here
+    # on the first wait, so the test does not depend on where a real signal lands.
+    real_wait = trio.lowlevel.wait_readable
+    interrupts = []
+
+    async def wait_interrupted_once(fd):
+        if not interrupts:
+            interrupts.append(fd)
+            raise KeyboardInterrupt
+        await real_wait(fd)
+
+    monkeypatch.setattr(trio.lowlevel, "wait_readable", wait_interrupted_once)
+    finished = []
+
+    def slow():
+        time.sleep(0.2)
+        finished.append(True)
+
+    async def main():
+        worker = WorkerThread("test-worker")
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                await worker.run(slow)
+            assert finished == [True]           # not raised before the call ended
+            assert interrupts
+        finally:
+            worker.close()
+    trio.run(main)
+
+
+def test_close_releases_the_pipes():
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    async def main():
+        before = open_fds()
+        worker = WorkerThread("test-worker-fds")
+        assert open_fds() == before + 4
+        assert await worker.run(lambda: 1) == 1
+        worker.close()
+        for _ in range(100):
+            if open_fds() == before:
+                break
+            await trio.sleep(0.01)
+        assert open_fds() == before
     trio.run(main)
