@@ -11,7 +11,8 @@ a fixed 60-byte frame (the size of a small Produce answer), decoding nothing:
   model without any Kafka work and without a durability wait;
 - ``trio-group-commit``: the same tasks append each frame to one file and answer after a group commit: a flusher
   task writes what the connections appended, fsyncs it in a worker thread (``trio.to_thread``, as the broker
-  does) and writes every waiting connection's answers — the broker's architecture, still without Kafka work;
+  did before its own flush thread) and writes every waiting connection's answers — the broker's architecture,
+  still without Kafka work;
 - ``epoll``: one thread and one edge-triggered ``epoll`` for all connections, answering at once: no tasks.
 
 Prints, per server, requests/s, its CPU µs per request split into user and system time (``/proc/PID/stat``),
