@@ -84,15 +84,19 @@ def _receive_answers(sock, buf: bytearray) -> tuple[float, int]:
     if not data:
         raise SystemExit("the broker closed the connection")
     buf += data
-    now = time.perf_counter()
+    return time.perf_counter(), whole_frames(buf)
+
+
+def whole_frames(buf: bytearray) -> int:
+    """Drop the whole size-prefixed frames at the start of ``buf`` → how many there were."""
     count = 0
     while len(buf) >= 4:
-        size = _SIZE.unpack_from(buf)[0]
-        if len(buf) < 4 + size:
+        end = 4 + _SIZE.unpack_from(buf)[0]
+        if len(buf) < end:
             break
-        del buf[:4 + size]
+        del buf[:end]
         count += 1
-    return now, count
+    return count
 
 
 def paced_requests(bootstrap: str, frames: list[bytes], rate: float, seconds: float, latencies: list,

@@ -34,24 +34,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from produce_consume import PhaseClock, ServerStats, percentile  # noqa: E402
-from request_cost import paced_requests, produce_frame  # noqa: E402
+from request_cost import paced_requests, produce_frame, whole_frames  # noqa: E402
 from speed_sampler import format_reference  # noqa: E402
 
 SERVERS = ("trio", "trio-group-commit", "epoll")
 ANSWER = (56).to_bytes(4, "big") + bytes(56)          # a size-prefixed 60-byte answer
 READ_CHUNK = 65536
-
-
-def whole_frames(buf: bytearray) -> int:
-    """Drop the whole size-prefixed frames at the start of ``buf`` → how many there were."""
-    count = 0
-    while len(buf) >= 4:
-        end = 4 + int.from_bytes(buf[:4], "big")
-        if len(buf) < end:
-            break
-        del buf[:end]
-        count += 1
-    return count
 
 
 # --- the servers (each runs in its own process: `--serve KIND`) --------------------------------------------------
@@ -224,12 +212,14 @@ def _measure(kind: str, args, data_dir: str) -> dict:
         proc.stdout.close()
     done = answered[0] if answered else 0
     latencies.sort()
-    split = times["server_cpu_split_s"] or {"user": None, "system": None}
-    per = (lambda s: round(s / done * 1e6, 1)) if done and split["user"] is not None else (lambda s: None)
+    split = times["server_cpu_split_s"] or {}
+
+    def per(seconds: float | None) -> float | None:
+        return None if seconds is None or not done else round(seconds / done * 1e6, 1)
     return {"server": kind, "connections": args.connections, "rate": args.rate, "fsync": args.fsync,
             "requests": done, "requests_per_s": round(done / times["seconds"]),
-            "cpu_us_per_request": per(None if split["user"] is None else split["user"] + split["system"]),
-            "user_us_per_request": per(split["user"]), "system_us_per_request": per(split["system"]),
+            "cpu_us_per_request": per(times["server_cpu_s"]),
+            "user_us_per_request": per(split.get("user")), "system_us_per_request": per(split.get("system")),
             "latency_ms": {q: None if not latencies else round(percentile(latencies, p) * 1000, 3)
                            for q, p in (("p50", 0.5), ("p99", 0.99))},
             "client_cpu_s": round(times["client_cpu_s"], 2), "reference_us": times["reference_us"]}
