@@ -122,18 +122,26 @@ def test_ctrl_c_while_waiting_is_raised_once_the_call_has_ended(monkeypatch):
 
 
 def test_close_releases_the_pipes():
-    def open_fds() -> int:
-        return len(os.listdir("/proc/self/fd"))
+    # Each of the worker's four descriptors is identified by its pipe's inode, not by a count of the process's
+    # descriptors: other tests' threads open and close descriptors meanwhile (a count once failed in CI so).
+    def pipe_inode(fd: int):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            return None                                  # closed
+        return (st.st_dev, st.st_ino)
 
     async def main():
-        before = open_fds()
         worker = WorkerThread("test-worker-fds")
-        assert open_fds() == before + 4
+        fds = [worker._calls_r, worker._calls_w, worker._done_r, worker._done_w]
+        inodes = [pipe_inode(fd) for fd in fds]
+        assert None not in inodes and len(set(inodes)) == 2          # two pipes, both ends open
         assert await worker.run(lambda: 1) == 1
         worker.close()
-        for _ in range(100):
-            if open_fds() == before:
+        for _ in range(200):
+            still_open = [fd for fd, ino in zip(fds, inodes) if pipe_inode(fd) == ino]
+            if not still_open:
                 break
             await trio.sleep(0.01)
-        assert open_fds() == before
+        assert still_open == []
     trio.run(main)
