@@ -66,6 +66,44 @@ def parse_props(items: list[str]) -> dict:
     return out
 
 
+def parse_cpus(text: str) -> set[int]:
+    """A CPU list as ``taskset -c`` takes it: "0", "1,3", "0-1"."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    if not cpus:
+        raise argparse.ArgumentTypeError(f"no CPUs in {text!r}")
+    return cpus
+
+
+def add_cpu_options(ap: argparse.ArgumentParser) -> None:
+    """``--server-cpus`` and ``--client-cpus``: the broker on cores of its own, as on a machine of its own, so that
+    its latency is not decided by the clients' threads competing for the same two cores (issue 11's seventh round)."""
+    ap.add_argument("--server-cpus", type=parse_cpus, default=None, metavar="LIST",
+                    help="run the started server on these CPUs only (taskset -c syntax, e.g. 0)")
+    ap.add_argument("--client-cpus", type=parse_cpus, default=None, metavar="LIST",
+                    help="run this benchmark's clients (its threads and worker processes) on these CPUs only")
+
+
+def pin_this_process(cpus: set[int] | None) -> None:
+    """Every thread of this process (and so every thread and process it starts later) on ``cpus``."""
+    if cpus:
+        for tid in os.listdir("/proc/self/task"):
+            os.sched_setaffinity(int(tid), cpus)
+
+
+def cpu_affinity_note(args) -> str:
+    """How the run placed its processes, for the printed result ("" when it did not)."""
+    sets = [(name, getattr(args, f"{name}_cpus", None)) for name in ("server", "client")]
+    return "; ".join(f"{name} on CPUs {','.join(map(str, sorted(cpus)))}" for name, cpus in sets if cpus)
+
+
+def format_placement(placement: str) -> str:
+    """``cpu_affinity_note``'s text as the end of a printed result line."""
+    return f"; {placement}" if placement else ""
+
+
 def machine_busy_seconds() -> float | None:
     """CPU seconds all processes spent busy so far (/proc/stat, every core)."""
     try:
@@ -174,7 +212,7 @@ class Server:
     """A Trireme broker in a child process on its own data dir."""
 
     def __init__(self, data_dir: str, fsync: bool, profile: str | None, extra: list[str],
-                 profile_timer: str = "cpu"):
+                 profile_timer: str = "cpu", cpus: set[int] | None = None):
         self.data_dir = data_dir = os.path.abspath(data_dir)
         self.log_path = os.path.join(os.path.dirname(os.path.abspath(data_dir)),
                                      os.path.basename(data_dir.rstrip("/")) + ".server.log")
@@ -189,7 +227,8 @@ class Server:
             cmd += ["--set", item]
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=self.log)
+        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=self.log,
+                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         line = self.proc.stdout.readline().decode()
         m = re.match(r"listening on (\S+)", line)
         if not m:
@@ -230,6 +269,7 @@ def broker(args, prefix: str):
     ``--metrics-url``), or a fresh ``trireme serve`` with a metrics listener on a temporary data dir, stopped and
     removed afterwards.  For the benchmarks beside this one."""
     if args.bootstrap:
+        pin_this_process(args.client_cpus)
         stats = ServerStats(args.server_pid)
         stats.metrics_url = args.metrics_url
         yield args.bootstrap, stats
@@ -238,7 +278,9 @@ def broker(args, prefix: str):
     server = None
     try:
         server = Server(os.path.join(temp, "data"), args.fsync, args.profile_server,
-                        args.server_set + ["trireme.metrics.listen=127.0.0.1:0"])
+                        args.server_set + ["trireme.metrics.listen=127.0.0.1:0"],
+                        cpus=args.server_cpus)
+        pin_this_process(args.client_cpus)     # after the server started, which has its own
         stats = ServerStats(server.proc.pid)
         stats.metrics_url = server.metrics_url()
         yield server.bootstrap, stats

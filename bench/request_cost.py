@@ -29,9 +29,9 @@ import uuid
 from collections import deque
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from produce_consume import (PhaseClock, ServerStats, broker, create_topic, percentile,  # noqa: E402
-                             scrape_metrics, broker_latency, format_broker_latency, fsync_latency,
-                             format_fsync_latency)
+from produce_consume import (PhaseClock, ServerStats, add_cpu_options, broker, broker_latency,  # noqa: E402
+                             cpu_affinity_note, create_topic, format_broker_latency, format_fsync_latency,
+                             format_placement, fsync_latency, percentile, scrape_metrics)
 from speed_sampler import format_reference  # noqa: E402
 
 from trireme.wire import headers, records  # noqa: E402
@@ -200,7 +200,8 @@ def run(args, bootstrap: str, stats: ServerStats) -> dict:
                              "max": _ms(latencies[-1] if latencies else None)},
               "fsyncs": None if before is None else after["fsyncs"] - before["fsyncs"],
               "broker_latency": broker_latency(before, after), "fsync_latency": fsync_latency(before, after),
-              **{k: times[k] for k in ("server_cpu_s", "client_cpu_s", "other_processes_cpu_s", "reference_us")}}
+              **{k: times[k] for k in ("server_cpu_s", "client_cpu_s", "other_processes_cpu_s", "reference_us")},
+              "placement": cpu_affinity_note(args)}
     shape = (f"{args.rate:,} requests/s paced" if args.rate else f"{args.in_flight} in flight")
     print(f"{done:,} requests ({args.connections} connections x {shape}, {args.records} x "
           f"{args.record_size} B, acks={args.acks}, fsync {'on' if args.fsync else 'off'}): "
@@ -212,7 +213,7 @@ def run(args, bootstrap: str, stats: ServerStats) -> dict:
           f"{server_cpu}, client {round(times['client_cpu_s'], 2)}, others "
           f"{None if times['other_processes_cpu_s'] is None else round(times['other_processes_cpu_s'], 2)}"
           f"{format_broker_latency(result['broker_latency'])}{format_fsync_latency(result['fsync_latency'])}"
-          f"{format_reference(result['reference_us'])}", flush=True)
+          f"{format_reference(result['reference_us'])}{format_placement(result['placement'])}", flush=True)
     return result
 
 
@@ -246,6 +247,7 @@ def main(argv=None) -> int:
     ap.add_argument("--metrics-url", default=None, help="the running broker's http://HOST:PORT/metrics")
     ap.add_argument("--server-set", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--profile-server", metavar="OUT.prof", default=None)
+    add_cpu_options(ap)
     args = ap.parse_args(argv)
     with broker(args, "trireme-cost-") as (bootstrap, stats):
         print(json.dumps(run(args, bootstrap, stats), separators=(",", ":")), flush=True)

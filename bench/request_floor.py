@@ -33,7 +33,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from produce_consume import PhaseClock, ServerStats, percentile  # noqa: E402
+from produce_consume import (PhaseClock, ServerStats, add_cpu_options, cpu_affinity_note,  # noqa: E402
+                             format_placement, percentile, pin_this_process)
 from request_cost import paced_requests, produce_frame, whole_frames  # noqa: E402
 from speed_sampler import format_reference  # noqa: E402
 
@@ -187,8 +188,10 @@ def measure(kind: str, args) -> dict:
 
 
 def _measure(kind: str, args, data_dir: str) -> dict:
+    cpus = args.server_cpus
     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", kind, "--data-dir", data_dir]
-                            + ([] if args.fsync else ["--no-fsync"]), stdout=subprocess.PIPE, text=True)
+                            + ([] if args.fsync else ["--no-fsync"]), stdout=subprocess.PIPE, text=True,
+                            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     try:
         port = int(proc.stdout.readline())
         if proc.stdout.readline() != "ready\n":
@@ -222,7 +225,8 @@ def _measure(kind: str, args, data_dir: str) -> dict:
             "user_us_per_request": per(split.get("user")), "system_us_per_request": per(split.get("system")),
             "latency_ms": {q: None if not latencies else round(percentile(latencies, p) * 1000, 3)
                            for q, p in (("p50", 0.5), ("p99", 0.99))},
-            "client_cpu_s": round(times["client_cpu_s"], 2), "reference_us": times["reference_us"]}
+            "client_cpu_s": round(times["client_cpu_s"], 2), "reference_us": times["reference_us"],
+            "placement": cpu_affinity_note(args)}
 
 
 def report(r: dict) -> str:
@@ -230,7 +234,7 @@ def report(r: dict) -> str:
     return (f"{r['server']}{durable}: {r['requests_per_s']:,} requests/s from {r['connections']} connections, "
             f"server CPU {r['cpu_us_per_request']} us/request (user {r['user_us_per_request']}, system "
             f"{r['system_us_per_request']}); round trip ms p50 {r['latency_ms']['p50']} p99 {r['latency_ms']['p99']}"
-            f"{format_reference(r['reference_us'])}")
+            f"{format_reference(r['reference_us'])}{format_placement(r['placement'])}")
 
 
 def main(argv=None) -> int:
@@ -243,10 +247,12 @@ def main(argv=None) -> int:
                     help="trio-group-commit: fdatasync each round")
     ap.add_argument("--serve", choices=SERVERS, help=argparse.SUPPRESS)
     ap.add_argument("--data-dir", help=argparse.SUPPRESS)
+    add_cpu_options(ap)
     args = ap.parse_args(argv)
     if args.serve:
         serve(args.serve, args.fsync, args.data_dir)
         return 0
+    pin_this_process(args.client_cpus)          # servers start with --server-cpus (or, without it, these)
     results = []
     for kind in args.servers.split(","):
         if kind not in SERVERS:

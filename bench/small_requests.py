@@ -34,9 +34,9 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from produce_consume import (PhaseClock, ServerStats, broker, create_topic, percentile,  # noqa: E402
-                             scrape_metrics, broker_latency, format_broker_latency, fsync_latency,
-                             format_fsync_latency)
+from produce_consume import (PhaseClock, ServerStats, add_cpu_options, broker, broker_latency,  # noqa: E402
+                             cpu_affinity_note, create_topic, format_broker_latency, format_fsync_latency,
+                             format_placement, fsync_latency, percentile, scrape_metrics)
 from speed_sampler import format_reference  # noqa: E402
 
 RECORD = b"x" * 100
@@ -327,7 +327,7 @@ def report(r: dict) -> None:
               f"max {lat['max']}; CPU s: broker {r['server_cpu_s']}, producers {r['workers_cpu_s']}, others "
               f"{others if others is None else round(max(0.0, others - r['workers_cpu_s']), 2)}"
               f"{format_broker_latency(r['broker_latency'])}{format_fsync_latency(r['fsync_latency'])}"
-              f"{format_reference(r['reference_us'])}", flush=True)
+              f"{format_reference(r['reference_us'])}{format_placement(r['placement'])}", flush=True)
         if r["failed"] or r["undelivered"]:
             print(f"  failed {r['failed']}, undelivered {r['undelivered']}: {r['errors']}", flush=True)
     else:
@@ -338,7 +338,7 @@ def report(r: dict) -> None:
               f"CPU {r['broker_cpu_us_per_fetch']} us/fetch, {r['broker_cpu_share']} of a core; delivery ms "
               f"p50 {lat['p50']} p99 {lat['p99']}; CPU s: broker {r['server_cpu_s']}, consumers {r['workers_cpu_s']}, "
               f"others {others if others is None else round(max(0.0, others - r['workers_cpu_s']), 2)}"
-              f"{format_reference(r['reference_us'])}", flush=True)
+              f"{format_reference(r['reference_us'])}{format_placement(r['placement'])}", flush=True)
 
 
 # The standard matrix: the issue's three producer counts, with fsync on and off, a latency run, consumers.
@@ -376,6 +376,7 @@ def parse(argv) -> argparse.Namespace:
                     help="run the broker under cProfile (main thread CPU time), writing OUT.prof on exit")
     ap.add_argument("--producer-prop", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--consumer-prop", action="append", default=[], metavar="KEY=VALUE")
+    add_cpu_options(ap)
     args = ap.parse_args(argv)
     if args.scenario == "consume" and not args.partitions:
         args.partitions = 100
@@ -386,6 +387,7 @@ def run_one(args) -> dict:
     """One scenario on a fresh broker (or on --bootstrap)."""
     with broker(args, "trireme-small-") as (bootstrap, stats):
         result = (run_produce if args.scenario == "produce" else run_consume)(args, bootstrap, stats)
+    result["placement"] = cpu_affinity_note(args)
     report(result)
     return result
 
