@@ -90,6 +90,9 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
            "coordinator sends, and send one partition per request.  0 (off) in production."),
     "trireme.fsync.enable": (True, "fsync before answering acks=1/all produce requests. false trades "
                                    "crash safety of acknowledged data for speed (Kafka's own default)."),
+    "trireme.fsync.threads": (4, "How many partitions a group commit fsyncs at once (1-64; 1: one after "
+                                 "another).  More make a round as long as its slowest fsync, not their sum, "
+                                 "for some CPU per round."),
     "trireme.shutdown.grace.ms": (5000, "On SIGTERM, how long in-flight requests may take to finish."),
     "trireme.log.level": ("INFO", "Log level of the structured logs on stderr."),
     "trireme.metrics.listen": ("", "HOST:PORT for a Prometheus endpoint (GET /metrics); :PORT binds 127.0.0.1; "
@@ -102,6 +105,10 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
     "trireme.status.actions.enable": (
         False, "Let the status page abort transactions (POST with the page's per-process token)."),
 }
+
+
+# Integer properties that only make sense within a range: (lowest, highest).
+RANGES = {"trireme.fsync.threads": (1, 64)}
 
 
 class ConfigError(ValueError):
@@ -119,9 +126,13 @@ def _coerce(name: str, value: Any) -> Any:
         raise ConfigError(f"{name} must be true or false, not {value!r}")
     if isinstance(default, int):
         try:
-            return int(str(value).strip())
+            number = int(str(value).strip())
         except ValueError:
             raise ConfigError(f"{name} must be an integer, not {value!r}") from None
+        lowest, highest = RANGES.get(name, (number, number))
+        if not lowest <= number <= highest:
+            raise ConfigError(f"{name} must be from {lowest} to {highest}, not {number}")
+        return number
     return str(value).strip()
 
 

@@ -1,11 +1,14 @@
 """Kafka's flush policy as an opt-in: with log.flush.interval.* set, data is acknowledged and visible once written
 and fsynced on the interval; by default every acknowledgement waits for its fsync."""
+import threading
+
+import pytest
 import trio
 
 from broker_runner import run_with_broker
 from trireme.server.broker import Broker
 from trireme.server.clock import now_ms
-from trireme.server.config import Config
+from trireme.server.config import Config, ConfigError
 from trireme.wire import records as rec
 
 
@@ -70,3 +73,67 @@ def test_flush_interval_ms(tmp_path):
         assert (p.log.high_watermark, p.log.durable_offset) == (3, 0)
         await _until_durable(p, 3)
     run_with_broker(broker, body)
+
+
+def test_a_round_over_many_partitions_fsyncs_them_at_once_and_keeps_each_failure_its_own(tmp_path, monkeypatch):
+    """The flush round's fsyncs run at once (the flush thread and its helpers), and a partition whose fsync fails
+    fails alone: the others of the same round become durable."""
+    at_once = 4
+    broker = _broker(tmp_path, **{"trireme.fsync.threads": at_once})
+    broker.create_topic("t", 6)
+    parts = [broker.partition("t", i) for i in range(6)]
+    together = threading.Barrier(at_once, timeout=10)       # only passes if they run at once
+    threads = set()
+    for i, p in enumerate(parts[:at_once]):
+        real = p.log.flush
+
+        def flush(target, real=real, failing=(i == 1)):
+            threads.add(threading.current_thread().name)
+            together.wait()
+            if failing:
+                raise OSError(5, "injected fsync failure")
+            real(target)
+        monkeypatch.setattr(p.log, "flush", flush)
+
+    async def body(b):
+        for p in parts:
+            _append(b, p, 2)
+        with trio.fail_after(10):
+            while any(p.log.durable_offset < 2 for i, p in enumerate(parts) if i != 1) or parts[1].storage_error is None:
+                await trio.sleep(0.005)
+    run_with_broker(broker, body)
+    assert len(threads) == at_once
+    assert parts[1].storage_error is not None and parts[1].log.durable_offset == 0
+    assert all(p.log.durable_offset == 2 and p.storage_error is None for i, p in enumerate(parts) if i != 1)
+
+
+def test_with_one_fsync_thread_a_round_fsyncs_one_partition_after_another(tmp_path, monkeypatch):
+    broker = _broker(tmp_path, **{"trireme.fsync.threads": 1})
+    broker.create_topic("t", 3)
+    parts = [broker.partition("t", i) for i in range(3)]
+    threads = []
+    for p in parts:
+        real = p.log.flush
+
+        def flush(target, real=real):
+            threads.append(threading.current_thread().name)
+            real(target)
+        monkeypatch.setattr(p.log, "flush", flush)
+
+    async def body(b):
+        for p in parts:
+            _append(b, p, 1)
+        await _until_durable(parts[0], 1)
+        for p in parts:
+            await _until_durable(p, 1)
+    run_with_broker(broker, body)
+    assert threads == ["trireme-flush"] * 3
+
+
+def test_the_fsync_threads_must_be_from_1_to_64():
+    config = Config(data_dir="/data")
+    for bad in ("0", "65", "-1"):
+        with pytest.raises(ConfigError, match="from 1 to 64"):
+            config.set("trireme.fsync.threads", bad)
+    config.set("trireme.fsync.threads", "1")
+    assert config["trireme.fsync.threads"] == 1

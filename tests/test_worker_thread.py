@@ -1,5 +1,5 @@
 """server/worker_thread.py: calls run in the thread, values and exceptions come back, cancellation waits for the
-call, and close ends the thread."""
+call, and close ends the thread; the fan-out runs calls at once and gives back their values in order."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ import time
 import pytest
 import trio
 
-from trireme.server.worker_thread import WorkerThread
+from trireme.server.worker_thread import ThreadFanOut, WorkerThread
 
 
 def test_calls_run_in_the_thread_and_return_their_values():
@@ -145,3 +145,53 @@ def test_close_releases_the_pipes():
             await trio.sleep(0.01)
         assert still_open == []
     trio.run(main)
+
+
+def test_the_fan_out_runs_its_calls_at_once_and_answers_in_order():
+    fan_out = ThreadFanOut("test-fan", helpers=3)
+    try:
+        together = threading.Barrier(4, timeout=10)      # passes only if all four calls run at the same time
+
+        def call(n):
+            together.wait()
+            return n * n, threading.current_thread().name
+        results = fan_out.map(call, [1, 2, 3, 4])
+        assert [value for value, _ in results] == [1, 4, 9, 16]
+        assert sorted(name for _, name in results) == sorted(                # the caller takes items too
+            ["test-fan-0", "test-fan-1", "test-fan-2", threading.current_thread().name])
+        # more items than threads: the helpers take the rest in turn
+        assert fan_out.map(lambda n: n + 1, list(range(20))) == list(range(1, 21))
+        assert fan_out.map(lambda n: threading.current_thread().name, ["only"]) == [threading.current_thread().name]
+        assert fan_out.map(lambda n: n, []) == []
+    finally:
+        fan_out.close()
+
+
+def test_the_fan_out_raises_a_calls_exception_once_every_call_ended():
+    fan_out = ThreadFanOut("test-fan-errors", helpers=2)
+    ended = []
+    try:
+        def call(n):
+            if n == 1:
+                raise OSError(5, "disk")
+            time.sleep(0.05)
+            ended.append(n)
+            return n
+        with pytest.raises(OSError, match="disk"):
+            fan_out.map(call, [0, 1, 2])
+        assert sorted(ended) == [0, 2]                  # not raised before the others ended
+        assert fan_out.map(lambda n: -n, [1, 2, 3]) == [-1, -2, -3]        # and usable afterwards
+    finally:
+        fan_out.close()
+
+
+def test_closing_the_fan_out_ends_its_helpers():
+    fan_out = ThreadFanOut("test-fan-close", helpers=2)
+    fan_out.map(lambda n: n, [1, 2, 3])
+    helpers = [t for t in threading.enumerate() if t.name.startswith("test-fan-close-")]
+    assert len(helpers) == 2
+    fan_out.close()
+    for t in helpers:
+        t.join(timeout=10)
+    assert not any(t.is_alive() for t in helpers)
+    assert fan_out.map(lambda n: n * 2, [1, 2]) == [2, 4]                  # closed: calls run in the caller
