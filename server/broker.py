@@ -8,6 +8,7 @@ fsyncs.  Data becomes visible to consumers only once durable (high watermark = f
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -474,15 +475,14 @@ class Broker:
     async def run_flusher(self) -> None:
         """Group commit: fsync every partition written since the last round (in the flush thread), then
         move their high watermarks and wake whoever waits for them."""
-        worker = WorkerThread("trireme-flush")
         # the flush thread and its helpers fsync up to trireme.fsync.threads partitions at once: a round then takes
         # about its slowest fsync, not the sum of them all (issue 11's seventh round)
-        fan_out = ThreadFanOut("trireme-fsync", helpers=self.config["trireme.fsync.threads"] - 1)
-        try:
+        with contextlib.ExitStack() as threads:
+            worker = WorkerThread("trireme-flush")
+            threads.callback(worker.close)
+            fan_out = ThreadFanOut("trireme-fsync", helpers=self.config["trireme.fsync.threads"] - 1)
+            threads.callback(fan_out.close)         # closed first: the worker's last call has ended (never abandoned)
             await self._flush_rounds(worker, fan_out)
-        finally:
-            worker.close()
-            fan_out.close()
 
     async def _flush_rounds(self, worker: WorkerThread, fan_out: ThreadFanOut) -> None:
         while True:

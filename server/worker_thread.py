@@ -109,18 +109,25 @@ class ThreadFanOut:
     """``map(fn, items)`` from one (non-trio) thread, with ``fn`` run for up to ``helpers + 1`` items at once: the
     calling thread and long-lived helper threads take the items from one queue.  Used by the flush thread for the
     fsyncs of a round's partitions, which then take as long as the slowest, not their sum: with 4 partitions a
-    round took ~1.6 ms, and an answer two rounds (issue 11's seventh round).  One caller at a time."""
+    round took ~1.6 ms, and an answer two rounds (issue 11's seventh round).  One caller at a time, and ``close``
+    only while no ``map`` runs (the flusher closes it after its flush thread's last call ended)."""
 
     def __init__(self, name: str, helpers: int):
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()       # (fn, index, item), or None: end
         self._results: queue.SimpleQueue = queue.SimpleQueue()    # (index, ok, value)
-        self._threads = [threading.Thread(target=self._serve, name=f"{name}-{i}", daemon=True)
-                         for i in range(helpers)]
-        for t in self._threads:
-            t.start()
+        self._threads: list[threading.Thread] = []
+        try:
+            for i in range(helpers):
+                thread = threading.Thread(target=self._serve, name=f"{name}-{i}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+        except BaseException:
+            self.close()                            # the helpers already started end
+            raise
 
     def map(self, fn, items: list) -> list:
-        """``[fn(item) for item in items]``, in that order; an exception of any call is raised once all ended."""
+        """``[fn(item) for item in items]``, in that order.  If calls raise, the first item's exception is raised once
+        every call ended (the others' are dropped: the flusher's calls return their errors instead)."""
         if len(items) < 2 or not self._threads:
             return [fn(item) for item in items]
         for index, item in enumerate(items):
@@ -146,7 +153,7 @@ class ThreadFanOut:
         return [value for _, value in outcomes]
 
     def close(self) -> None:
-        """End the helpers (each once its current call ends)."""
+        """End the helpers (each once its current call ends); later ``map`` calls run in the caller alone."""
         for _ in self._threads:
             self._jobs.put(None)
         self._threads = []

@@ -169,11 +169,14 @@ def test_the_fan_out_runs_its_calls_at_once_and_answers_in_order():
 
 def test_the_fan_out_raises_a_calls_exception_once_every_call_ended():
     fan_out = ThreadFanOut("test-fan-errors", helpers=2)
+    failed = threading.Event()
     ended = []
     try:
         def call(n):
             if n == 1:
+                failed.set()
                 raise OSError(5, "disk")
+            assert failed.wait(10)                      # the others end only after the failure
             time.sleep(0.05)
             ended.append(n)
             return n
@@ -183,6 +186,23 @@ def test_the_fan_out_raises_a_calls_exception_once_every_call_ended():
         assert fan_out.map(lambda n: -n, [1, 2, 3]) == [-1, -2, -3]        # and usable afterwards
     finally:
         fan_out.close()
+
+
+def test_a_fan_out_that_cannot_start_its_helpers_ends_those_it_started(monkeypatch):
+    real_start, started = threading.Thread.start, []
+
+    def start(thread):
+        if len(started) == 2:
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+        started.append(thread)
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with pytest.raises(RuntimeError, match="can't start"):
+        ThreadFanOut("test-fan-fail", helpers=4)
+    monkeypatch.undo()
+    for t in started:
+        t.join(timeout=10)
+    assert len(started) == 2 and not any(t.is_alive() for t in started)
 
 
 def test_closing_the_fan_out_ends_its_helpers():
