@@ -86,6 +86,12 @@ def add_cpu_options(ap: argparse.ArgumentParser) -> None:
                     help="run this benchmark's clients (its threads and worker processes) on these CPUs only")
 
 
+def pinned_at_start(cpus: set[int] | None):
+    """A ``preexec_fn`` for ``subprocess.Popen`` that runs the child on ``cpus`` from its first instruction (None:
+    wherever it likes)."""
+    return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+
+
 def pin_this_process(cpus: set[int] | None) -> None:
     """Every thread of this process (and so every thread and process it starts later) on ``cpus``."""
     if cpus:
@@ -95,7 +101,7 @@ def pin_this_process(cpus: set[int] | None) -> None:
 
 def cpu_affinity_note(args) -> str:
     """How the run placed its processes, for the printed result ("" when it did not)."""
-    sets = [(name, getattr(args, f"{name}_cpus", None)) for name in ("server", "client")]
+    sets = (("server", args.server_cpus), ("client", args.client_cpus))
     return "; ".join(f"{name} on CPUs {','.join(map(str, sorted(cpus)))}" for name, cpus in sets if cpus)
 
 
@@ -228,7 +234,7 @@ class Server:
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=self.log,
-                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+                                     preexec_fn=pinned_at_start(cpus))
         line = self.proc.stdout.readline().decode()
         m = re.match(r"listening on (\S+)", line)
         if not m:

@@ -34,7 +34,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from produce_consume import (PhaseClock, ServerStats, add_cpu_options, cpu_affinity_note,  # noqa: E402
-                             format_placement, percentile, pin_this_process)
+                             format_placement, percentile, pin_this_process, pinned_at_start)
 from request_cost import paced_requests, produce_frame, whole_frames  # noqa: E402
 from speed_sampler import format_reference  # noqa: E402
 
@@ -188,10 +188,9 @@ def measure(kind: str, args) -> dict:
 
 
 def _measure(kind: str, args, data_dir: str) -> dict:
-    cpus = args.server_cpus
     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", kind, "--data-dir", data_dir]
                             + ([] if args.fsync else ["--no-fsync"]), stdout=subprocess.PIPE, text=True,
-                            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+                            preexec_fn=pinned_at_start(args.server_cpus))
     try:
         port = int(proc.stdout.readline())
         if proc.stdout.readline() != "ready\n":

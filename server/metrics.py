@@ -71,7 +71,8 @@ class Metrics:
 
     def observe_fsync(self, seconds: float, worker_seconds: float, partitions: int) -> None:
         """One group commit: its whole round as the flusher saw it (the hop to the worker thread, the fsyncs, the
-        hop back to a busy event loop), and the worker thread's own time in the fsyncs, GIL hand-offs included."""
+        hop back to a busy event loop), and the flush threads' own time in the fsyncs (up to trireme.fsync.threads at
+        once, so about the slowest), GIL hand-offs included."""
         self.fsync.observe(seconds)
         self.fsync_worker.observe(worker_seconds)
         self.fsync_partitions += partitions
@@ -165,7 +166,7 @@ def render_broker(broker) -> str:
     out.histogram("trireme_fsync_duration_seconds", "Duration of each group-commit fsync, as the flusher task saw it.",
                   [({}, m.fsync)])
     out.histogram("trireme_fsync_worker_seconds",
-                  "Time the worker thread spent on each group commit's fsyncs, taking back the GIL included.",
+                  "Time the flush threads spent on each group commit's fsyncs (run at once), taking back the GIL included.",
                   [({}, m.fsync_worker)])
     out.metric("trireme_fsync_partitions_total", "counter", "Partitions covered by group-commit fsyncs.",
                m.fsync_partitions)

@@ -22,6 +22,25 @@ import threading
 import trio
 
 
+def _outcome(fn, *args) -> tuple:
+    """``fn(*args)`` as (True, value) or (False, exception): handed from a thread to the caller, who unpacks it."""
+    try:
+        return True, fn(*args)
+    except BaseException as e:
+        return False, e
+
+
+def _unpack(outcome: tuple):
+    """An `_outcome`'s value, or its exception raised."""
+    ok, value = outcome
+    if ok:
+        return value
+    try:
+        raise value
+    finally:
+        del value, outcome                          # no frame ↔ traceback cycle
+
+
 class WorkerThread:
     def __init__(self, name: str):
         fds: list[int] = []
@@ -70,13 +89,7 @@ class WorkerThread:
             raise interrupted
         if not ended:
             raise RuntimeError("worker thread ended")
-        ok, value = result
-        if ok:
-            return value
-        try:
-            raise value
-        finally:
-            del value, result                       # no frame ↔ traceback cycle
+        return _unpack(result)
 
     def close(self) -> None:
         """End the thread once it is idle (it closes its own ends of the pipes)."""
@@ -91,10 +104,7 @@ class WorkerThread:
         try:
             while os.read(self._calls_r, 1):
                 fn, args = self._call
-                try:
-                    self._result = (True, fn(*args))
-                except BaseException as e:          # handed to the caller, raised there
-                    self._result = (False, e)
+                self._result = _outcome(fn, *args)  # handed to the caller, unpacked there
                 del fn, args                        # hold no batch or snapshot until the next call
                 try:
                     os.write(self._done_w, b"\0")
@@ -114,7 +124,7 @@ class ThreadFanOut:
 
     def __init__(self, name: str, helpers: int):
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()       # (fn, index, item), or None: end
-        self._results: queue.SimpleQueue = queue.SimpleQueue()    # (index, ok, value)
+        self._results: queue.SimpleQueue = queue.SimpleQueue()    # (index, _outcome)
         self._threads: list[threading.Thread] = []
         try:
             for i in range(helpers):
@@ -139,18 +149,15 @@ class ThreadFanOut:
                 _, index, item = self._jobs.get_nowait()
             except queue.Empty:
                 break
-            outcomes[index] = self._call(fn, item)
+            outcomes[index] = _outcome(fn, item)
             waiting -= 1
         for _ in range(waiting):
-            index, ok, value = self._results.get()
-            outcomes[index] = (ok, value)
-        for ok, value in outcomes:
-            if not ok:
-                try:
-                    raise value
-                finally:
-                    del value, outcomes             # no frame ↔ traceback cycle
-        return [value for _, value in outcomes]
+            index, outcome = self._results.get()
+            outcomes[index] = outcome
+        try:
+            return [_unpack(outcome) for outcome in outcomes]
+        finally:
+            del outcomes                            # no frame ↔ traceback cycle through a raised exception
 
     def close(self) -> None:
         """End the helpers (each once its current call ends); later ``map`` calls run in the caller alone."""
@@ -158,15 +165,8 @@ class ThreadFanOut:
             self._jobs.put(None)
         self._threads = []
 
-    @staticmethod
-    def _call(fn, item) -> tuple:
-        try:
-            return True, fn(item)
-        except BaseException as e:                  # handed to the caller, raised there
-            return False, e
-
     def _serve(self) -> None:
         while (job := self._jobs.get()) is not None:
             fn, index, item = job
-            self._results.put((index, *self._call(fn, item)))
+            self._results.put((index, _outcome(fn, item)))
             del job, fn, item                       # hold no partition until the next round
