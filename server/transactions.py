@@ -3,9 +3,12 @@
 Every operation follows the runtime's order: the coordinator returns records, they are appended
 and made durable, replayed, and only then is the client answered.  After a PREPARE record is
 durable the markers go out as real WriteTxnMarkers requests through
-:class:`~trireme.server.local_peer.LocalPeer` (encode → handler → decode), retried until every
-partition has its marker; then a COMPLETE record ends the transaction.  On start-up, transactions
-a crash left prepared get their markers written again.  Open transactions past their timeout are
+:class:`~trireme.server.local_peer.LocalPeer` (encode → handler → decode) until every partition
+has its marker (retriable errors with a bounded backoff; a refusal for a newer producer epoch is
+moot); then a COMPLETE record ends the transaction.  Any other refusal leaves the transaction
+*stuck* (prepared, listed in :attr:`TransactionService.stuck`) until an operator completes it
+(:meth:`TransactionService.complete_stuck`).  On start-up, transactions a crash left prepared get
+their markers written again.  Open transactions past their timeout are
 aborted (with an epoch bump that fences the producer), and idle transactional ids expire.
 """
 from __future__ import annotations
