@@ -187,9 +187,21 @@ class TransactionService(CoordinatorRuntime):
         A refusal that no retry can change leaves the transaction prepared and listed in :attr:`stuck`."""
         refused = await self._send_markers(job)
         if refused:
+            log.error("transaction %s: %s marker refused for good on %s; not retrying: it stays %s until an operator "
+                      "completes it (trireme transactions complete --transactional-id %s)", job.transactional_id,
+                      "commit" if job.commit else "abort", _partition_errors_text(refused),
+                      "PrepareCommit" if job.commit else "PrepareAbort", job.transactional_id)
             self.stuck[job.transactional_id] = StuckTxn(job, refused, now_ms())
             return
         await self._complete(job)
+
+    async def _abort_orphan(self, job: MarkerJob) -> None:
+        """The ABORT marker of a transaction the coordinator never recorded (:meth:`abort_orphans`)."""
+        refused = await self._send_markers(job)
+        if refused:
+            log.error("transaction %s: the abort marker of producer id %d's unrecorded transaction was refused for "
+                      "good on %s; not retrying: abort it as a hanging transaction (trireme transactions "
+                      "find-hanging, abort)", job.transactional_id, job.producer_id, _partition_errors_text(refused))
 
     async def _complete(self, job: MarkerJob) -> TxnOutcome:
         await self.wait_replayed()
@@ -265,12 +277,6 @@ class TransactionService(CoordinatorRuntime):
                             ", ".join(sorted({E.for_code(errors[tp]).name for tp in retry})), MARKER_RETRY_MAX_BACKOFF_S)
             await trio.sleep(backoff)
             backoff = min(backoff * 2, MARKER_RETRY_MAX_BACKOFF_S)
-        if refused:
-            log.error("transaction %s: %s marker refused for good on %s; not retrying: it stays %s until an operator "
-                      "completes it (trireme transactions complete --transactional-id %s)", job.transactional_id,
-                      "commit" if job.commit else "abort",
-                      ", ".join(f"{t}-{i} ({E.for_code(c).name})" for (t, i), c in sorted(refused.items())),
-                      "PrepareCommit" if job.commit else "PrepareAbort", job.transactional_id)
         return refused
 
     async def complete_stuck(self, transactional_id: str) -> str:
@@ -340,7 +346,7 @@ class TransactionService(CoordinatorRuntime):
                 self.start_soon(self._write_markers, job)
             self._resume = []
             for job in self._orphans:
-                self.start_soon(self._send_markers, job)
+                self.start_soon(self._abort_orphan, job)
             self._orphans = []
             nursery.start_soon(self._run_timeouts)
             nursery.start_soon(self._run_id_expiry)
@@ -366,6 +372,10 @@ class TransactionService(CoordinatorRuntime):
                 for key, _ in records:
                     self.coordinator.abandon(decode_txn_key(key))
             self._signal_change()            # an operation waiting on an expiring id tries again
+
+
+def _partition_errors_text(errors: dict[tuple[str, int], int]) -> str:
+    return ", ".join(f"{t}-{i} ({E.for_code(c).name})" for (t, i), c in sorted(errors.items()))
 
 
 def error_for_version(code: int, version: int, fenced_since: int) -> int:
