@@ -353,11 +353,11 @@ class TransactionCoordinator:
     # 5 s, TransactionService._when_settled) and tries again, so the client gets what Kafka answers its retry.
     #
     #  AddPartitionsToTxn (v0-3, the coordinator form v4+, and the implicit add of Produce v12 / TxnOffsetCommit v5)
-    #   1 empty transactional id → INVALID_REQUEST      5 another epoch → PRODUCER_FENCED
-    #   2 loading → COORDINATOR_LOAD_IN_PROGRESS         6 PrepareCommit/PrepareAbort → CONCURRENT_TRANSACTIONS
-    #   3 in flight → CONCURRENT_TRANSACTIONS (KAFKA-18660: before the producer id, which an exhausted epoch may be
-    #     changing)                                      7 Ongoing with every partition in it → NONE, nothing written
-    #   4 unknown id / another producer id → INVALID_PRODUCER_ID_MAPPING      8 else → Ongoing with them added
+    #   1 empty transactional id → INVALID_REQUEST; 2 loading → COORDINATOR_LOAD_IN_PROGRESS; 3 in flight →
+    #   CONCURRENT_TRANSACTIONS (KAFKA-18660: before the producer id, which an exhausted epoch may be changing);
+    #   4 unknown id / another producer id → INVALID_PRODUCER_ID_MAPPING; 5 another epoch → PRODUCER_FENCED;
+    #   6 PrepareX → CONCURRENT_TRANSACTIONS (only while in flight: answered at 3); 7 Ongoing with every partition
+    #   in it → NONE, nothing written; 8 else → Ongoing with them added.
     #  EndTxn v0-4 (classic)
     #   1 empty id → INVALID_REQUEST; 2 loading; 3 unknown id / another producer id → INVALID_PRODUCER_ID_MAPPING;
     #   4 another epoch → PRODUCER_FENCED; 5 in flight → CONCURRENT_TRANSACTIONS; 6 by state:
