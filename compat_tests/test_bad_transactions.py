@@ -165,10 +165,32 @@ def test_end_txn_while_the_previous_one_completes(server):
         create_topic(conn, topic)
         tid, pid, epoch = open_transaction(conn, topic)
         assert end_txn(conn, tid, pid, epoch, True) == 0            # prepared; markers held 1.5 s
+        assert list_offset(conn, topic, 0) == 1                    # no marker yet
+        # Kafka answers CONCURRENT_TRANSACTIONS while the markers go out and the client retries; the broker
+        # waits for them itself, then answers what the retry gets.
         assert end_txn(conn, tid, pid, epoch, False) == E.INVALID_TXN_STATE.code
-        assert list_offset(conn, topic, 0) == 1                    # no marker yet, no second one ever
-        assert end_txn(conn, tid, pid, epoch, True) == 0            # the retry waits for the markers
+        assert list_offset(conn, topic, 0) == 2                    # the commit's marker, no second one ever
+        assert end_txn(conn, tid, pid, epoch, True) == 0
         assert list_offset(conn, topic, 0) == 2
+
+
+@pytest.mark.server_config({"trireme.debug.transaction.marker.delay.ms": 6000})
+def test_classic_commit_while_the_previous_abort_completes_is_concurrent(server):
+    """Kafka checks a transition in flight (the previous transaction's markers) before the state: a commit that
+    arrives before the next transaction's AddPartitionsToTxn gets CONCURRENT_TRANSACTIONS (retriable), not
+    INVALID_TXN_STATE (fatal to the client), and the transaction it then opens commits."""
+    with RawConn(server.bootstrap) as conn:
+        topic = unique("badtx")
+        create_topic(conn, topic)
+        tid, pid, epoch = open_transaction(conn, topic)
+        assert end_txn(conn, tid, pid, epoch, False) == 0           # prepared; markers held 6 s
+        # Longer than the broker waits for a transition in flight (5 s): the client is told to retry.
+        assert end_txn(conn, tid, pid, epoch, True) == E.CONCURRENT_TRANSACTIONS.code
+        assert add_partitions(conn, tid, pid, epoch, topic, [0]) == {(topic, 0): 0}     # waits for the markers
+        assert list_offset(conn, topic, 0) == 2
+        assert produce_txn(conn, tid, topic, 0, txn_batch(pid, epoch, seq=1)) == 0
+        assert end_txn(conn, tid, pid, epoch, True) == 0
+        wait_until(lambda: lso(conn, topic, 0) == 4, timeout=20, what="the commit marker")
 
 
 def lso(conn: RawConn, topic: str, partition: int) -> int:

@@ -54,6 +54,9 @@
 //   begin_txn {handle} | commit_txn {handle} | abort_txn {handle}
 //       beginTransaction / commitTransaction / abortTransaction on a kept
 //       producer (the transaction's records: produce {handle, ...}).
+//   send {handle, topic, records}   send() on a kept producer without
+//       waiting (no flush): what an application does right before
+//       abortTransaction(), which then drops the batches not yet sent.
 //   send_offsets_to_txn {handle, consumer?, offsets?: [[topic, partition, offset, metadata?]]}
 //       sendOffsetsToTransaction(offsets, consumer.groupMetadata()) with the
 //       group consumer "consumer" (default "default"); offsets default to
@@ -241,6 +244,7 @@ public class Harness {
             case "begin_txn": keptProducer(c).beginTransaction(); return obj("ok", true);
             case "commit_txn": keptProducer(c).commitTransaction(); return obj("ok", true);
             case "abort_txn": keptProducer(c).abortTransaction(); return obj("ok", true);
+            case "send": return send(c);
             case "send_offsets_to_txn": return sendOffsetsToTxn(c);
             case "positions": return positions(c);
             case "consume": return consume(c);
@@ -852,6 +856,20 @@ public class Harness {
         if (producers.containsKey(handle)) throw new BadCommand("producer \"" + handle + "\" already exists");
         producers.put(handle, newProducer(c));
         return obj("ok", true);
+    }
+
+    Map<String, Object> send(Map<String, Object> c) {
+        KafkaProducer<byte[], byte[]> producer = keptProducer(c);
+        List<?> records = (List<?>) c.get("records");
+        if (records == null) throw new BadCommand("missing records");
+        for (Object o : records) {
+            @SuppressWarnings("unchecked")
+            Map<String, Object> r = (Map<String, Object>) o;
+            Integer partition = r.get("partition") == null ? null : ((Number) r.get("partition")).intValue();
+            producer.send(new ProducerRecord<>(str(c, "topic", null), partition,
+                    b64d((String) r.get("key_b64")), b64d((String) r.get("value_b64"))));
+        }
+        return obj("ok", true, "sent", records.size());
     }
 
     KafkaProducer<byte[], byte[]> keptProducer(Map<String, Object> c) {
