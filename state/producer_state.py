@@ -226,11 +226,14 @@ class ProducerStateManager:
 
         As Kafka: refused only for an older producer epoch (INVALID_PRODUCER_EPOCH; under transaction
         version 2, whose markers carry the bumped epoch, it must be strictly newer) or an older coordinator
-        epoch (TRANSACTION_COORDINATOR_FENCED).  A producer this partition does not know gets its marker.
+        epoch (TRANSACTION_COORDINATOR_FENCED).  A producer this partition does not know is checked as one with
+        no epoch and no coordinator epoch yet (-1), as Kafka checks it: so an epoch or coordinator epoch below
+        -1 is refused here, before anything is appended (:meth:`commit_end_txn` would refuse it after).  No
+        producer id (below 0) has no producer state a marker could end: INVALID_REQUEST.
         """
-        entry = self._producers.get(producer_id)
-        if entry is None:
-            return 0, ""
+        if producer_id < 0:
+            return E.INVALID_REQUEST.code, f"marker for no producer id ({producer_id})"
+        entry = self._producers.get(producer_id) or ProducerEntry(producer_id)
         if producer_epoch < entry.producer_epoch:
             return (int(Outcome.INVALID_PRODUCER_EPOCH),
                     f"marker epoch {producer_epoch} is older than the producer's epoch {entry.producer_epoch}")
