@@ -143,6 +143,23 @@ def test_rogue_abort_at_the_last_epoch_before_a_commit(conn):
     assert committed_values(conn, topic, 0) == FIVE + [b"next"]
 
 
+def test_rogue_v2_commit_with_the_bumped_epoch_on_an_open_v2_transaction(conn):
+    """Transactions V2: the coordinator's markers carry the epoch EndTxn v5 bumps to, so a client's marker at that
+    epoch passes the partition's strictly-newer check; it must not commit a transaction still open."""
+    from compat_tests.test_transactions_v2_wire import end_v5, produce_v12
+    topic = unique("rogue")
+    create_topic(conn, topic, partitions=2)
+    tid = unique("tx")
+    _, pid, epoch = init(conn, tid)
+    for p in (0, 1):                                           # Produce v12 adds each partition itself
+        assert produce_v12(conn, tid, topic, p, txn_batch(pid, epoch, values=FIVE)).error_code == 0
+    assert markers(conn, pid, epoch + 1, topic, 0, coordinator_epoch=0, commit=True, version=2,
+                   transaction_version=2) == E.INVALID_TXN_STATE.code
+    assert end_v5(conn, tid, pid, epoch, False) == (0, pid, epoch + 1)
+    wait_until(lambda: [lso(conn, topic, p) for p in (0, 1)] == [6, 6], what="the abort markers")
+    assert [committed_values(conn, topic, p) for p in (0, 1)] == [[], []]
+
+
 @pytest.mark.server_config(SLOW_MARKERS)
 def test_markers_for_a_prepared_transaction_must_be_its_own(server):
     """While the coordinator writes a prepared commit's markers (held back 1.5 s per partition here), a client's
