@@ -184,6 +184,32 @@ def test_markers_for_a_prepared_transaction_must_be_its_own(server):
         assert [committed_values(conn, topic, p) for p in (0, 1)] == [FIVE, FIVE]
 
 
+def describe_state(conn: RawConn, tid: str) -> str:
+    r = conn.request("DescribeTransactions", 0, req("DescribeTransactions", transactional_ids=[tid]))
+    return r.transaction_states[0].transaction_state
+
+
+@pytest.mark.server_config(SLOW_MARKERS)
+def test_a_clients_copy_of_a_v2_marker_does_not_wedge_the_transaction(server):
+    """A client's exact copy of the coordinator's V2 marker passes; the coordinator's own marker then finds the
+    partition at that epoch with nothing open (V2 markers must be strictly newer, so Kafka would refuse it and the
+    transaction would stay PrepareCommit): it counts as written, and the transaction completes."""
+    from compat_tests.test_transactions_v2_wire import end_v5, produce_v12
+    with RawConn(server.bootstrap) as conn:
+        topic = unique("rogue")
+        create_topic(conn, topic, partitions=2)
+        tid = unique("tx")
+        _, pid, epoch = init(conn, tid)
+        for p in (0, 1):
+            assert produce_v12(conn, tid, topic, p, txn_batch(pid, epoch, values=FIVE)).error_code == 0
+        assert end_v5(conn, tid, pid, epoch, True) == (0, pid, epoch + 1)     # markers held back 1.5 s each
+        assert markers(conn, pid, epoch + 1, topic, 1, coordinator_epoch=0, commit=True, version=2,
+                       transaction_version=2) == 0
+        wait_until(lambda: describe_state(conn, tid) == "CompleteCommit", timeout=20, what="the transaction to end")
+        assert [list_offset(conn, topic, p) for p in (0, 1)] == [6, 6]     # one marker each
+        assert [committed_values(conn, topic, p) for p in (0, 1)] == [FIVE, FIVE]
+
+
 def test_admin_abort_of_a_truly_hanging_transaction(server):
     """KIP-664: a transaction open on a partition whose coordinator lost it (its log deleted here) is aborted by a
     client's ABORT marker with the producer id, epoch and coordinator epoch that DescribeProducers shows."""

@@ -245,6 +245,14 @@ class ProducerStateManager:
                     f"coordinator epoch {coordinator_epoch} is older than {entry.coordinator_epoch}")
         return 0, ""
 
+    def marker_applied(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether a transaction version 2 marker at ``producer_epoch`` has nothing left to do here: the producer is
+        at that epoch with no transaction open, so a marker at that epoch was written already (a copy of the
+        coordinator's own, or the coordinator's after its fsync failed) — :meth:`check_marker` refuses it as not
+        strictly newer."""
+        entry = self._producers.get(producer_id)
+        return entry is not None and entry.producer_epoch == producer_epoch and entry.current_txn_first_offset is None
+
     def commit_end_txn(self, producer_id: int, producer_epoch: int, offset: int,
                        timestamp: int, coordinator_epoch: int = -1) -> int | None:
         """Record an appended COMMIT/ABORT marker; returns the first offset of the transaction it ends."""

@@ -166,3 +166,17 @@ def test_partition_check_refuses_impossible_markers_for_an_unknown_producer():
     # What the check accepts, commit_end_txn records without complaint.
     state.commit_end_txn(7, -1, 0, 1, -1)
     assert state.entry(7).producer_epoch == -1
+
+
+def test_marker_applied_only_at_the_epoch_with_nothing_open():
+    from trireme.state.producer_state import ProducerStateManager
+    state = ProducerStateManager()
+    assert not state.marker_applied(7, 1)                        # unknown producer
+    state.commit(7, 0, 0, 0, 0, 10, is_transactional=True)       # a transaction open at epoch 0
+    assert not state.marker_applied(7, 0) and not state.marker_applied(7, 1)
+    state.commit_end_txn(7, 1, 1, 11)                            # its V2 marker at the bumped epoch 1
+    assert state.marker_applied(7, 1)
+    assert state.check_marker(7, 1, 0, strict_epoch=True)[0] == E.INVALID_PRODUCER_EPOCH.code
+    assert not state.marker_applied(7, 0) and not state.marker_applied(7, 2)
+    state.commit(7, 1, 0, 0, 2, 12, is_transactional=True)       # the next transaction, at epoch 1
+    assert not state.marker_applied(7, 1)

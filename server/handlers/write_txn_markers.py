@@ -28,6 +28,9 @@ Behaviour / version notes:
   * for a producer id the coordinator does not know, nothing more (KIP-664's admin abort).
   The coordinator's own markers (its transactions, and the ABORTs of ``abort_orphans`` for
   transactions it never recorded on a partition) skip this check: they are what it checks against.
+  A coordinator's V2 marker that finds the producer at its epoch with nothing open (a client's exact
+  copy came first, or an fsync failed after the append) is answered as written once the partition is
+  durable, instead of INVALID_PRODUCER_EPOCH, which would leave the transaction prepared for good.
 - A marker completes the producer's transaction in producer state (the last stable offset moves),
   and an ABORT adds the transaction to the partition's aborted-transaction index, which
   read_committed fetches return.  In a coordinator's own log (``__consumer_offsets``) the marker goes
@@ -82,6 +85,12 @@ def write_txn_markers(ctx, request):
                 if not error and txn is not None:
                     error, _ = txn.check_marker(marker.producer_epoch, marker.transaction_result,
                                                 marker.coordinator_epoch, (t.name, index))
+                if error and trusted and strict and partition.runtime is None \
+                        and partition.producers.marker_applied(marker.producer_id, marker.producer_epoch):
+                    # The coordinator's V2 marker is already there (a client sent an exact copy of it first, or an
+                    # fsync failed after the append): written, once what the partition holds is durable.
+                    waits.append((result, _durable_through(broker, partition, partition.log.log_end_offset - 1)))
+                    continue
                 if error:
                     result.error_code = error
                     continue
@@ -99,6 +108,13 @@ def write_txn_markers(ctx, request):
                 result.error_code = E.KAFKA_STORAGE_ERROR.code
         return response
     return Deferred(wait_durable)
+
+
+def _durable_through(broker, partition, offset: int):
+    """An async callable: True once ``partition`` is durable through ``offset``."""
+    async def wait():
+        return await broker.wait_durable(partition, offset)
+    return wait
 
 
 def _append_marker(broker, partition, marker, now: int):
@@ -125,9 +141,7 @@ def _append_marker(broker, partition, marker, now: int):
             broker.storage_failed(partition, e)
             return None
         broker.appended(partition)
-
-        async def wait():
-            return await broker.wait_durable(partition, offset)
+        wait = _durable_through(broker, partition, offset)
     first_offset = partition.producers.commit_end_txn(marker.producer_id, marker.producer_epoch, offset, now,
                                                       marker.coordinator_epoch)
     if not commit and first_offset is not None:
