@@ -131,9 +131,11 @@ def test_rogue_abort_at_the_last_epoch_before_a_commit(conn):
     assert end_txn(conn, tid, pid, epoch, True) == 0
     wait_until(lambda: lso(conn, topic, 0) == 6, what="the commit marker")
     assert committed_values(conn, topic, 0) == FIVE
-    # With the transaction complete, a marker at an epoch the coordinator never gave the producer is refused too:
-    # it would fence the producer on this partition.
+    # With the transaction complete, a marker at an epoch the coordinator never gave the producer is refused too
+    # (it would fence the producer on this partition), and one above the coordinator's epoch (it would fence the
+    # coordinator's next markers here).
     assert markers(conn, pid, 32767, topic, 0, coordinator_epoch=0) == E.INVALID_PRODUCER_EPOCH.code
+    assert markers(conn, pid, epoch, topic, 0, coordinator_epoch=1000) == E.TRANSACTION_COORDINATOR_FENCED.code
     assert markers(conn, pid, epoch, topic, 0, coordinator_epoch=0, commit=True) == E.INVALID_TXN_STATE.code
     assert list_offset(conn, topic, 0) == 6
     assert add_partitions(conn, tid, pid, epoch, topic, [0]) == {(topic, 0): 0}

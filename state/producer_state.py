@@ -228,8 +228,8 @@ class ProducerStateManager:
         version 2, whose markers carry the bumped epoch, it must be strictly newer) or an older coordinator
         epoch (TRANSACTION_COORDINATOR_FENCED).  A producer this partition does not know is checked as one with
         no epoch and no coordinator epoch yet (-1), as Kafka checks it: so an epoch or coordinator epoch below
-        -1 is refused here, before anything is appended (:meth:`commit_end_txn` would refuse it after).  No
-        producer id (below 0) has no producer state a marker could end: INVALID_REQUEST.
+        -1 is refused here, before anything is appended (:meth:`commit_end_txn` would refuse it after).  A
+        producer id below 0 names no producer, so there is nothing a marker could end: INVALID_REQUEST.
         """
         if producer_id < 0:
             return E.INVALID_REQUEST.code, f"marker for no producer id ({producer_id})"

@@ -137,8 +137,9 @@ class ProducerTransaction:
         On a partition of the open transaction only the coordinator's own marker: its prepared result, epoch and
         coordinator epoch (a marker while the transaction is Ongoing would end it behind the coordinator's back).
         Elsewhere, the partition's open transaction of this producer id (if any) is not the coordinator's (a
-        hanging transaction, KIP-664): an ABORT at an epoch the coordinator gave the producer may end it; a COMMIT
-        would publish records the coordinator never committed.
+        hanging transaction, KIP-664): an ABORT at an epoch the coordinator gave the producer, with a coordinator
+        epoch not above the coordinator's, may end it (higher ones would fence the producer, or the coordinator's
+        own markers, on that partition); a COMMIT would publish records the coordinator never committed.
         """
         tid = self.transactional_id
         if partition in self.open_partitions:
@@ -160,6 +161,9 @@ class ProducerTransaction:
         if producer_epoch > self.max_epoch:
             return (E.INVALID_PRODUCER_EPOCH.code,
                     f"epoch {producer_epoch} is above the epoch {self.max_epoch} the coordinator gave {tid!r}")
+        if coordinator_epoch > COORDINATOR_EPOCH:        # it would fence the coordinator's later markers there
+            return (E.TRANSACTION_COORDINATOR_FENCED.code,
+                    f"coordinator epoch {coordinator_epoch} is above the coordinator's {COORDINATOR_EPOCH}")
         return NONE, ""
 
 

@@ -59,6 +59,8 @@ def test_classic_transaction(commit):
     assert check(h, pid, epoch, True, P3) == E.INVALID_TXN_STATE.code
     assert check(h, pid, epoch, False, P3) == NONE
     assert check(h, pid, epoch + 1, False, P3) == E.INVALID_PRODUCER_EPOCH.code
+    assert check(h, pid, epoch, False, P3, coordinator_epoch=-1) == NONE
+    assert check(h, pid, epoch, False, P3, coordinator_epoch=1) == E.TRANSACTION_COORDINATOR_FENCED.code
     h.complete(TID, pid, epoch)
     # Complete: a hanging transaction's abort may pass, at an epoch the producer was given; no commit.
     assert check(h, pid, epoch, True, P1) == E.INVALID_TXN_STATE.code

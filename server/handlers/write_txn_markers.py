@@ -24,7 +24,8 @@ Behaviour / version notes:
     (a marker while the transaction is Ongoing, or of the other result: INVALID_TXN_STATE), its
     producer epoch (INVALID_PRODUCER_EPOCH), its coordinator epoch (TRANSACTION_COORDINATOR_FENCED);
     on any other partition only an ABORT (a COMMIT: INVALID_TXN_STATE) at an epoch the coordinator
-    gave the producer (above it: INVALID_PRODUCER_EPOCH), which ends a hanging transaction there;
+    gave the producer (above it: INVALID_PRODUCER_EPOCH) and a coordinator epoch not above its own
+    (TRANSACTION_COORDINATOR_FENCED), which ends a hanging transaction there;
   * for a producer id the coordinator does not know, nothing more (KIP-664's admin abort).
   The coordinator's own markers (its transactions, and the ABORTs of ``abort_orphans`` for
   transactions it never recorded on a partition) skip this check: they are what it checks against.
