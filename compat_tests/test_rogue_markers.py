@@ -6,8 +6,8 @@ partition the transaction added); markers into ``__consumer_offsets`` / ``__tran
 are the coordinator's alone (CLUSTER_AUTHORIZATION_FAILED); a marker for a producer id the
 coordinator does not know still aborts a hanging transaction (KIP-664).  Each refusal stores
 nothing, and what read_committed consumers see afterwards is what the producer decided.  Markers
-whose producer id, producer epoch or coordinator epoch no producer can have are refused before
-anything is appended.  Client AddPartitionsToTxn (v0-3) naming an internal topic is refused as
+whose producer id, producer epoch or coordinator epoch no producer can have (or was given) are
+refused before anything is appended.  Client AddPartitionsToTxn (v0-3) naming an internal topic is refused as
 Kafka refuses it (TOPIC_AUTHORIZATION_FAILED).
 """
 from __future__ import annotations
@@ -117,7 +117,7 @@ def test_rogue_commit_into_consumer_offsets(conn):
     assert wait_until(committed, what="the offsets to be stable") == (-1,)
     # Not even for a producer id nobody knows, and not into the transaction log.
     for internal in (OFFSETS, TXN_STATE):
-        assert markers(conn, 10**15, 0, internal, 0, coordinator_epoch=0) == E.CLUSTER_AUTHORIZATION_FAILED.code
+        assert markers(conn, pid + 10**6, 0, internal, 0, coordinator_epoch=0) == E.CLUSTER_AUTHORIZATION_FAILED.code
 
 
 def test_rogue_abort_at_the_last_epoch_before_a_commit(conn):
@@ -231,17 +231,26 @@ def test_admin_abort_of_a_truly_hanging_transaction(server):
 
 def test_impossible_markers_are_refused_before_anything_is_appended(module_server, conn):
     """Issue 20 item 7: a marker with producer epoch -2 for a producer the partition did not know was appended,
-    then producer state raised (the log and producer state disagreed)."""
+    then producer state raised (the log and producer state disagreed).  Also: a producer id below 0 or one never
+    handed out."""
     log = LogWatch(module_server)
     topic = unique("rogue")
     create_topic(conn, topic)
-    stranger = 10**15 + 7                   # a producer id nobody was given
+    # An idempotent producer's id: handed out, unknown to this partition and to the transaction coordinator.
+    r = conn.request("InitProducerId", 4, req("InitProducerId", transactional_id=None, transaction_timeout_ms=-1,
+                                              producer_id=-1, producer_epoch=-1))
+    assert r.error_code == 0
+    stranger = r.producer_id
     assert markers(conn, stranger, -2, topic, 0, coordinator_epoch=0) == E.INVALID_PRODUCER_EPOCH.code
     assert markers(conn, stranger, -32768, topic, 0, coordinator_epoch=0, commit=True) == \
         E.INVALID_PRODUCER_EPOCH.code
     assert markers(conn, stranger, 0, topic, 0, coordinator_epoch=-2) == E.TRANSACTION_COORDINATOR_FENCED.code
     assert markers(conn, -1, 0, topic, 0, coordinator_epoch=0) == E.INVALID_REQUEST.code
     assert markers(conn, -5, 3, topic, 0, coordinator_epoch=0, commit=True) == E.INVALID_REQUEST.code
+    # A producer id never handed out: no transaction can be open under it, and a marker would wait, with its epoch
+    # and coordinator epoch, for the producer that gets the id later.
+    for future in (stranger + 1, stranger + 1000, 2**63 - 1):
+        assert markers(conn, future, 0, topic, 0, coordinator_epoch=1000) == E.UNKNOWN_PRODUCER_ID.code
     # Transaction version 2 markers carry a bumped epoch: -1 is no epoch at all.
     assert markers(conn, stranger, -1, topic, 0, coordinator_epoch=0, version=2, transaction_version=2) == \
         E.INVALID_PRODUCER_EPOCH.code

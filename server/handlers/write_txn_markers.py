@@ -26,7 +26,9 @@ Behaviour / version notes:
     on any other partition only an ABORT (a COMMIT: INVALID_TXN_STATE) at an epoch the coordinator
     gave the producer (above it: INVALID_PRODUCER_EPOCH) and a coordinator epoch not above its own
     (TRANSACTION_COORDINATOR_FENCED), which ends a hanging transaction there;
-  * for a producer id the coordinator does not know, nothing more (KIP-664's admin abort).
+  * for a producer id this broker never handed out: UNKNOWN_PRODUCER_ID (no transaction can be open
+    under it, and a marker would leave an epoch or coordinator epoch for a producer yet to get it);
+  * for any other producer id the coordinator does not know, nothing more (KIP-664's admin abort).
   The coordinator's own markers (its transactions, and the ABORTs of ``abort_orphans`` for
   transactions it never recorded on a partition) skip this check: they are what it checks against.
   A coordinator's V2 marker that finds the producer at its epoch with nothing open (a client's exact
@@ -82,6 +84,8 @@ def write_txn_markers(ctx, request):
                     continue
                 error, _ = partition.producers.check_marker(marker.producer_id, marker.producer_epoch,
                                                             marker.coordinator_epoch, strict_epoch=strict)
+                if not error and not trusted and not broker.producer_ids.handed_out(marker.producer_id):
+                    error = E.UNKNOWN_PRODUCER_ID.code
                 txn = known.get(marker.producer_id)
                 if not error and txn is not None:
                     error, _ = txn.check_marker(marker.producer_epoch, marker.transaction_result,
