@@ -598,7 +598,8 @@ def find_hanging(h: clients.HarnessProcess, topic: str, partitions: list[int]) -
 @pytest.mark.parametrize("kind", params(JAVA_KINDS))
 def test_kip664_tooling_with_java_admin(h, kind):
     """listTransactions, describeTransactions, describeProducers, find-hanging (none) and abortTransaction (the
-    Admin sends WriteTxnMarkers with the epochs DescribeProducers gave) of an open transaction."""
+    Admin sends WriteTxnMarkers with the epochs DescribeProducers gave) of an open transaction: refused
+    (INVALID_TXN_STATE), since its coordinator has it open there; its producer aborts it."""
     u = uid()
     topic, tid, handle = f"kip664-{kind.id}-{u}", f"kip664-{kind.id}-{u}", f"kip664-{u}"
     h.ok("create_topic", topic=topic, partitions=2)
@@ -620,12 +621,18 @@ def test_kip664_tooling_with_java_admin(h, kind):
             (0, 2, desc["producer_epoch"])
         assert find_hanging(h, topic, [0, 1]) == []          # the coordinator knows it: not hanging
         assert end_offsets(h, topic, [1], "read_committed") == {1: 0}
-        h.ok("abort_transaction", topic=topic, partition=1, producer_id=producer["producer_id"],
-             producer_epoch=producer["producer_epoch"], coordinator_epoch=producer["coordinator_epoch"] or 0)
+        refused = h.call("abort_transaction", topic=topic, partition=1, producer_id=producer["producer_id"],
+                         producer_epoch=producer["producer_epoch"],
+                         coordinator_epoch=producer["coordinator_epoch"] or 0)
+        assert refused["ok"] is False and "InvalidTxnStateException" in refused["error"], refused
+        (producer,) = [p for p in h.ok("describe_producers", topic=topic, partition=1)["producers"]
+                       if p["producer_id"] == desc["producer_id"]]
+        assert producer["txn_start_offset"] == 0
+        h.ok("abort_txn", handle=handle)
+        wait_lso(h, topic, {1: 4})                          # three records and the marker
         (producer,) = [p for p in h.ok("describe_producers", topic=topic, partition=1)["producers"]
                        if p["producer_id"] == desc["producer_id"]]
         assert producer["txn_start_offset"] is None
-        assert end_offsets(h, topic, [1], "read_committed") == {1: 4}       # three records and the marker
         rc = read_to_end(h, kind, topic, [1], "read_committed")
         assert rc["records"] == []
     finally:

@@ -46,6 +46,9 @@ class RequestContext:
     principal: str
     connection: Any                      # server.connection.Connection (client software, address)
     frame: bytearray                     # the request frame: record data in the request views it
+    # Kafka's ClusterAction (broker-to-broker requests such as the coordinator's WriteTxnMarkers): only requests
+    # this broker sends itself through server/local_peer.py; nothing a network client sends can set it.
+    cluster_action: bool = False
 
     def response(self, **fields):
         """A fresh response object of this API, with fields set."""

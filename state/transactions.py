@@ -114,6 +114,59 @@ class MarkerJob:
     transaction_version: int = 0
 
 
+@dataclass(frozen=True)
+class ProducerTransaction:
+    """What the coordinator holds for one producer id, read to check a marker for it that it did not send itself.
+
+    ``prepared``: (commit, producer epoch) of its durable PrepareCommit/PrepareAbort, or None;
+    ``open_partitions``: the partitions of its open transaction (Ongoing or Prepare*), adds still being written
+    included (a partition's produce may already rely on one); ``max_epoch``: the highest epoch the coordinator has
+    given this producer id.
+    """
+
+    transactional_id: str
+    prepared: tuple[bool, int] | None
+    open_partitions: frozenset[tuple[str, int]]
+    max_epoch: int
+
+    def check_marker(self, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                     partition: tuple[str, int]) -> tuple[int, str]:
+        """Whether a COMMIT/ABORT marker for this producer id may be written to ``partition`` → (error code,
+        message); (0, "") to write it.
+
+        On a partition of the open transaction only the coordinator's own marker: its prepared result, epoch and
+        coordinator epoch (a marker while the transaction is Ongoing would end it behind the coordinator's back).
+        Elsewhere, the partition's open transaction of this producer id (if any) is not the coordinator's (a
+        hanging transaction, KIP-664): an ABORT at an epoch the coordinator gave the producer, with a coordinator
+        epoch not above the coordinator's, may end it (higher ones would fence the producer, or the coordinator's
+        own markers, on that partition); a COMMIT would publish records the coordinator never committed.
+        """
+        tid = self.transactional_id
+        if partition in self.open_partitions:
+            if self.prepared is None:
+                return E.INVALID_TXN_STATE.code, f"the transaction of {tid!r} on this partition is not prepared"
+            prepared_commit, prepared_epoch = self.prepared
+            if commit != prepared_commit:
+                return (E.INVALID_TXN_STATE.code, f"the transaction of {tid!r} is prepared to "
+                        f"{'commit' if prepared_commit else 'abort'}")
+            if producer_epoch != prepared_epoch:
+                return (E.INVALID_PRODUCER_EPOCH.code,
+                        f"the transaction of {tid!r} was prepared at epoch {prepared_epoch}, not {producer_epoch}")
+            if coordinator_epoch != COORDINATOR_EPOCH:
+                return (E.TRANSACTION_COORDINATOR_FENCED.code,
+                        f"coordinator epoch {coordinator_epoch} is not the coordinator's {COORDINATOR_EPOCH}")
+            return NONE, ""
+        if commit:
+            return E.INVALID_TXN_STATE.code, f"{tid!r} has no transaction on this partition to commit"
+        if producer_epoch > self.max_epoch:
+            return (E.INVALID_PRODUCER_EPOCH.code,
+                    f"epoch {producer_epoch} is above the epoch {self.max_epoch} the coordinator gave {tid!r}")
+        if coordinator_epoch > COORDINATOR_EPOCH:        # it would fence the coordinator's later markers there
+            return (E.TRANSACTION_COORDINATOR_FENCED.code,
+                    f"coordinator epoch {coordinator_epoch} is above the coordinator's {COORDINATOR_EPOCH}")
+        return NONE, ""
+
+
 @dataclass
 class TxnOutcome:
     """An operation's answer: an error, or records to make durable (then the answer holds) and markers to write."""
@@ -571,6 +624,30 @@ class TransactionCoordinator:
 
     def describe(self, transactional_id: str) -> TxnMetadata | None:
         return self.transactions.get(transactional_id)
+
+    def producer_transactions(self, producer_ids: Iterable[int]) -> dict[int, ProducerTransaction]:
+        """For each of ``producer_ids`` that a transactional id has (as its producer id, or the next one a KIP-939
+        or exhausted-epoch transaction hands over to), durable or being written: what a marker for it is checked
+        against.  One pass over the transactional ids."""
+        wanted = set(producer_ids)
+        found: dict[int, dict] = {}
+        values = [(tid, m.value, True) for tid, m in self.transactions.items()]
+        values += [(tid, value, False) for tid, (_, value) in self.pending.items() if value is not None]
+        for tid, value, durable in values:
+            for pid, epoch in ((value.producer_id, value.producer_epoch),
+                               (value.next_producer_id, value.next_producer_epoch)):
+                if pid not in wanted or pid == NO_PRODUCER_ID:
+                    continue
+                entry = found.setdefault(pid, {"tid": tid, "prepared": None, "open": set(), "max_epoch": epoch})
+                entry["max_epoch"] = max(entry["max_epoch"], epoch)
+                if pid != value.producer_id:
+                    continue
+                if value.state in (ONGOING, PREPARE_COMMIT, PREPARE_ABORT):
+                    entry["open"].update(value.partitions)
+                if durable and value.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                    entry["prepared"] = (value.state is PREPARE_COMMIT, value.producer_epoch)
+        return {pid: ProducerTransaction(e["tid"], e["prepared"], frozenset(e["open"]), e["max_epoch"])
+                for pid, e in found.items()}
 
     def list(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
              duration_filter_ms: int = -1, now_ms: int = 0, pattern=None) -> list[TxnMetadata]:
