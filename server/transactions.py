@@ -27,6 +27,7 @@ from trireme.wire import error_codes as E
 from trireme.wire.codec import message
 
 from .clock import now_ms
+from .config import partition_list
 from .coordinator_runtime import CoordinatorRuntime, Durability
 
 log = logging.getLogger("trireme.transactions")
@@ -88,6 +89,8 @@ class TransactionService(CoordinatorRuntime):
         self._orphans: list[MarkerJob] = []
         self.stuck: dict[str, StuckTxn] = {}          # transactional id → its stuck transaction
         self.moot_markers = 0                         # markers counted as written: the partition saw a newer epoch
+        # Fault injection (tests of stuck transactions): partitions whose coordinator markers are refused.
+        self._refuse_markers = partition_list(config["trireme.debug.transaction.marker.refuse"])
         log.info("loaded transaction coordinator records=%d transactional_ids=%d prepared=%d in %.3fs", loaded,
                  len(self.coordinator.transactions), len(self._resume), time.perf_counter() - started)
 
@@ -212,19 +215,27 @@ class TransactionService(CoordinatorRuntime):
             del self.stuck[job.transactional_id]
         return outcome
 
-    async def _marker_round(self, job: MarkerJob, partitions, coordinator_epoch: int) -> dict[tuple[str, int], int]:
-        """One WriteTxnMarkers request for ``partitions`` of ``job`` → error code per partition."""
+    async def _marker_round(self, job: MarkerJob, partitions, coordinator_epoch: int, *,
+                            by_operator: bool = False) -> dict[tuple[str, int], int]:
+        """One WriteTxnMarkers request for ``partitions`` of ``job`` → error code per partition.
+        ``trireme.debug.transaction.marker.refuse`` answers TRANSACTION_COORDINATOR_FENCED for its partitions
+        without sending; not ``by_operator`` (:meth:`complete_stuck`): the injected fault stands for a partition
+        that refuses the coordinator's epoch, and the operator's resend carries the epoch the partition reports."""
+        injected = {} if by_operator else {tp: E.TRANSACTION_COORDINATOR_FENCED.code
+                                           for tp in partitions if tp in self._refuse_markers}
         topics: dict[str, list[int]] = {}
-        for topic, index in sorted(partitions):
+        for topic, index in sorted(set(partitions) - set(injected)):
             topics.setdefault(topic, []).append(index)
+        if not topics:
+            return injected
         request = _MARKERS(markers=[_MARKERS.WritableTxnMarker(
             producer_id=job.producer_id, producer_epoch=job.producer_epoch, transaction_result=job.commit,
             topics=[_MARKERS.WritableTxnMarker.WritableTxnMarkerTopic(name=t, partition_indexes=p)
                     for t, p in topics.items()],
             coordinator_epoch=coordinator_epoch, transaction_version=job.transaction_version)])
         response = await self.peer.call("WriteTxnMarkers", 2 if job.transaction_version >= 2 else 1, request)
-        return {(t.name, p.partition_index): p.error_code
-                for marker in response.markers for t in marker.topics for p in t.partitions}
+        return {**{(t.name, p.partition_index): p.error_code
+                   for marker in response.markers for t in marker.topics for p in t.partitions}, **injected}
 
     def _settle(self, job: MarkerJob, errors: dict[tuple[str, int], int]) -> tuple[set, dict]:
         """Sort one round's answers as Kafka's TransactionMarkerRequestCompletionHandler does → (partitions to retry,
@@ -293,7 +304,7 @@ class TransactionService(CoordinatorRuntime):
             seen = await self._coordinator_epochs(job.producer_id, list(stuck.partitions))
             for tp in sorted(stuck.partitions):
                 epoch = max(job.coordinator_epoch, seen.get(tp, -1))
-                errors = await self._marker_round(job, [tp], epoch)
+                errors = await self._marker_round(job, [tp], epoch, by_operator=True)
                 retry, refused = self._settle(job, errors)
                 if retry or refused:
                     raise NotStuck(f"the marker for {tp[0]}-{tp[1]} was refused again "
