@@ -1,6 +1,7 @@
 """What admin tools ask for, asked by real clients: log dirs and partition reassignments through the Java Admin
 (3.9.0 and 4.3.0), client quotas through the Java Admin too (kafka-python has no call for them), elections,
-ACLs, SCRAM users and config resources through kafka-python's KafkaAdminClient, and the internal topics as
+ACLs (described, created, deleted), SCRAM users, config resources and the legacy AlterConfigs through
+kafka-python's KafkaAdminClient, and the internal topics as
 kafka-python, aiokafka, confluent-kafka and the Java Admin see them.
 """
 from __future__ import annotations
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError, Producer
 from kafka import KafkaAdminClient, TopicPartition
-from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, ResourcePatternFilter, ResourceType
+from kafka.admin import (ACL, ACLFilter, ACLOperation, ACLPermissionType, ConfigResource, ConfigResourceType,
+                         ResourcePattern, ResourcePatternFilter, ResourceType)
 from kafka.admin._acls import ACLResourcePatternType
 from kafka.errors import SecurityDisabledError, UnknownTopicOrPartitionError
 
@@ -180,3 +182,40 @@ def test_aiokafka_exclude_internal_topics(module_server):
 
     assert asyncio.run(assigned(True)) == {topic}
     assert asyncio.run(assigned(False)) == {topic, "__consumer_offsets"}
+
+
+# --- kafka-python: legacy AlterConfigs and ACL changes ------------------------------------------
+
+def _overrides(admin, topic: str) -> dict[str, str]:
+    described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])["topic"][topic]
+    return {name: c["value"] for name, c in described.items() if c["config_source"] == "DYNAMIC_TOPIC_CONFIG"}
+
+
+def test_alter_configs_legacy_kafka_python(module_server, admin):
+    """kafka-python's alter_configs(incremental=False) sends the legacy AlterConfigs, first filling in the
+    topic's other dynamic configs (AlterConfigs reverts the ones left out)."""
+    topic = create_topics(module_server.bootstrap, [unique_topic("kp-legacy-cfg")], 1)[0]
+
+    def alter(configs, **kw):
+        resource = ConfigResource(ConfigResourceType.TOPIC, topic, configs=configs)
+        return admin.alter_configs([resource], incremental=False, **kw)["topic"][topic]
+
+    assert alter({"cleanup.policy": "compact"}) == "OK"
+    assert alter({"retention.ms": "7200000"}) == "OK"
+    assert _overrides(admin, topic) == {"cleanup.policy": "compact", "retention.ms": "7200000"}
+    assert alter({"retention.ms": "60000"}, validate_only=True) == "OK"
+    assert alter({"retention.ms": "soon"}).startswith("[Error 40] InvalidConfigurationError")
+    assert _overrides(admin, topic) == {"cleanup.policy": "compact", "retention.ms": "7200000"}
+
+
+def test_create_and_delete_acls_kafka_python(admin):
+    acl = ACL(principal="User:alice", host="*", operation=ACLOperation.READ, permission_type=ACLPermissionType.ALLOW,
+              resource_pattern=ResourcePattern(ResourceType.TOPIC, "orders"))
+    outcome = admin.create_acls([acl])
+    assert outcome == {"succeeded": [], "failed": [SecurityDisabledError]}
+    acl_filter = ACLFilter(principal=None, host="*", operation=ACLOperation.ANY,
+                           permission_type=ACLPermissionType.ANY,
+                           resource_pattern=ResourcePatternFilter(ResourceType.TOPIC, None,
+                                                                  ACLResourcePatternType.ANY))
+    [(flt, matched, error)] = admin.delete_acls([acl_filter])
+    assert (flt, matched, error) == (acl_filter, [], SecurityDisabledError)
