@@ -1,5 +1,5 @@
-"""What admin tools ask for, asked by real clients: log dirs and partition reassignments through the Java Admin
-(3.9.0 and 4.3.0), client quotas through the Java Admin too (kafka-python has no call for them), elections,
+"""What admin tools ask for, asked by real clients: log dirs, partition reassignments, the metadata quorum and
+delegation tokens through the Java Admin (3.9.0 and 4.3.0), client quotas through the Java Admin too (kafka-python has no call for them), elections,
 ACLs (described, created, deleted), SCRAM users, config resources and the legacy AlterConfigs through
 kafka-python's KafkaAdminClient, and the internal topics as
 kafka-python, aiokafka, confluent-kafka and the Java Admin see them.
@@ -80,6 +80,25 @@ def test_describe_client_quotas_java(module_server, java_harness):
     java = java_harness("4.3.0")
     assert java.ok("describe_client_quotas")["entries"] == []
     assert java.ok("describe_client_quotas", user="alice")["entries"] == []
+
+
+def test_metadata_quorum_log_dirs_and_tokens_java(module_server, java_harness, java_version):
+    """describeMetadataQuorum (kafka-metadata-quorum.sh), alterReplicaLogDirs (kafka-reassign-partitions.sh
+    --reassignment-json-file with log_dirs) and createDelegationToken (kafka-delegation-tokens.sh)."""
+    java = java_harness(java_version)
+    quorum = java.ok("describe_metadata_quorum")
+    assert (quorum["leader"], [v["id"] for v in quorum["voters"]], quorum["observers"]) == (NODE, [NODE], [])
+    assert quorum["voters"][0]["log_end_offset"] == quorum["high_watermark"] >= 0
+    topic = unique_topic("java-logdirs")
+    java.ok("create_topic", topic=topic, partitions=1)
+    log_dir = os.path.abspath(os.path.join(module_server.data_dir, "logs"))
+    results = java.ok("alter_replica_log_dirs", moves=[[topic, 0, NODE, log_dir], [topic, 0, NODE, "/nowhere"],
+                                                       [topic, 5, NODE, log_dir]])["results"]
+    # The Admin keeps one destination per replica: the last one given for partition 0.
+    assert results == [[topic, 0, "LogDirNotFoundException"], [topic, 5, "UnknownTopicOrPartitionException"]]
+    assert java.ok("alter_replica_log_dirs", moves=[[topic, 0, NODE, log_dir]])["results"] == [[topic, 0, None]]
+    # DELEGATION_TOKEN_REQUEST_NOT_ALLOWED: what Kafka answers over a PLAINTEXT connection.
+    assert java.ok("create_delegation_token")["error"] == "UnsupportedByAuthenticationException"
 
 
 # --- kafka-python's admin client -------------------------------------------------------------
