@@ -13,7 +13,8 @@ import os
 
 import pytest
 
-from compat_tests.test_bad_input import RawConn, api_versions, create_topic, req, unique
+from compat_tests.test_bad_input import (LogWatch, RawConn, api_versions, assert_close_logged, create_topic, req,
+                                        unique)
 from trireme.wire import error_codes as E
 from trireme.wire.codec import message
 
@@ -264,9 +265,11 @@ def test_init_producer_id_v6_is_not_enabled_by_default(module_server, conn):
     """Kafka's InitProducerId definition marks v6 (KIP-939) unstable: not listed, and a request at v6 closes the
     connection, as a Kafka broker does with a version it has not enabled."""
     assert _versions(conn)["InitProducerId"] == (0, 5)
+    log = LogWatch(module_server)
     conn.send_request("InitProducerId", 6, req("InitProducerId", transactional_id=unique("tx"),
                                                transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1))
     conn.expect_closed()
+    assert_close_logged(log, "InitProducerId v6 is not a version of this API that we serve (0-5)")
     with RawConn(module_server.bootstrap) as again:
         assert api_versions(again).error_code == 0
 

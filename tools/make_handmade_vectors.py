@@ -1,7 +1,19 @@
-"""Hand-encoded vectors for the definitions kafka-python lacks (built with struct, not wire/)."""
-import json, struct, sys
+#!/usr/bin/env python3
+"""Writes golden vectors (case "handmade") for the message definitions kafka-python lacks, encoded by hand with struct.
+
+The delegation-token APIs (38-41) and UnregisterBroker (64) are read with our own definitions under
+wire/definitions; kafka-python cannot encode them, so tools/make_vectors.py does not cover them.  The bytes
+here follow Kafka's protocol rules directly (int16-length strings and int32-count arrays; compact forms and
+an empty tagged-field section per struct in flexible versions), independent of wire/.
+
+Usage: python tools/make_handmade_vectors.py [OUT]   (default tests/vectors)
+"""
+import json
+import struct
+import sys
 from pathlib import Path
-OUT = Path(sys.argv[1])
+
+OUT = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent / "tests" / "vectors"
 
 def uvarint(n):
     out = b""
