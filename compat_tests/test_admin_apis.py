@@ -132,7 +132,8 @@ def test_alter_replica_log_dirs_to_the_one_dir(module_server, conn, version):
     assert _alter_log_dirs(conn, {only.log_dir: {topic: [0, 1, 9], missing: [0]}}, version) == {
         (topic, 0): 0, (topic, 1): 0, (topic, 9): E.UNKNOWN_TOPIC_OR_PARTITION.code,
         (missing, 0): E.UNKNOWN_TOPIC_OR_PARTITION.code}
-    assert _alter_log_dirs(conn, {only.log_dir + "/": {topic: [0]}}, version) == {(topic, 0): 0}
+    assert _alter_log_dirs(conn, {only.log_dir + "/": {topic: [0]}}, version) == \
+        {(topic, 0): E.LOG_DIR_NOT_FOUND.code}                  # Kafka compares the path as given
     assert _alter_log_dirs(conn, {"/elsewhere/logs": {topic: [0]}, only.log_dir + "-2": {topic: [1]}},
                            version) == {(topic, 0): E.LOG_DIR_NOT_FOUND.code, (topic, 1): E.LOG_DIR_NOT_FOUND.code}
     # Nothing moved: the partitions are where they were, with their data.

@@ -2,16 +2,14 @@
 
 Behaviour / version notes:
 - v1-2, as Kafka 4 brokers list it (v0 went in 4.0).  Per partition, Kafka's answers on a broker with
-  one log directory: a path other than the directory DescribeLogDirs reports (compared as an absolute,
-  normalized path) → LOG_DIR_NOT_FOUND, checked first as Kafka does; then a partition this broker
+  one log directory: a path other than the directory DescribeLogDirs reports (the same string, as Kafka
+  compares it) → LOG_DIR_NOT_FOUND, checked first as Kafka does; then a partition this broker
   does not have → UNKNOWN_TOPIC_OR_PARTITION; otherwise NONE with nothing to move (the replica is
   already in that directory), as Kafka answers a move to the current directory.
 - Results are grouped by topic in the order the request names them; a partition named twice is
   answered once, for the last directory naming it (Kafka keeps one destination per partition).
 """
 from __future__ import annotations
-
-import os
 
 from trireme.server.dispatch import handles
 from trireme.wire import error_codes as E
@@ -34,7 +32,7 @@ def alter_replica_log_dirs(ctx, request):
     pcls = tcls.AlterReplicaLogDirPartitionResult
     by_topic: dict[str, list] = {}
     for (topic, index), path in destination.items():
-        if not (os.path.isabs(path) and os.path.normpath(path) == ours):
+        if path != ours:
             error = E.LOG_DIR_NOT_FOUND
         elif (topic, index) not in broker.partitions:
             error = E.UNKNOWN_TOPIC_OR_PARTITION

@@ -4,7 +4,7 @@ Behaviour / version notes:
 - v0-2, as a Kafka 4 broker lists it (it forwards the request to the controller; this node is both).
 - The request must name exactly the topic ``__cluster_metadata`` with exactly partition 0, as Kafka's
   Raft client requires; anything else → top-level NONE and UNKNOWN_TOPIC_OR_PARTITION for each
-  partition named.
+  partition named (the other fields at their defaults, as Kafka leaves them).
 - The answer: leader = this node; leader epoch 1 (one election, never another); high watermark = log
   end offset = the finalized-features epoch (state/features.py), the one metadata change counter this
   node keeps, so it never goes down; current voters = [this node] with last fetch / caught-up time =
@@ -34,8 +34,7 @@ def describe_quorum(ctx, request):
     if asked != [(METADATA_TOPIC, 0)]:
         response.topics = [tcls(topic_name=t.topic_name, partitions=[
             pcls(partition_index=p.partition_index, error_code=E.UNKNOWN_TOPIC_OR_PARTITION.code,
-                 error_message=UNKNOWN_PARTITION_MESSAGE, leader_id=-1, leader_epoch=-1,
-                 high_watermark=-1, current_voters=[], observers=[]) for p in t.partitions])
+                 error_message=UNKNOWN_PARTITION_MESSAGE) for p in t.partitions])
             for t in request.topics]
         return response
     offset = max(broker.features.epoch, 0)
