@@ -14,6 +14,7 @@ Behaviour / version notes:
 - BROKER (4): INVALID_REQUEST — broker configs are static here (read from the config file at
   start; there are no dynamic broker configs).  Other resource types → INVALID_REQUEST.
 - validate_only: every check, the same answer, nothing changed.
+- The legacy AlterConfigs (alter_configs.py) goes through the same checks (alter_resources).
 """
 from __future__ import annotations
 
