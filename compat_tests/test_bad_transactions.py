@@ -3,7 +3,7 @@
 Raw requests (our codec over a socket, helpers from test_bad_input.py) against a real broker:
 transactional calls with wrong ids, epochs and states; markers with stale producer or coordinator
 epochs; transactional batches for partitions never added; EndTxn while the previous one completes;
-KIP-939 2PC refused while disabled.  After each, the partition's log is checked unchanged.
+KIP-939 2PC refused while disabled (InitProducerId v6, served with unstable.api.versions.enable).  After each, the partition's log is checked unchanged.
 """
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from trireme.wire.codec import message
 
 TIMEOUT = 60000
 SLOW_MARKERS = {"trireme.debug.transaction.marker.delay.ms": 1500}
+# InitProducerId v6 (KIP-939) is an unstable version in Kafka's definition: served only with this, as on Kafka.
+UNSTABLE_VERSIONS = {"unstable.api.versions.enable": True}
 
 
 def init(conn: RawConn, txn_id: str, version: int = 4, timeout_ms: int = TIMEOUT, **fields):
@@ -109,10 +111,16 @@ def test_unknown_partition_is_not_attempted(conn):
     assert end_txn(conn, tid, pid, epoch, True) == E.INVALID_TXN_STATE.code      # still Empty
 
 
-def test_bad_timeouts_and_2pc_while_disabled(conn):
+def test_bad_timeouts(conn):
     assert init(conn, unique("tx"), timeout_ms=0)[0] == E.INVALID_TRANSACTION_TIMEOUT.code
     assert init(conn, unique("tx"), timeout_ms=10**9)[0] == E.INVALID_TRANSACTION_TIMEOUT.code
-    assert init(conn, unique("tx"), version=6, enable2_pc=True)[0] == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code
+
+
+@pytest.mark.server_config(UNSTABLE_VERSIONS)
+def test_2pc_while_disabled(server):
+    with RawConn(server.bootstrap) as conn:
+        assert init(conn, unique("tx"), version=6, enable2_pc=True)[0] == \
+            E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code
 
 
 def test_transactional_batch_for_a_partition_never_added(conn):
@@ -203,7 +211,8 @@ def lso(conn: RawConn, topic: str, partition: int) -> int:
 
 
 @pytest.mark.server_config({"transaction.two.phase.commit.enable": True,
-                            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 100})
+                            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 100,
+                            **UNSTABLE_VERSIONS})
 def test_two_phase_commit_prepared_transaction_survives_a_producer_restart(server):
     """KIP-939 at the protocol level (the Java 4.3 client's public API does not expose it): a 2PC transaction
     never times out; InitProducerId v6 with KeepPreparedTxn keeps it open for the external coordinator, reports

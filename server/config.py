@@ -69,6 +69,9 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
            "`kafka-storage format --feature`): 0 classic, 1 flexible transaction-log records, 2 transactions "
            "V2 (KIP-890).  Later changes go through UpdateFeatures."),
     "transaction.two.phase.commit.enable": (False, "Allow two-phase-commit transactions (KIP-939)."),
+    "unstable.api.versions.enable": (
+        False, "Also serve and advertise the versions Kafka's definitions mark unstable (latestVersionUnstable: "
+               "InitProducerId v6, KIP-939 two-phase commit), as Kafka's internal property does."),
     "group.initial.rebalance.delay.ms": (3000, "Delay before the first rebalance of an empty group."),
     "group.min.session.timeout.ms": (6000, "Smallest session timeout a consumer may ask for."),
     "group.max.session.timeout.ms": (1800000, "Largest session timeout a consumer may ask for."),

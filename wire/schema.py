@@ -100,6 +100,7 @@ class MessageSpec:
     valid: Versions
     flexible: Versions | None
     fields: list[FieldSpec]
+    latest_version_unstable: bool = False    # Kafka's "latestVersionUnstable": the last version is off by default
 
     def is_flexible(self, version: int) -> bool:
         return _contains(self.flexible, version)
@@ -209,6 +210,7 @@ def load_message(name: str) -> MessageSpec:
         valid=Versions.parse(data["validVersions"]),
         flexible=Versions.parse(data.get("flexibleVersions")),
         fields=_build_fields(data["fields"], common),
+        latest_version_unstable=bool(data.get("latestVersionUnstable", False)),
     )
 
 
