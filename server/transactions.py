@@ -59,6 +59,7 @@ class TransactionService(CoordinatorRuntime):
         self.compact(self.coordinator.compact_records(), loaded)
         self._resume = self.coordinator.loaded()
         self._orphans: list[MarkerJob] = []
+        self._writing_markers: set[str] = set()      # transactional ids whose _write_markers runs
         log.info("loaded transaction coordinator records=%d transactional_ids=%d prepared=%d in %.3fs", loaded,
                  len(self.coordinator.transactions), len(self._resume), time.perf_counter() - started)
 
@@ -155,10 +156,24 @@ class TransactionService(CoordinatorRuntime):
 
     async def _write_markers(self, job: MarkerJob) -> None:
         """WriteTxnMarkers for every partition of a prepared transaction until each is written; then COMPLETE."""
-        await self._send_markers(job)
-        await self.wait_replayed()
-        await self.run_operation(self.coordinator.markers_written(
-            job.transactional_id, job.producer_id, job.producer_epoch, now_ms()))
+        self._writing_markers.add(job.transactional_id)
+        try:
+            await self._send_markers(job)
+            await self.wait_replayed()
+            await self.run_operation(self.coordinator.markers_written(
+                job.transactional_id, job.producer_id, job.producer_epoch, now_ms()))
+        finally:
+            self._writing_markers.discard(job.transactional_id)
+
+    def resume_after_storage_error(self) -> None:
+        """``__transaction_state`` is writable again after a full disk: transactions left prepared (their PREPARE
+        made durable by the retry, or their COMPLETE refused) get their markers written again, as at start-up."""
+        for job in self.coordinator.loaded():
+            if job.transactional_id not in self._writing_markers:
+                log.info("resuming markers of prepared transaction %s (%s)", job.transactional_id,
+                         "commit" if job.commit else "abort")
+                self.start_soon(self._write_markers, job)
+        self._signal_change()
 
     async def _send_markers(self, job: MarkerJob) -> None:
         """WriteTxnMarkers for every partition of ``job`` until each is written."""
