@@ -1,0 +1,189 @@
+"""A full disk, injected with MemoryStorage: a write refused for want of space takes its partition offline only until
+the broker's retry of that write succeeds; a failed fsync keeps it offline until restart (issue 20 item 8)."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+import trio
+
+from broker_runner import run_with_broker
+from trireme.server import broker as broker_module
+from trireme.server import dispatch
+from trireme.server.broker import Broker
+from trireme.server.config import Config
+from trireme.state.storage import MemoryStorage, SyncFailed, out_of_space
+from trireme.state.txn_records import TxnState
+from trireme.wire import error_codes as E
+from trireme.wire import records as rec
+from trireme.wire.codec import message
+
+_PRODUCE = message("ProduceRequest").cls
+dispatch.load_handlers()
+
+
+@pytest.fixture(autouse=True)
+def quick_retry(monkeypatch):
+    monkeypatch.setattr(broker_module, "STORAGE_RETRY_FIRST_S", 0.01)
+    monkeypatch.setattr(broker_module, "STORAGE_RETRY_MAX_S", 0.05)
+
+
+def _broker(storage: MemoryStorage) -> Broker:
+    broker = Broker(Config(data_dir="<memory:diskfull>"), storage)
+    broker.create_topic("t", 1)
+    return broker
+
+
+async def _produce(b: Broker, values: list[bytes]) -> tuple[int, int]:
+    """Produce one batch to t-0 through the Produce handler (acks=all); → (error code, base offset)."""
+    batch = rec.build_batch([(None, v) for v in values])
+    request = _PRODUCE(transactional_id=None, acks=-1, timeout_ms=30000, topic_data=[
+        _PRODUCE.TopicProduceData(name="t", partition_data=[
+            _PRODUCE.TopicProduceData.PartitionProduceData(index=0, records=batch)])])
+    response = await b.local_peer.call("Produce", 9, request)
+    answer = response.responses[0].partition_responses[0]
+    return answer.error_code, answer.base_offset
+
+
+def _values(p) -> list[bytes]:
+    data = p.log.read(p.log.log_start_offset, 1 << 20, p.log.high_watermark)
+    return [r.value for pos, _ in rec.iter_batch_headers(data) for r in rec.decode_records(data, pos)]
+
+
+async def _until(predicate, what: str) -> None:
+    with trio.fail_after(10):               # a hang guard, not a timing claim
+        while not predicate():
+            await trio.sleep(0.005)
+
+
+def test_storage_classifies_space_and_fsync_failures():
+    import errno
+    assert out_of_space(OSError(errno.ENOSPC, "full")) and out_of_space(OSError(errno.EDQUOT, "quota"))
+    assert not out_of_space(OSError(errno.EIO, "io"))
+    assert not out_of_space(SyncFailed(errno.ENOSPC, "fsync found no space"))    # writeback lost: never retried
+    storage = MemoryStorage()
+    storage.makedirs("d")
+    f = storage.open_append("d/f")
+    f.write(b"abc")
+    storage.full = True
+    with pytest.raises(OSError) as refused:
+        f.write(b"more")
+    assert out_of_space(refused.value) and f.size == 3
+    storage.full = False
+    storage.fail_next_sync()
+    with pytest.raises(SyncFailed):
+        f.sync()
+    with pytest.raises(SyncFailed):         # sticky: a later fsync never claims success
+        f.sync()
+
+
+@pytest.mark.parametrize("size", [100, 20000], ids=["write-behind", "direct-write"])
+def test_full_disk_refuses_writes_then_the_retry_brings_the_partition_back(size, caplog):
+    storage = MemoryStorage()
+    broker = _broker(storage)
+    p = broker.partition("t", 0)
+    caplog.set_level(logging.INFO, logger="trireme.broker")
+
+    async def body(b):
+        assert await _produce(b, [b"acked-%d" % i for i in range(3)]) == (0, 0)
+        storage.full = True
+        error, _ = await _produce(b, [b"refused" + b"x" * size])
+        assert error == E.KAFKA_STORAGE_ERROR.code
+        assert p.storage_full and p.storage_error
+        await trio.sleep(0.3)               # many retries while the disk stays full
+        assert p.storage_full
+        assert (await _produce(b, [b"while-full"]))[0] == E.KAFKA_STORAGE_ERROR.code     # refused, not queued
+        assert _values(p) == [b"acked-%d" % i for i in range(3)]
+        storage.full = False
+        await _until(lambda: not p.storage_full, "the partition back online")
+        assert p.storage_error is None
+        assert await _produce(b, [b"after"]) == (0, p.log.log_end_offset - 1)
+    run_with_broker(broker, body)
+    values = _values(p)
+    # acknowledged records kept; the refused one (never acknowledged) may be there, written by the retry
+    assert values[:3] == [b"acked-%d" % i for i in range(3)] and values[-1] == b"after"
+    assert set(values[3:-1]) <= {b"refused" + b"x" * size}
+    assert p.log.high_watermark == p.log.log_end_offset
+    lines = [r.getMessage() for r in caplog.records if "t-0" in r.getMessage()]
+    assert len([m for m in lines if "offline: disk full" in m]) == 1, lines
+    assert len([m for m in lines if "back online" in m]) == 1, lines
+
+
+def test_a_failed_fsync_stays_offline_until_restart():
+    storage = MemoryStorage()
+    broker = _broker(storage)
+    p = broker.partition("t", 0)
+
+    async def body(b):
+        assert (await _produce(b, [b"a"]))[0] == 0
+        storage.fail_next_sync()
+        assert (await _produce(b, [b"b"]))[0] == E.KAFKA_STORAGE_ERROR.code
+        assert p.storage_error and not p.storage_full
+        await trio.sleep(0.3)
+        assert p.storage_error and not p.storage_full
+        assert (await _produce(b, [b"c"]))[0] == E.KAFKA_STORAGE_ERROR.code
+    run_with_broker(broker, body)
+
+
+def test_transaction_coordinator_comes_back_and_resumes_the_prepared_transaction():
+    """The PREPARE record of a commit finds the disk full: EndTxn gets COORDINATOR_NOT_AVAILABLE, and so does every
+    InitProducerId.  Once space returns, the retry makes the PREPARE durable, its markers are written and the
+    transaction completes, and new transactional ids get producer ids, all without a restart."""
+    storage = MemoryStorage()
+    broker = _broker(storage)
+    txn = broker.transactions
+    state = txn.partition
+
+    async def body(b):
+        init = await txn.init_producer_id("x", 60000)
+        assert init.error == 0
+        added = await txn.add_partitions("x", init.producer_id, init.producer_epoch, [("t", 0)])
+        assert added.error == 0
+        storage.full = True
+        ended = await txn.end_txn("x", init.producer_id, init.producer_epoch, True)
+        assert ended.error == E.COORDINATOR_NOT_AVAILABLE.code
+        assert state.storage_full
+        assert (await txn.init_producer_id("y", 60000)).error == E.COORDINATOR_NOT_AVAILABLE.code
+        storage.full = False
+        await _until(lambda: txn.coordinator.transactions["x"].state is TxnState.COMPLETE_COMMIT,
+                     "the prepared transaction completed")
+        assert (await txn.init_producer_id("y", 60000)).error == 0
+    run_with_broker(broker, body)
+    p = broker.partition("t", 0)
+    headers = list(p.log.iter_batch_headers())
+    assert [h.is_control for h in headers] == [True]          # the commit marker, written once
+    assert not state.storage_error and not p.storage_error
+
+
+def test_a_marker_refused_by_a_full_data_partition_is_written_once_space_returns():
+    """The data partition is offline for want of space when the commit's markers go out: the coordinator keeps
+    retrying them, and once the partition's retry brings it back the marker lands and the transaction completes."""
+    storage = MemoryStorage()
+    broker = _broker(storage)
+    txn = broker.transactions
+    p = broker.partition("t", 0)
+    real_retry = broker._retry_full
+
+    async def body(b):
+        release = trio.Event()
+
+        async def gated(partition):         # the partition's retry waits until the test lets it run
+            await release.wait()
+            await real_retry(partition)
+        broker._retry_full = gated
+        init = await txn.init_producer_id("x", 60000)
+        await txn.add_partitions("x", init.producer_id, init.producer_epoch, [("t", 0)])
+        storage.full = True
+        assert (await _produce(b, [b"fills"]))[0] == E.KAFKA_STORAGE_ERROR.code       # t-0 offline
+        storage.full = False
+        ended = await txn.end_txn("x", init.producer_id, init.producer_epoch, True)
+        assert ended.error == 0                                                          # PREPARE is durable
+        await trio.sleep(0.3)                                                            # markers refused meanwhile
+        assert p.storage_full and txn.coordinator.transactions["x"].state is TxnState.PREPARE_COMMIT
+        release.set()
+        await _until(lambda: txn.coordinator.transactions["x"].state is TxnState.COMPLETE_COMMIT,
+                     "the transaction completed")
+    run_with_broker(broker, body)
+    assert not p.storage_error
+    assert [h.is_control for h in p.log.iter_batch_headers()][-1] is True
+    assert p.last_stable_offset() == p.log.high_watermark == p.log.log_end_offset
