@@ -60,6 +60,7 @@ class TransactionService(CoordinatorRuntime):
         self._resume = self.coordinator.loaded()
         self._orphans: list[MarkerJob] = []
         self._writing_markers: set[str] = set()      # transactional ids whose _write_markers runs
+        self._id_block_failed = False                # the last producer id block reservation failed (logged)
         log.info("loaded transaction coordinator records=%d transactional_ids=%d prepared=%d in %.3fs", loaded,
                  len(self.coordinator.transactions), len(self._resume), time.perf_counter() - started)
 
@@ -102,11 +103,25 @@ class TransactionService(CoordinatorRuntime):
         deadline = trio.current_time() + CONCURRENT_WAIT_S
         while True:
             changed = self._changed
-            outcome = await self.run_operation(attempt(), answer_when_staged=answer_when_staged)
+            outcome = await self.run_operation(self._attempt(attempt), answer_when_staged=answer_when_staged)
             if outcome.error != E.CONCURRENT_TRANSACTIONS.code or trio.current_time() >= deadline:
                 return outcome
             with trio.move_on_at(deadline):
                 await changed.wait()
+
+    def _attempt(self, attempt) -> TxnOutcome:
+        """``attempt()``; if it needed a new block of producer ids and the block could not be reserved on disk (the
+        disk full or failing; the coordinator's state is unchanged then) → COORDINATOR_NOT_AVAILABLE, retriable, as
+        for a record that cannot be written.  Logged once until an attempt succeeds again."""
+        try:
+            outcome = attempt()
+        except OSError as e:
+            if not self._id_block_failed:
+                log.error("cannot reserve producer ids (answering COORDINATOR_NOT_AVAILABLE until it can): %r", e)
+            self._id_block_failed = True
+            return TxnOutcome(error=E.COORDINATOR_NOT_AVAILABLE.code)
+        self._id_block_failed = False
+        return outcome
 
     async def init_producer_id(self, transactional_id: str, timeout_ms: int, **kwargs) -> TxnOutcome:
         await self.wait_replayed()

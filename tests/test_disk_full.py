@@ -187,3 +187,95 @@ def test_a_marker_refused_by_a_full_data_partition_is_written_once_space_returns
     assert not p.storage_error
     assert [h.is_control for h in p.log.iter_batch_headers()][-1] is True
     assert p.last_stable_offset() == p.log.high_watermark == p.log.log_end_offset
+
+
+def test_a_producer_id_block_that_cannot_be_reserved_is_coordinator_not_available():
+    storage = MemoryStorage()
+    broker = _broker(storage)               # no producer id handed out yet: the first one reserves a block
+
+    async def body(b):
+        storage.full = True
+        assert (await b.transactions.init_producer_id("x", 60000)).error == E.COORDINATOR_NOT_AVAILABLE.code
+        storage.full = False
+        await _until(lambda: not b.transactions.partition.storage_error, "__transaction_state writable")
+        assert (await b.transactions.init_producer_id("x", 60000)).error == 0
+    run_with_broker(broker, body)
+
+
+def test_delete_records_on_a_full_disk_is_a_storage_error_and_changes_nothing():
+    storage = MemoryStorage()
+    broker = _broker(storage)
+    p = broker.partition("t", 0)
+    cls = message("DeleteRecordsRequest").cls
+
+    async def delete(b, offset):
+        request = cls(topics=[cls.DeleteRecordsTopic(name="t", partitions=[
+            cls.DeleteRecordsTopic.DeleteRecordsPartition(partition_index=0, offset=offset)])], timeout_ms=1000)
+        return (await b.local_peer.call("DeleteRecords", 2, request)).topics[0].partitions[0]
+
+    async def body(b):
+        assert (await _produce(b, [b"a", b"b", b"c"]))[0] == 0
+        storage.full = True
+        answer = await delete(b, 2)
+        assert (answer.error_code, answer.low_watermark) == (E.KAFKA_STORAGE_ERROR.code, -1)
+        assert p.log.log_start_offset == 0
+        storage.full = False
+        answer = await delete(b, 2)
+        assert (answer.error_code, answer.low_watermark) == (0, 2)
+    run_with_broker(broker, body)
+
+
+def test_segment_rolls_and_their_indexes_recover_and_survive_a_restart():
+    """Small segments: appends roll while the disk is full (the sealed segments' indexes cannot be written either);
+    after the retry every acknowledged record is there, and a restart finds the same log."""
+    storage = MemoryStorage()
+    broker = Broker(Config(data_dir="<memory:diskfull>"), storage)
+    broker.create_topic("t", 1, {"segment.bytes": "300"})
+    p = broker.partition("t", 0)
+    acked: list[bytes] = []
+
+    async def body(b):
+        for i in range(5):
+            value = b"before-%d-" % i + b"x" * 100
+            assert (await _produce(b, [value]))[0] == 0
+            acked.append(value)
+        storage.full = True
+        assert (await _produce(b, [b"full-" + b"x" * 100]))[0] == E.KAFKA_STORAGE_ERROR.code
+        storage.full = False
+        await _until(lambda: not p.storage_full, "t-0 back online")
+        for i in range(5):
+            value = b"after-%d-" % i + b"x" * 100
+            assert (await _produce(b, [value]))[0] == 0
+            acked.append(value)
+    run_with_broker(broker, body)
+    assert len(p.log.segment_base_offsets) > 5
+    before = _values(p)
+    assert [v for v in before if not v.startswith(b"full-")] == acked
+    broker.close()
+    again = Broker(Config(data_dir="<memory:diskfull>"), storage).partition("t", 0)
+    assert _values(again) == before
+
+
+def test_coordinator_compaction_at_start_up_on_a_full_disk_waits_for_space():
+    """Start-up compacts a long __transaction_state; with the disk full the compaction is left undone, the broker
+    starts, and once space returns the coordinator serves again."""
+    storage = MemoryStorage()
+    broker = _broker(storage)
+
+    async def many(b):
+        for _ in range(1200):               # one live key, many records: compaction is due at the next start
+            assert (await b.transactions.init_producer_id("x", 60000)).error == 0
+    run_with_broker(broker, many)
+    broker.close()
+    storage.full = True
+    broker = Broker(Config(data_dir="<memory:diskfull>"), storage)
+    state = broker.transactions.partition
+    assert state.storage_full
+
+    async def body(b):
+        assert (await b.transactions.init_producer_id("x", 60000)).error == E.COORDINATOR_NOT_AVAILABLE.code
+        storage.full = False
+        await _until(lambda: not state.storage_error, "__transaction_state back online")
+        outcome = await b.transactions.init_producer_id("x", 60000)
+        assert (outcome.error, outcome.producer_epoch) == (0, 1200)
+    run_with_broker(broker, body)
