@@ -128,6 +128,10 @@ def test_full_disk_then_space_back_recovers_without_restart(full_disk_server):
         a.produce(topic, value=v, partition=int(v.split(b"-")[1]))
     assert a.flush(30) == 0
 
+    d = Producer({"bootstrap.servers": bootstrap, "transactional.id": "diskfull-d", "message.timeout.ms": 8000})
+    d.init_transactions(30)
+    d.begin_transaction()
+
     filler = srv.data_dir / "filler"
     assert fill(filler) > 0
 
@@ -136,6 +140,15 @@ def test_full_disk_then_space_back_recovers_without_restart(full_disk_server):
     acked_plain += got
     assert errors, "a write into the full disk was acknowledged"
     assert all(not e.fatal() for e in errors), errors
+
+    # A transaction written into the full disk: its records cannot all be written.
+    into_full = [b"d-%d-%d-" % (p, i) + BIG for p in (0, 1) for i in range(3)]
+    errors = []
+    for v in into_full:
+        d.produce(topic, value=v, partition=int(v.split(b"-")[1]),
+                  on_delivery=lambda err, msg: err is not None and errors.append(err))
+    d.flush(15)
+    assert errors and all(not e.fatal() for e in errors), errors
 
     # The commit: its PREPARE record may still fit a page of __transaction_state, its marker on partition 0 does not.
     try:
@@ -182,6 +195,9 @@ def test_full_disk_then_space_back_recovers_without_restart(full_disk_server):
             assert e.args[0].txn_requires_abort(), e
             a.abort_transaction(60)
             aborted += second
+
+    d.abort_transaction(60)              # its writes failed: the client must abort (an abortable error)
+    aborted += into_full
 
     got, errors = deliver(plain, topic, 0, [b"p3-%d" % i for i in range(5)] + [b"p3-big-" + BIG], 60)
     assert not errors, errors

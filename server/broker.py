@@ -474,6 +474,8 @@ class Broker:
     async def _retry_full(self, p: Partition) -> None:
         """One retry of a full partition's write: flush what it holds (or, holding nothing, wait for free space);
         on success the partition is back online and its coordinator, if any, resumes."""
+        if self.partitions.get((p.topic.name, p.index)) is not p:
+            return                              # deleted meanwhile
         if not p.log.needs_flush:
             free = self.storage.available_bytes(p.directory)
             if free is not None and free < STORAGE_RETRY_FREE_BYTES:
@@ -482,7 +484,8 @@ class Broker:
         try:
             await trio.to_thread.run_sync(p.log.flush, target)
         except OSError as e:
-            if p.storage_full and not out_of_space(e) and not out_of_descriptors(e):
+            if p.storage_full and not out_of_space(e) and not out_of_descriptors(e) \
+                    and self.partitions.get((p.topic.name, p.index)) is p:
                 self.storage_failed(p, e)       # offline until restart (logged once there)
             return
         if not p.storage_full or self.partitions.get((p.topic.name, p.index)) is not p:

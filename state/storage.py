@@ -461,7 +461,10 @@ class FileStorage(Storage):
             os.close(fd)
 
     def available_bytes(self, path: str) -> int | None:
-        st = os.statvfs(self._abs(path))
+        try:
+            st = os.statvfs(self._abs(path))
+        except OSError:
+            return None
         return st.f_bavail * st.f_frsize
 
 

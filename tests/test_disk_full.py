@@ -279,3 +279,32 @@ def test_coordinator_compaction_at_start_up_on_a_full_disk_waits_for_space():
         outcome = await b.transactions.init_producer_id("x", 60000)
         assert (outcome.error, outcome.producer_epoch) == (0, 1200)
     run_with_broker(broker, body)
+
+
+def test_group_coordinator_refuses_offset_commits_while_full_and_takes_them_after():
+    storage = MemoryStorage()
+    broker = _broker(storage)
+    cls = message("OffsetCommitRequest").cls
+    fetch_cls = message("OffsetFetchRequest").cls
+
+    async def commit(b, offset):
+        T = cls.OffsetCommitRequestTopic
+        request = cls(group_id="g", generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+                      retention_time_ms=-1, topics=[T(name="t", partitions=[T.OffsetCommitRequestPartition(
+                          partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
+                          commit_timestamp=-1, committed_metadata="")])])
+        return (await b.local_peer.call("OffsetCommit", 8, request)).topics[0].partitions[0].error_code
+
+    async def body(b):
+        assert await commit(b, 1) == 0
+        storage.full = True
+        assert await commit(b, 2) == E.NOT_COORDINATOR.code       # retriable: the client finds the coordinator again
+        assert b.groups.partition.storage_full
+        storage.full = False
+        await _until(lambda: not b.groups.partition.storage_error, "__consumer_offsets back online")
+        assert await commit(b, 3) == 0
+        T = fetch_cls.OffsetFetchRequestTopic
+        answer = await b.local_peer.call("OffsetFetch", 7, fetch_cls(
+            group_id="g", topics=[T(name="t", partition_indexes=[0])], require_stable=False))
+        assert answer.topics[0].partitions[0].committed_offset == 3
+    run_with_broker(broker, body)
