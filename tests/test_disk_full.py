@@ -308,3 +308,45 @@ def test_group_coordinator_refuses_offset_commits_while_full_and_takes_them_afte
             group_id="g", topics=[T(name="t", partition_indexes=[0])], require_stable=False))
         assert answer.topics[0].partitions[0].committed_offset == 3
     run_with_broker(broker, body)
+
+
+@pytest.mark.parametrize("write_behind", [True, False], ids=["write-behind", "write-through"])
+def test_a_sealed_segments_index_write_that_finds_no_space_is_retried_by_the_next_flush(write_behind):
+    """The data is fsynced but the rolled segment's indexes cannot be written: the flush fails as a write that found
+    no space (retriable), the high watermark stays, and the next flush writes them; a reopen trusts them."""
+    from trireme.state.log import PartitionLog
+    storage = MemoryStorage()
+    plog = PartitionLog.open(storage, "d", segment_bytes=200, retention_ms=-1, retention_bytes=-1, now_ms=0,
+                             write_behind=write_behind)
+    for i in range(6):
+        batch = bytearray(rec.build_batch([(None, b"%d-" % i + b"x" * 80)]))
+        plog.append(batch, rec.validate_batches(batch), 0)
+    assert len(plog.segment_base_offsets) > 1 and plog.sealed_segments_unflushed
+    target = plog.flush_begin()             # (write-behind: the data is written here)
+    storage.full = True                     # ... and the disk fills before the indexes are written
+    with pytest.raises(OSError) as refused:
+        plog.flush(target)
+    assert out_of_space(refused.value) and plog.high_watermark == 0
+    assert not [name for name in storage.list("d") if name.endswith(".tmp")]
+    storage.full = False
+    assert plog.sync() == 6 and not plog.sealed_segments_unflushed
+    plog.close()
+    again = PartitionLog.open(storage, "d", segment_bytes=200, retention_ms=-1, retention_bytes=-1, now_ms=0)
+    assert again.log_end_offset == 6 and again.segment_base_offsets == plog.segment_base_offsets
+
+
+def test_file_storage_removes_what_a_failed_atomic_write_left(tmp_path, monkeypatch):
+    import errno
+    import os
+    from trireme.state import storage as storage_module
+    files = storage_module.FileStorage(tmp_path)
+    files.write_atomic("f", b"old")
+
+    def no_space(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(storage_module.os, "write", no_space)
+    with pytest.raises(OSError) as refused:
+        files.write_atomic("f", b"new")
+    monkeypatch.undo()
+    assert out_of_space(refused.value)
+    assert sorted(os.listdir(tmp_path)) == ["f"] and files.read_all("f") == b"old"
