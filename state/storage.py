@@ -446,7 +446,14 @@ class FileStorage(Storage):
             raise
         finally:
             os.close(fd)
-        os.replace(temp, target)
+        try:
+            os.replace(temp, target)
+        except OSError:
+            try:
+                os.remove(temp)
+            except OSError:
+                pass
+            raise
         if durable:
             self.sync_dir(posixpath.dirname(path))
 

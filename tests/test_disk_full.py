@@ -350,3 +350,21 @@ def test_file_storage_removes_what_a_failed_atomic_write_left(tmp_path, monkeypa
     monkeypatch.undo()
     assert out_of_space(refused.value)
     assert sorted(os.listdir(tmp_path)) == ["f"] and files.read_all("f") == b"old"
+
+
+def test_an_offline_partition_shows_in_the_metrics():
+    from trireme.server.metrics import _PARTITION_GAUGES
+    offline = {name: value for name, _, value in _PARTITION_GAUGES}["trireme_partition_offline"]
+    storage = MemoryStorage()
+    broker = _broker(storage)
+    p = broker.partition("t", 0)
+
+    async def body(b):
+        assert offline(p) == 0
+        storage.full = True
+        assert (await _produce(b, [b"x"]))[0] == E.KAFKA_STORAGE_ERROR.code
+        assert offline(p) == 1
+        storage.full = False
+        await _until(lambda: not p.storage_error, "t-0 back online")
+        assert offline(p) == 0
+    run_with_broker(broker, body)
