@@ -59,7 +59,7 @@ class TransactionService(CoordinatorRuntime):
         self.compact(self.coordinator.compact_records(), loaded)
         self._resume = self.coordinator.loaded()
         self._orphans: list[MarkerJob] = []
-        self._writing_markers: set[str] = set()      # transactional ids whose _write_markers runs
+        self._not_durable: set[str] = set()          # ids whose records could not be made durable (disk full)
         self._id_block_failed = False                # the last producer id block reservation failed (logged)
         log.info("loaded transaction coordinator records=%d transactional_ids=%d prepared=%d in %.3fs", loaded,
                  len(self.coordinator.transactions), len(self._resume), time.perf_counter() - started)
@@ -87,6 +87,7 @@ class TransactionService(CoordinatorRuntime):
         durable = await self.complete(staged)
         if not durable:
             self.coordinator.abandon(outcome.transactional_id)
+            self._not_durable.add(outcome.transactional_id)
         self._signal_change()
         return durable
 
@@ -122,6 +123,20 @@ class TransactionService(CoordinatorRuntime):
             return TxnOutcome(error=E.COORDINATOR_NOT_AVAILABLE.code)
         self._id_block_failed = False
         return outcome
+
+    def resume_after_storage_error(self) -> None:
+        """``__transaction_state`` is writable again after a full disk: a transaction left prepared by an operation
+        whose records could not be made durable gets its markers written, as at start-up.  Its PREPARE became
+        durable with the retry (the operation answered COORDINATOR_NOT_AVAILABLE and started no markers), or its
+        COMPLETE was refused (which ended the marker task).  Either way no marker task runs for it; any other
+        prepared transaction still has its own."""
+        not_durable, self._not_durable = self._not_durable, set()
+        for job in self.coordinator.loaded():
+            if job.transactional_id in not_durable:
+                log.info("resuming markers of prepared transaction %s (%s)", job.transactional_id,
+                         "commit" if job.commit else "abort")
+                self.start_soon(self._write_markers, job)
+        self._signal_change()
 
     async def init_producer_id(self, transactional_id: str, timeout_ms: int, **kwargs) -> TxnOutcome:
         await self.wait_replayed()
@@ -171,24 +186,10 @@ class TransactionService(CoordinatorRuntime):
 
     async def _write_markers(self, job: MarkerJob) -> None:
         """WriteTxnMarkers for every partition of a prepared transaction until each is written; then COMPLETE."""
-        self._writing_markers.add(job.transactional_id)
-        try:
-            await self._send_markers(job)
-            await self.wait_replayed()
-            await self.run_operation(self.coordinator.markers_written(
-                job.transactional_id, job.producer_id, job.producer_epoch, now_ms()))
-        finally:
-            self._writing_markers.discard(job.transactional_id)
-
-    def resume_after_storage_error(self) -> None:
-        """``__transaction_state`` is writable again after a full disk: transactions left prepared (their PREPARE
-        made durable by the retry, or their COMPLETE refused) get their markers written again, as at start-up."""
-        for job in self.coordinator.loaded():
-            if job.transactional_id not in self._writing_markers:
-                log.info("resuming markers of prepared transaction %s (%s)", job.transactional_id,
-                         "commit" if job.commit else "abort")
-                self.start_soon(self._write_markers, job)
-        self._signal_change()
+        await self._send_markers(job)
+        await self.wait_replayed()
+        await self.run_operation(self.coordinator.markers_written(
+            job.transactional_id, job.producer_id, job.producer_epoch, now_ms()))
 
     async def _send_markers(self, job: MarkerJob) -> None:
         """WriteTxnMarkers for every partition of ``job`` until each is written."""

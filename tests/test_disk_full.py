@@ -368,3 +368,42 @@ def test_an_offline_partition_shows_in_the_metrics():
         await _until(lambda: not p.storage_error, "t-0 back online")
         assert offline(p) == 0
     run_with_broker(broker, body)
+
+
+def test_a_complete_record_refused_while_full_is_written_once_space_returns():
+    """The markers are written but __transaction_state has filled meanwhile: the COMPLETE record is refused and the
+    marker task ends; once __transaction_state's retry succeeds the transaction's markers are resumed and it
+    completes."""
+    storage = MemoryStorage()
+    config = Config(data_dir="<memory:diskfull>")
+    config.update({"trireme.debug.transaction.marker.delay.ms": 200})      # time to fill the disk before the markers
+    broker = Broker(config, storage)
+    broker.create_topic("t", 1)
+    txn = broker.transactions
+    state, p = txn.partition, broker.partition("t", 0)
+    real_retry = broker._retry_full
+
+    async def body(b):
+        release = trio.Event()
+
+        async def gated(partition):         # __transaction_state's retry waits until the test lets it run
+            if partition is state and not release.is_set():
+                return
+            await real_retry(partition)
+        broker._retry_full = gated
+        init = await txn.init_producer_id("x", 60000)
+        await txn.add_partitions("x", init.producer_id, init.producer_epoch, [("t", 0)])
+        assert (await txn.end_txn("x", init.producer_id, init.producer_epoch, True)).error == 0
+        storage.full = True
+        assert (await txn.init_producer_id("y", 60000)).error == E.COORDINATOR_NOT_AVAILABLE.code
+        assert state.storage_full
+        await _until(lambda: p.storage_full, "the marker found t-0 full")
+        storage.full = False
+        await _until(lambda: "x" in txn._not_durable, "the COMPLETE record refused")
+        assert any(h.is_control for h in p.log.iter_batch_headers())       # the marker is written
+        assert txn.coordinator.transactions["x"].state is TxnState.PREPARE_COMMIT
+        release.set()
+        await _until(lambda: txn.coordinator.transactions["x"].state is TxnState.COMPLETE_COMMIT,
+                     "the transaction completed")
+        assert (await txn.init_producer_id("y", 60000)).error == 0
+    run_with_broker(broker, body)
