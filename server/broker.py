@@ -56,8 +56,8 @@ SNAPSHOT_INTERVAL_BYTES = 64 * 1024 * 1024
 MAX_PARTITIONS_PER_TOPIC = 10000
 
 # A partition offline for want of space retries its failed write after this long, doubling up to the most (no
-# busy loop, whatever the disk does meanwhile).  One that kept nothing to write retries once the file system has
-# at least STORAGE_RETRY_FREE_BYTES free.
+# busy loop, whatever the disk does meanwhile), once the file system has at least STORAGE_RETRY_FREE_BYTES free: a
+# flush with nothing left to write would succeed on a full disk and bring the partition back only to fail again.
 STORAGE_RETRY_FIRST_S = 0.5
 STORAGE_RETRY_MAX_S = 5.0
 STORAGE_RETRY_FREE_BYTES = 1 << 20
@@ -472,14 +472,13 @@ class Broker:
                 delay = min(delay * 2, STORAGE_RETRY_MAX_S)
 
     async def _retry_full(self, p: Partition) -> None:
-        """One retry of a full partition's write: flush what it holds (or, holding nothing, wait for free space);
-        on success the partition is back online and its coordinator, if any, resumes."""
+        """One retry of a full partition's write, once there is free space: flush what it holds; on success the
+        partition is back online and its coordinator, if any, resumes."""
         if self.partitions.get((p.topic.name, p.index)) is not p:
             return                              # deleted meanwhile
-        if not p.log.needs_flush:
-            free = self.storage.available_bytes(p.directory)
-            if free is not None and free < STORAGE_RETRY_FREE_BYTES:
-                return
+        free = self.storage.available_bytes(p.directory)
+        if free is not None and free < STORAGE_RETRY_FREE_BYTES:
+            return
         target = p.log.flush_begin()
         try:
             await trio.to_thread.run_sync(p.log.flush, target)

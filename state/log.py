@@ -609,11 +609,6 @@ class PartitionLog:
         return bool(self._unpersisted)
 
     @property
-    def needs_flush(self) -> bool:
-        """Something appended, sealed or indexed is not yet durable (a flush has work to do)."""
-        return self.log_end_offset > self._hw or bool(self._unpersisted) or bool(self._txn_pending)
-
-    @property
     def size_bytes(self) -> int:
         return sum(seg.size for seg in self._segments)
 
