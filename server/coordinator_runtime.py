@@ -261,8 +261,8 @@ class CoordinatorRuntime:
 
     def storage_recovered(self) -> None:
         """The log's failed write succeeded after the disk was full (the broker's retry): records staged before
-        it failed are durable now and are replayed (their answers went out as COORDINATOR_NOT_AVAILABLE, which a
-        client retries, as after a timeout), then the coordinator resumes what they left to do."""
+        it failed are durable now and are replayed (their answers went out as retriable errors, so a client may
+        find them done when it retries, as after a timeout), then the coordinator resumes what they left to do."""
         self._replay_durable()
         self.resume_after_storage_error()
 
