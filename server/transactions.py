@@ -54,13 +54,13 @@ class TransactionService(CoordinatorRuntime):
         partition = open_internal_partition(topic, 0, segment_bytes=100 * 1024 * 1024)
         super().__init__(TRANSACTION_STATE_TOPIC, partition, durability, coordinator)
         self._changed = trio.Event()         # set whenever a transaction record was made durable
+        self._not_durable: set[str] = set()  # ids whose records could not be made durable (disk full)
+        self._id_block_failed = False        # the last producer id block reservation failed (logged)
         started = time.perf_counter()
         loaded = self.load()
         self.compact(self.coordinator.compact_records(), loaded)
         self._resume = self.coordinator.loaded()
         self._orphans: list[MarkerJob] = []
-        self._not_durable: set[str] = set()          # ids whose records could not be made durable (disk full)
-        self._id_block_failed = False                # the last producer id block reservation failed (logged)
         log.info("loaded transaction coordinator records=%d transactional_ids=%d prepared=%d in %.3fs", loaded,
                  len(self.coordinator.transactions), len(self._resume), time.perf_counter() - started)
 
