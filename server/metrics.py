@@ -197,6 +197,8 @@ _PARTITION_GAUGES = (
      lambda p: p.log.high_watermark - p.last_stable_offset()),
     ("trireme_partition_producers", "Producer ids the partition's producer state knows.", lambda p: len(p.producers)),
     ("trireme_partition_size_bytes", "Bytes of the partition's log segments.", lambda p: p.log.size_bytes),
+    ("trireme_partition_offline", "1 while the partition refuses writes after a storage error (disk full: until its "
+     "retried write succeeds; any other error: until restart).", lambda p: int(p.storage_error is not None)),
 )
 
 

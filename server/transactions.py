@@ -82,6 +82,8 @@ class TransactionService(CoordinatorRuntime):
         partition = open_internal_partition(topic, 0, segment_bytes=100 * 1024 * 1024)
         super().__init__(TRANSACTION_STATE_TOPIC, partition, durability, coordinator)
         self._changed = trio.Event()         # set whenever a transaction record was made durable
+        self._not_durable: set[str] = set()  # ids whose records could not be made durable (disk full)
+        self._id_block_failed = False        # the last producer id block reservation failed (logged)
         started = time.perf_counter()
         loaded = self.load()
         self.compact(self.coordinator.compact_records(), loaded)
@@ -117,6 +119,7 @@ class TransactionService(CoordinatorRuntime):
         durable = await self.complete(staged)
         if not durable:
             self.coordinator.abandon(outcome.transactional_id)
+            self._not_durable.add(outcome.transactional_id)
         self._signal_change()
         return durable
 
@@ -133,11 +136,39 @@ class TransactionService(CoordinatorRuntime):
         deadline = trio.current_time() + CONCURRENT_WAIT_S
         while True:
             changed = self._changed
-            outcome = await self.run_operation(attempt(), answer_when_staged=answer_when_staged)
+            outcome = await self.run_operation(self._attempt(attempt), answer_when_staged=answer_when_staged)
             if outcome.error != E.CONCURRENT_TRANSACTIONS.code or trio.current_time() >= deadline:
                 return outcome
             with trio.move_on_at(deadline):
                 await changed.wait()
+
+    def _attempt(self, attempt) -> TxnOutcome:
+        """``attempt()``; if it needed a new block of producer ids and the block could not be reserved on disk (the
+        disk full or failing; the coordinator's state is unchanged then) → COORDINATOR_NOT_AVAILABLE, retriable, as
+        for a record that cannot be written.  Logged once until an attempt succeeds again."""
+        try:
+            outcome = attempt()
+        except OSError as e:
+            if not self._id_block_failed:
+                log.error("cannot reserve producer ids (answering COORDINATOR_NOT_AVAILABLE until it can): %r", e)
+            self._id_block_failed = True
+            return TxnOutcome(error=E.COORDINATOR_NOT_AVAILABLE.code)
+        self._id_block_failed = False
+        return outcome
+
+    def resume_after_storage_error(self) -> None:
+        """``__transaction_state`` is writable again after a full disk: a transaction left prepared by an operation
+        whose records could not be made durable gets its markers written, as at start-up.  Its PREPARE became
+        durable with the retry (the operation answered COORDINATOR_NOT_AVAILABLE and started no markers), or its
+        COMPLETE was refused (which ended the marker task).  Either way no marker task runs for it; any other
+        prepared transaction still has its own."""
+        not_durable, self._not_durable = self._not_durable, set()
+        for job in self.coordinator.loaded():
+            if job.transactional_id in not_durable:
+                log.info("resuming markers of prepared transaction %s (%s)", job.transactional_id,
+                         "commit" if job.commit else "abort")
+                self.start_soon(self._write_markers, job)
+        self._signal_change()
 
     async def init_producer_id(self, transactional_id: str, timeout_ms: int, **kwargs) -> TxnOutcome:
         await self.wait_replayed()
