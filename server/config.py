@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import logging
 import tomllib
 from typing import Any
@@ -238,7 +239,7 @@ def unknown_property(name: str, value: Any, source: str) -> ConfigError:
         while isinstance(inner, dict) and len(inner) == 1:
             (key, inner), = inner.items()
             dotted += "." + key
-        shown = inner if not isinstance(inner, (str, dict)) else '"..."' if isinstance(inner, str) else "..."
+        shown = "..." if isinstance(inner, dict) else json.dumps(inner)     # TOML's spelling: true, "text", 3
         return ConfigError(f"{source}: unknown property {name!r} (a TOML table): quote dotted keys in TOML: "
                            f"\"{dotted}\" = {shown}")
     known = sorted(set(PROPERTIES) | KAFKA_BROKER_PROPERTIES)

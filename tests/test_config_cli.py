@@ -221,3 +221,10 @@ def test_fixture_follows_the_same_rule(caplog):
     finally:
         broker.stop()
     assert text.count("no effect here") == 1 and "process.roles" in text
+
+
+def test_unquoted_dotted_toml_key_hint_spells_the_value_as_toml(tmp_path):
+    path = tmp_path / "broker.toml"
+    path.write_text("trireme.fsync.enable = false\n")
+    with pytest.raises(ConfigError, match='quote dotted keys in TOML: "trireme.fsync.enable" = false$'):
+        _config(tmp_path, "--config", str(path))
