@@ -64,15 +64,16 @@ def load_config(args) -> Config:
         if not sep:
             raise ConfigError(f"--set expects NAME=VALUE, got {item!r}")
         config.set(name.strip(), value, source="--set")
-    # The flags win over Kafka's listener properties, as --set wins over --config.
+    # The flags win over Kafka's listener properties, as --set wins over --config (which are checked all the same).
+    listeners, advertised = config.listener("listeners"), config.listener("advertised.listeners")
     if args.listen:
         config.listen_host, config.listen_port = parse_host_port(args.listen)
-    elif config["listeners"]:
-        config.listen_host, config.listen_port = config.listener("listeners")
+    elif listeners:
+        config.listen_host, config.listen_port = listeners
     if args.advertised:
         config.advertised_host, config.advertised_port = parse_host_port(args.advertised)
-    elif config["advertised.listeners"]:
-        config.advertised_host, config.advertised_port = config.listener("advertised.listeners")
+    elif advertised:
+        config.advertised_host, config.advertised_port = advertised
     return config
 
 

@@ -167,8 +167,8 @@ RANGES = {
     "trireme.metrics.group.lag.max.groups": (0, INT_MAX),
     "trireme.debug.transaction.marker.delay.ms": (0, LONG_MAX),
 }
-# String properties with a fixed set of values.
-CHOICES = {"trireme.log.level": ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")}
+# String properties with a fixed set of values (any case; kept upper case).
+CHOICES = {"trireme.log.level": ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")}
 # Kafka's other forms of a property in other units, most precise first: (name, factor to the property's unit).
 # Kafka's precedence: the most precise form set wins; a negative value means no limit (-1).
 UNIT_FORMS = {"log.retention.ms": (("log.retention.ms", 1), ("log.retention.minutes", 60_000),
@@ -209,8 +209,10 @@ def _coerce(name: str, value: Any) -> Any:
     text = str(value).strip()
     if name in PARTITION_LISTS:
         partition_list(text, name)
-    if name in CHOICES and text.upper() not in CHOICES[name]:
-        raise ConfigError(f"{name} must be one of {', '.join(CHOICES[name])}, not {value!r}")
+    if name in CHOICES:
+        if text.upper() not in CHOICES[name]:
+            raise ConfigError(f"{name} must be one of {', '.join(CHOICES[name])}, not {value!r}")
+        text = text.upper()
     _check_topic_default(name, text)
     return text
 
@@ -297,6 +299,8 @@ class Config:
     values: dict[str, Any] = dataclasses.field(default_factory=dict)
     # Kafka properties set that have no effect here: name → (value as given, source).
     no_effect: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    # Where each property in ``values`` was set (a file's path, --set, the fixture).
+    sources: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Any:
         if name in UNIT_FORMS:
@@ -327,6 +331,7 @@ class Config:
                 self.values[name] = _coerce(name, value)
             except ConfigError as e:
                 raise ConfigError(f"{source}: {e}") from None
+            self.sources[name] = source
         elif is_kafka_property(name) and not isinstance(value, dict):
             self.no_effect[name] = (str(value), source)
         else:
@@ -361,7 +366,10 @@ class Config:
             listener_name, sep, protocol = pair.partition(":")
             if sep:
                 protocols[listener_name.strip().upper()] = protocol.strip().upper()
-        return listener_address(name, value, controllers, protocols)
+        try:
+            return listener_address(name, value, controllers, protocols)
+        except ConfigError as e:
+            raise ConfigError(f"{self.sources.get(name, '--set')}: {e}") from None
 
 
 def parse_host_port(text: str, default_host: str = "0.0.0.0") -> tuple[str, int]:

@@ -184,7 +184,7 @@ def test_kafkas_listeners_with_a_controller_listener(tmp_path):
 def test_listeners_promising_security_are_refused(tmp_path, listeners):
     path = tmp_path / "server.properties"
     path.write_text(f"listeners={listeners}\n")
-    with pytest.raises(ConfigError, match="no TLS or SASL"):
+    with pytest.raises(ConfigError, match=f"^{path}: listeners: .*no TLS or SASL"):
         _config(tmp_path, "--config", str(path))
 
 
@@ -228,3 +228,15 @@ def test_unquoted_dotted_toml_key_hint_spells_the_value_as_toml(tmp_path):
     path.write_text("trireme.fsync.enable = false\n")
     with pytest.raises(ConfigError, match='quote dotted keys in TOML: "trireme.fsync.enable" = false$'):
         _config(tmp_path, "--config", str(path))
+
+
+def test_log_level_in_any_case(tmp_path):
+    assert _config(tmp_path, "--set", "trireme.log.level=debug")["trireme.log.level"] == "DEBUG"
+
+
+def test_listeners_promising_security_are_refused_even_when_the_flags_win(tmp_path):
+    from trireme.testing import TriremeBroker
+    with pytest.raises(ConfigError, match="no TLS or SASL"):
+        _config(tmp_path, "--listen", "127.0.0.1:0", "--set", "listeners=SASL_SSL://:9094")
+    with pytest.raises(ConfigError, match="no TLS or SASL"):
+        TriremeBroker(config={"listeners": "SSL://:9093"}).start()

@@ -233,6 +233,8 @@ class TriremeBroker:
         config = Config(data_dir=self.data_dir or f"<memory:{self.name}>", listen_host=self.host,
                         listen_port=self.port)
         config.update(dict(self.config), source="TriremeBroker(config=...)")
+        config.listener("listeners")              # the fixture's address wins, but a TLS/SASL listener is refused
+        config.listener("advertised.listeners")
         return config
 
     def _start_thread(self) -> None:
