@@ -139,6 +139,7 @@ class Broker:
         """``storage``: where the data lives (default: files under ``config.data_dir``; trireme.testing passes
         the in-memory twin)."""
         self.config = config
+        config.report_no_effect()
         self.limits = Limits(config)
         if storage is None:
             os.makedirs(config.data_dir, exist_ok=True)
@@ -288,7 +289,7 @@ class Broker:
     def broker_topic_defaults(self) -> dict[str, str]:
         """Topic defaults the operator set through broker properties (unset ones stay Kafka's)."""
         return {topic_key: str(self.config[broker_key]) for topic_key, broker_key in TOPIC_DEFAULT_PROPERTIES.items()
-                if broker_key in self.config.values}
+                if self.config.is_set(broker_key)}
 
     def _check_broker_partitions(self, more: int) -> None:
         """trireme.max.partitions: the partitions of all topics, with ``more`` new ones, must stay within it."""
