@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import importlib.metadata
 import json
 import re
 import subprocess
@@ -309,10 +310,10 @@ def client_versions() -> dict[str, str]:
                                     f"(librdkafka {confluent_kafka.libversion()[0]})")
     except ImportError:
         pass
-    for client, module in (("kafka-python", "kafka"), ("aiokafka", "aiokafka")):
-        try:
-            names[client] = f"{client} {__import__(module).__version__}"
-        except ImportError:
+    for client in ("kafka-python", "aiokafka"):
+        try:        # the installed distribution's version: kafka-python 3.0.12's own __version__ still says 3.0.0
+            names[client] = f"{client} {importlib.metadata.version(client)}"
+        except importlib.metadata.PackageNotFoundError:
             pass
     try:
         package = REPO / "compat_tests" / "js" / "node_modules" / "kafkajs" / "package.json"
