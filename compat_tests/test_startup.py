@@ -266,6 +266,7 @@ def test_sigterm_while_loading_the_logs_is_a_clean_exit(workdir):
     that says so: "loaded topics")."""
     values = [b"v%d" % i for i in range(20)]
     srv, data = _loaded_broker(workdir, 400, values)
+    interrupted = 0
     for _ in range(3):
         broker = Started(data)
         broker.wait_for(broker.stderr, "loading data directory", "loaded topics=")
@@ -273,6 +274,12 @@ def test_sigterm_while_loading_the_logs_is_a_clean_exit(workdir):
         code = broker.finish()
         text = broker.text()
         assert code == 0 and "INFO trireme stopped" in text and "Traceback" not in text, (code, text)
+        if "stopped while loading the logs" in text:
+            interrupted += 1
+            assert "listening on" not in "".join(broker.stdout)
+    # Loading 400 partitions takes ~90 ms here, the signal follows the line within a millisecond or so: at least one
+    # of the three must have stopped the loading itself (not merely a broker that had finished it).
+    assert interrupted >= 1
     _check_intact(srv, values)
 
 
@@ -354,3 +361,14 @@ def test_unusable_data_directory_files_are_one_line(workdir, damage):
         expected = "topics.json"
     line = _assert_one_line(_serve(args), str(data), expected)
     assert line.startswith("trireme: ")
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--listen", "127.0.0.1:99999"], "port out of range"),                            # was: served on 34463
+    (["--listen", "127.0.0.1:0", "--set", "trireme.status.listen=bad:port:x"], "trireme.status.listen"),
+])
+def test_bad_addresses_are_one_line_before_the_data_is_loaded(workdir, args, expected):
+    result = _serve(["--data-dir", str(workdir / "data"), *args])
+    _assert_one_line(result, expected)
+    assert result.returncode == 2                       # a configuration error, as every other one
+    assert not (workdir / "data").exists()

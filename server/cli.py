@@ -27,6 +27,9 @@ log = logging.getLogger("trireme")
 GIL_SWITCH_INTERVAL = 0.002
 
 
+WEB_LISTEN_PROPERTIES = ("trireme.metrics.listen", "trireme.status.listen")
+
+
 def _properties_help() -> str:
     lines = ["broker properties (Kafka's names; set in --config or with --set NAME=VALUE):"]
     for name, (default, text) in PROPERTIES.items():
@@ -77,6 +80,12 @@ def load_config(args) -> Config:
     elif config["advertised.listeners"]:
         config.advertised_host, config.advertised_port = listener_address("advertised.listeners",
                                                                           config["advertised.listeners"])
+    for name in WEB_LISTEN_PROPERTIES:         # checked now, not after the logs have loaded
+        if config[name]:
+            try:
+                web.parse_address(config[name])
+            except ConfigError as e:
+                raise ConfigError(f"{name}: {e}") from None
     return config
 
 
@@ -87,8 +96,18 @@ async def run_broker(config: Config, storage=None, topics=(), *, standalone: boo
     the logs load stops the start-up cleanly).  Embedded (trireme.testing): report (listener, port) through
     ``task_status`` and stop when the listener's shutdown is set.  The address is bound before the logs load, so a
     taken port is said at once; what keeps the broker from starting is a StartupError."""
-    if standalone and signals is None:
+    own_signals = standalone and signals is None
+    if own_signals:
         signals = StopSignals().install()
+    try:
+        await _run_broker(config, storage, topics, standalone, signals, task_status)
+    finally:
+        if own_signals:
+            signals.restore()
+
+
+async def _run_broker(config: Config, storage, topics, standalone: bool, signals: StopSignals | None,
+                      task_status) -> None:
     dispatch.load_handlers()
     bound = await open_listeners(config.listen_host, config.listen_port)
     port = bound[0].socket.getsockname()[1]
@@ -111,8 +130,8 @@ async def run_broker(config: Config, storage=None, topics=(), *, standalone: boo
                 sites = web.sites(config, {"trireme.metrics.listen": metrics.routes(broker),
                                            "trireme.status.listen": StatusPage(broker).routes()})
                 for (host, web_port), routes in sites.items():
-                    bound_web = await nursery.start(web.serve, routes, host, web_port, _web_settings(config, host,
-                                                                                                     web_port))
+                    settings = _web_settings(config, host, web_port)
+                    bound_web = await nursery.start(web.serve, routes, host, web_port, settings)
                     if ("GET", "/metrics") in routes:
                         log.info("metrics on http://%s:%d/metrics", host, bound_web)
                     if ("GET", "/") in routes:
@@ -135,8 +154,7 @@ async def run_broker(config: Config, storage=None, topics=(), *, standalone: boo
 
 def _web_settings(config: Config, host: str, port: int) -> str:
     """The settings that name HOST:PORT for the HTTP endpoints (for the one line when it cannot be bound)."""
-    return " and ".join(name for name in ("trireme.metrics.listen", "trireme.status.listen")
-                        if config[name] and web.parse_address(config[name]) == (host, port))
+    return " and ".join(name for name in WEB_LISTEN_PROPERTIES if config[name] and web.parse_address(config[name]) == (host, port))
 
 
 async def _shutdown_on_signal(signals: StopSignals, listener: Listener) -> None:
@@ -151,6 +169,13 @@ def main(argv=None) -> int:
         return admin.run(args)
     # Before anything else of the broker: a SIGTERM from here on is a clean shutdown, however early it comes.
     signals = StopSignals().install()
+    try:
+        return _serve(args, signals)
+    finally:
+        signals.restore()
+
+
+def _serve(args, signals: StopSignals) -> int:
     try:
         config = load_config(args)
         topics = [parse_topic_spec(spec) for spec in args.topic]
