@@ -12,8 +12,7 @@ from trireme.state.topics import TopicError
 
 from . import admin, dispatch, metrics, web
 from .broker import Broker
-from .config import (PROPERTIES, Config, ConfigError, listener_address, parse_host_port, parse_topic_spec,
-                     read_config_file)
+from .config import PROPERTIES, Config, ConfigError, parse_host_port, parse_topic_spec, read_config_file
 from .listener import Listener
 from .startup import StartupError, StartupInterrupted, StopSignals, open_listeners, startup_failure
 from .status_page import StatusPage
@@ -63,23 +62,22 @@ def build_parser() -> argparse.ArgumentParser:
 def load_config(args) -> Config:
     config = Config(data_dir=args.data_dir)
     if args.config:
-        for name in config.update(read_config_file(args.config)):
-            log.warning("ignoring unknown property %s in %s", name, args.config)
+        config.update(read_config_file(args.config), source=args.config)
     for item in args.set:
         name, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(f"--set expects NAME=VALUE, got {item!r}")
-        config.set(name.strip(), value)
-    # The flags win over Kafka's listener properties, as --set wins over --config.
+        config.set(name.strip(), value, source="--set")
+    # The flags win over Kafka's listener properties, as --set wins over --config (which are checked all the same).
+    listeners, advertised = config.listener("listeners"), config.listener("advertised.listeners")
     if args.listen:
         config.listen_host, config.listen_port = parse_host_port(args.listen)
-    elif config["listeners"]:
-        config.listen_host, config.listen_port = listener_address("listeners", config["listeners"])
+    elif listeners:
+        config.listen_host, config.listen_port = listeners
     if args.advertised:
         config.advertised_host, config.advertised_port = parse_host_port(args.advertised)
-    elif config["advertised.listeners"]:
-        config.advertised_host, config.advertised_port = listener_address("advertised.listeners",
-                                                                          config["advertised.listeners"])
+    elif advertised:
+        config.advertised_host, config.advertised_port = advertised
     for name in WEB_LISTEN_PROPERTIES:         # checked now, not after the logs have loaded
         if config[name]:
             try:

@@ -2,12 +2,24 @@
 
 Defaults are Apache Kafka's unless noted.  Keys starting with ``trireme.`` are ours: they cover
 what Kafka has no name for (fsync policy, shutdown grace).
+
+One rule for every source (--config, --set, the test fixture): a property in PROPERTIES is checked and used; a
+name Kafka's broker defines (kafka_broker_properties.py) is accepted and reported once at start-up as having no
+effect here; any other name, or a value out of its type or range, refuses to start with one line naming the
+source, the property and what is allowed (docs/operations.md, "Configuration").
 """
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import json
+import logging
 import tomllib
 from typing import Any
+
+from .kafka_broker_properties import KAFKA_BROKER_PREFIXES, KAFKA_BROKER_PROPERTIES
+
+log = logging.getLogger("trireme.config")
 
 # name → (default, description)
 PROPERTIES: dict[str, tuple[Any, str]] = {
@@ -16,7 +28,12 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
     "default.replication.factor": (1, "Only 1 is possible on a single node."),
     "auto.create.topics.enable": (True, "Create unknown topics on Metadata/Produce requests."),
     "delete.topic.enable": (True, "Allow DeleteTopics."),
-    "log.retention.ms": (604800000, "Default retention.ms of topics (Kafka: 168 hours)."),
+    "log.retention.ms": (604800000, "Default retention.ms of topics (Kafka: 168 hours); wins over "
+                                    "log.retention.minutes and log.retention.hours.  -1: no time limit."),
+    "log.retention.minutes": (None, "Default retention of topics in minutes, when log.retention.ms is unset "
+                                    "(-1: no time limit)."),
+    "log.retention.hours": (168, "Default retention of topics in hours, when log.retention.ms and "
+                                 "log.retention.minutes are unset (-1: no time limit)."),
     "log.retention.bytes": (-1, "Default retention.bytes of topics (-1: no size limit)."),
     "log.segment.bytes": (1073741824, "Default segment.bytes of topics."),
     "log.retention.check.interval.ms": (300000, "How often retention runs."),
@@ -69,6 +86,9 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
            "`kafka-storage format --feature`): 0 classic, 1 flexible transaction-log records, 2 transactions "
            "V2 (KIP-890).  Later changes go through UpdateFeatures."),
     "transaction.two.phase.commit.enable": (False, "Allow two-phase-commit transactions (KIP-939)."),
+    "unstable.api.versions.enable": (
+        False, "Also serve and advertise the versions Kafka's definitions mark unstable (latestVersionUnstable: "
+               "InitProducerId v6, KIP-939 two-phase commit), as Kafka's internal property does."),
     "group.initial.rebalance.delay.ms": (3000, "Delay before the first rebalance of an empty group."),
     "group.min.session.timeout.ms": (6000, "Smallest session timeout a consumer may ask for."),
     "group.max.session.timeout.ms": (1800000, "Largest session timeout a consumer may ask for."),
@@ -88,6 +108,10 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
     "trireme.debug.transaction.marker.delay.ms": (
         0, "Fault injection for crash tests: wait this long before each WriteTxnMarkers request the "
            "coordinator sends, and send one partition per request.  0 (off) in production."),
+    "trireme.debug.transaction.marker.refuse": (
+        "", "Fault injection for tests of stuck transactions: the coordinator's own markers for these partitions "
+            "(a comma list of TOPIC-PARTITION) are answered TRANSACTION_COORDINATOR_FENCED instead of being sent; "
+            "an operator's `trireme transactions complete` is not affected.  Empty (off) in production."),
     "trireme.fsync.enable": (True, "fsync before answering acks=1/all produce requests. false trades "
                                    "crash safety of acknowledged data for speed (Kafka's own default)."),
     "trireme.fsync.threads": (4, "How many partitions a group commit fsyncs at once (1-64; 1: one after "
@@ -107,8 +131,57 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
 }
 
 
-# Integer properties that only make sense within a range: (lowest, highest).
-RANGES = {"trireme.fsync.threads": (1, 64)}
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+# Integer properties that only make sense within a range: (lowest, highest) (Kafka's validators where it has one);
+# other integers are Java longs.
+RANGES = {
+    "trireme.fsync.threads": (1, 64),
+    "node.id": (0, INT_MAX),
+    "num.partitions": (1, INT_MAX),
+    "default.replication.factor": (1, 1),
+    "log.retention.minutes": (-1, INT_MAX),
+    "log.retention.hours": (-1, INT_MAX),
+    "log.retention.check.interval.ms": (1, LONG_MAX),
+    "socket.request.max.bytes": (1, INT_MAX),
+    "fetch.max.bytes": (1024, INT_MAX),
+    "max.connections": (0, INT_MAX),
+    "max.connections.per.ip": (0, INT_MAX),
+    "max.connection.creation.rate": (0, INT_MAX),
+    "connections.max.idle.ms": (1, LONG_MAX),
+    "trireme.max.partitions": (1, INT_MAX),
+    "trireme.log.max.open.files": (1, INT_MAX),
+    "producer.id.expiration.ms": (1, INT_MAX),
+    "transactional.id.expiration.ms": (1, INT_MAX),
+    "transaction.max.timeout.ms": (1, INT_MAX),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (1, INT_MAX),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (1, INT_MAX),
+    "transaction.version": (0, 2),
+    "group.initial.rebalance.delay.ms": (0, INT_MAX),
+    "group.min.session.timeout.ms": (0, INT_MAX),
+    "group.max.session.timeout.ms": (0, INT_MAX),
+    "offsets.retention.minutes": (1, INT_MAX),
+    "offsets.retention.check.interval.ms": (1, LONG_MAX),
+    "log.flush.interval.messages": (1, LONG_MAX),
+    "log.flush.interval.ms": (0, LONG_MAX),
+    "trireme.request.receive.timeout.ms": (1, LONG_MAX),
+    "trireme.response.send.timeout.ms": (1, LONG_MAX),
+    "trireme.shutdown.grace.ms": (0, LONG_MAX),
+    "trireme.metrics.group.lag.max.groups": (0, INT_MAX),
+    "trireme.debug.transaction.marker.delay.ms": (0, LONG_MAX),
+}
+# String properties with a fixed set of values (any case; kept upper case).
+CHOICES = {"trireme.log.level": ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")}
+# Kafka's other forms of a property in other units, most precise first: (name, factor to the property's unit).
+# Kafka's precedence: the most precise form set wins; a negative value means no limit (-1).
+UNIT_FORMS = {"log.retention.ms": (("log.retention.ms", 1), ("log.retention.minutes", 60_000),
+                                   ("log.retention.hours", 3_600_000))}
+# Kafka properties accepted without effect that concern security: said in a warning of their own, since a user
+# may believe them in force.
+SECURITY_PREFIXES = ("ssl.", "sasl.", "listener.name.", "authorizer.", "super.users", "allow.everyone.",
+                     "principal.builder.", "security.", "delegation.token.", "password.encoder.")
+# String properties that hold a comma list of TOPIC-PARTITION (see :func:`partition_list`).
+PARTITION_LISTS = frozenset({"trireme.debug.transaction.marker.refuse"})
 
 
 class ConfigError(ValueError):
@@ -124,16 +197,71 @@ def _coerce(name: str, value: Any) -> Any:
         if text in ("true", "false"):
             return text == "true"
         raise ConfigError(f"{name} must be true or false, not {value!r}")
-    if isinstance(default, int):
+    if isinstance(default, int) or default is None:
         try:
+            if isinstance(value, (bool, float)):
+                raise ValueError
             number = int(str(value).strip())
         except ValueError:
             raise ConfigError(f"{name} must be an integer, not {value!r}") from None
-        lowest, highest = RANGES.get(name, (number, number))
+        lowest, highest = RANGES.get(name, (-LONG_MAX - 1, LONG_MAX))
         if not lowest <= number <= highest:
             raise ConfigError(f"{name} must be from {lowest} to {highest}, not {number}")
+        _check_topic_default(name, str(number))
         return number
-    return str(value).strip()
+    text = str(value).strip()
+    if name in PARTITION_LISTS:
+        partition_list(text, name)
+    if name in CHOICES:
+        if text.upper() not in CHOICES[name]:
+            raise ConfigError(f"{name} must be one of {', '.join(CHOICES[name])}, not {value!r}")
+        text = text.upper()
+    _check_topic_default(name, text)
+    return text
+
+
+def _check_topic_default(name: str, text: str) -> None:
+    """A broker property that is the default of a topic config is held to that config's rule."""
+    from trireme.state.topics import validate_config
+
+    from .broker import TOPIC_DEFAULT_PROPERTIES
+    for topic_key, broker_key in TOPIC_DEFAULT_PROPERTIES.items():
+        if broker_key == name:
+            problem = validate_config(topic_key, text)
+            if problem is not None:
+                raise ConfigError(f"{name} must be a valid {topic_key} ({problem}), not {text!r}")
+
+
+def is_kafka_property(name: str) -> bool:
+    """Whether Kafka's broker defines ``name`` (see kafka_broker_properties.py)."""
+    return name in KAFKA_BROKER_PROPERTIES or name.startswith(KAFKA_BROKER_PREFIXES)
+
+
+def unknown_property(name: str, value: Any, source: str) -> ConfigError:
+    """The one-line refusal of a name neither Trireme nor Kafka's broker defines, with the nearest known name."""
+    if isinstance(value, dict):       # TOML read `num.partitions = 3` as the table num = {partitions = 3}
+        dotted, inner = name, value
+        while isinstance(inner, dict) and len(inner) == 1:
+            (key, inner), = inner.items()
+            dotted += "." + key
+        shown = "..." if isinstance(inner, dict) else json.dumps(inner)     # TOML's spelling: true, "text", 3
+        return ConfigError(f"{source}: unknown property {name!r} (a TOML table): quote dotted keys in TOML: "
+                           f"\"{dotted}\" = {shown}")
+    known = sorted(set(PROPERTIES) | KAFKA_BROKER_PROPERTIES)
+    nearest = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f"did you mean {nearest[0]}?" if nearest else "see trireme serve --help"
+    return ConfigError(f"{source}: unknown property {name!r}, neither Trireme's nor Kafka's: {hint}")
+
+
+def partition_list(text: str, name: str = "value") -> frozenset[tuple[str, int]]:
+    """A comma list of TOPIC-PARTITION (``orders-0,orders-3``; empty: none) → {(topic, partition)}."""
+    out = set()
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        topic, sep, index = item.rpartition("-")
+        if not sep or not topic or not index.isdigit():
+            raise ConfigError(f"{name} must be a comma list of TOPIC-PARTITION, not {item!r}")
+        out.add((topic, int(index)))
+    return frozenset(out)
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -172,26 +300,79 @@ class Config:
     advertised_host: str | None = None
     advertised_port: int | None = None
     values: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Kafka properties set that have no effect here: name → (value as given, source).
+    no_effect: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    # Where each property in ``values`` was set (a file's path, --set, the fixture).
+    sources: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Any:
+        if name in UNIT_FORMS:
+            setting = self.setting(name)
+            if setting is not None:
+                form, value = setting
+                return -1 if value < 0 else value * dict(UNIT_FORMS[name])[form]
         if name in self.values:
             return self.values[name]
         return PROPERTIES[name][0]
 
-    def set(self, name: str, value: Any) -> None:
-        if name not in PROPERTIES:
-            raise ConfigError(f"unknown property {name!r} (see trireme serve --help)")
-        self.values[name] = _coerce(name, value)
+    def setting(self, name: str) -> tuple[str, Any] | None:
+        """The explicit setting that decides ``name``, as (the name set, its value): for a property with forms in
+        other units (log.retention.ms/minutes/hours) the most precise form set; None when it has its default."""
+        for form, _ in UNIT_FORMS.get(name, ((name, 1),)):
+            if form in self.values:
+                return form, self.values[form]
+        return None
 
-    def update(self, mapping: dict[str, Any]) -> list[str]:
-        """Apply known properties; return the unknown names (logged, not fatal, as Kafka does)."""
-        unknown = []
+    def is_set(self, name: str) -> bool:
+        return self.setting(name) is not None
+
+    def set(self, name: str, value: Any, source: str = "--set") -> None:
+        """Apply one property from ``source`` (a file's path, --set, the fixture): used if Trireme has it,
+        noted as without effect if only Kafka's broker has it, else refused (ConfigError, one line)."""
+        if name in PROPERTIES:
+            try:
+                self.values[name] = _coerce(name, value)
+            except ConfigError as e:
+                raise ConfigError(f"{source}: {e}") from None
+            self.sources[name] = source
+        elif is_kafka_property(name) and not isinstance(value, dict):
+            self.no_effect[name] = (str(value), source)
+        else:
+            raise unknown_property(name, value, source)
+
+    def update(self, mapping: dict[str, Any], source: str = "--set") -> None:
         for name, value in mapping.items():
-            if name in PROPERTIES:
-                self.set(name, value)
-            else:
-                unknown.append(name)
-        return unknown
+            self.set(name, value, source)
+
+    def report_no_effect(self) -> None:
+        """Log, once at start-up, the Kafka properties that were set but mean nothing here."""
+        names = sorted(self.no_effect)
+        secure = [n for n in names if n.startswith(SECURITY_PREFIXES)]
+        other = [n for n in names if n not in secure]
+        if other:
+            log.info("no effect here (Kafka properties Trireme does not use): %s", ", ".join(other))
+        if secure:
+            log.warning("no effect here: %s; Trireme has no TLS, SASL or ACLs yet: connections are plaintext "
+                        "and every client may do everything", ", ".join(secure))
+
+    def listener(self, name: str) -> tuple[str, int] | None:
+        """HOST, PORT of the client listener in ``listeners`` / ``advertised.listeners`` (None when unset): the
+        controller listeners (controller.listener.names) are left out, the rest must be one PLAINTEXT listener
+        (listener.security.protocol.map names the protocol of a listener with another name)."""
+        value = self[name]
+        if not value:
+            return None
+        controllers = {n.strip().upper() for n in self.no_effect.get("controller.listener.names", ("", ""))[0]
+                       .split(",") if n.strip()}
+        protocols = {p: p for p in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}
+        for pair in self.no_effect.get("listener.security.protocol.map", ("", ""))[0].split(","):
+            listener_name, sep, protocol = pair.partition(":")
+            if sep:
+                protocols[listener_name.strip().upper()] = protocol.strip().upper()
+        try:
+            return listener_address(name, value, controllers, protocols)
+        except ConfigError as e:
+            raise ConfigError(f"{self.sources.get(name, '--set')}: {e}") from None
 
 
 def parse_host_port(text: str, default_host: str = "0.0.0.0") -> tuple[str, int]:
@@ -203,16 +384,26 @@ def parse_host_port(text: str, default_host: str = "0.0.0.0") -> tuple[str, int]
     return host.strip("[]") or default_host, int(port)
 
 
-def listener_address(name: str, value: str) -> tuple[str, int]:
-    """HOST, PORT of Kafka's ``listeners`` / ``advertised.listeners`` value: exactly one PLAINTEXT listener."""
-    entries = [e.strip() for e in value.split(",") if e.strip()]
-    for entry in entries:
+def listener_address(name: str, value: str, controllers: frozenset[str] | set[str] = frozenset(),
+                     protocols: dict[str, str] | None = None) -> tuple[str, int]:
+    """HOST, PORT of Kafka's ``listeners`` / ``advertised.listeners`` value: exactly one PLAINTEXT listener, besides
+    the ``controllers`` (listener names, upper case) which are left out.  ``protocols``: listener name → security
+    protocol (default: each name is its protocol)."""
+    entries = []
+    for entry in (e.strip() for e in value.split(",") if e.strip()):
         scheme, sep, _ = entry.partition("://")
         if not sep:
             raise ConfigError(f"{name}: expected NAME://HOST:PORT, got {entry!r}")
-        if scheme.upper() != "PLAINTEXT":
-            raise ConfigError(f"{name}: {entry!r} is not supported; Trireme serves one PLAINTEXT listener "
-                              f"(no SSL, SASL or controller listeners)")
+        if scheme.upper() in controllers:
+            continue
+        protocol = (protocols or {}).get(scheme.upper(), scheme.upper() if protocols is None else None)
+        if protocol is None:
+            raise ConfigError(f"{name}: {entry!r}: listener.security.protocol.map gives no security protocol for "
+                              f"listener {scheme}")
+        if protocol != "PLAINTEXT":
+            raise ConfigError(f"{name}: {entry!r} is not supported: Trireme has no TLS or SASL yet and serves one "
+                              f"PLAINTEXT listener (a controller listener is named in controller.listener.names)")
+        entries.append(entry)
     if len(entries) != 1:
         raise ConfigError(f"{name}: Trireme serves exactly one PLAINTEXT listener, got {value!r}")
     address = entries[0].partition("://")[2]

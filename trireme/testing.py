@@ -232,8 +232,9 @@ class TriremeBroker:
         from trireme.server.config import Config
         config = Config(data_dir=self.data_dir or f"<memory:{self.name}>", listen_host=self.host,
                         listen_port=self.port)
-        for name, value in self.config.items():
-            config.set(name, value)
+        config.update(dict(self.config), source="TriremeBroker(config=...)")
+        config.listener("listeners")              # the fixture's address wins, but a TLS/SASL listener is refused
+        config.listener("advertised.listeners")
         return config
 
     def _start_thread(self) -> None:

@@ -72,7 +72,8 @@ BROKER_SYNONYMS = {
 
 # Broker properties whose Kafka type is not what their Python default suggests.
 _BROKER_TYPES = {"log.retention.ms": TYPE_LONG, "log.retention.bytes": TYPE_LONG,
-                 "log.retention.check.interval.ms": TYPE_LONG, "log.cleanup.policy": TYPE_LIST}
+                 "log.retention.check.interval.ms": TYPE_LONG, "log.cleanup.policy": TYPE_LIST,
+                 "log.retention.minutes": TYPE_INT, "log.retention.hours": TYPE_INT}
 
 _JAVA_INT = re.compile(r"[+-]?[0-9]+")
 
@@ -87,8 +88,10 @@ class ConfigEntry(NamedTuple):
     documentation: str | None
 
 
-def broker_value(value) -> str:
-    """A broker property as Kafka prints it."""
+def broker_value(value) -> str | None:
+    """A broker property as Kafka prints it (None: unset)."""
+    if value is None:
+        return None
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
@@ -97,7 +100,6 @@ def broker_value(value) -> str:
 def topic_config_entries(broker, topic) -> list[ConfigEntry]:
     """Every config of ``topic`` with its effective value, source and synonyms, sorted by name."""
     effective = broker.topic_config(topic)
-    explicit = broker.config.values
     entries = []
     for name in sorted(TOPIC_CONFIGS):
         spec = TOPIC_CONFIGS[name]
@@ -107,8 +109,9 @@ def topic_config_entries(broker, topic) -> list[ConfigEntry]:
         prop = BROKER_SYNONYMS.get(name)
         if prop is not None:
             if prop in PROPERTIES:
-                if prop in explicit:
-                    synonyms.append((prop, broker_value(explicit[prop]), SOURCE_STATIC_BROKER_CONFIG))
+                setting = broker.config.setting(prop)     # log.retention.hours for retention.ms, ...
+                if setting is not None:
+                    synonyms.append((setting[0], broker_value(setting[1]), SOURCE_STATIC_BROKER_CONFIG))
                 synonyms.append((prop, broker_value(PROPERTIES[prop][0]), SOURCE_DEFAULT_CONFIG))
             else:
                 synonyms.append((prop, spec.default, SOURCE_DEFAULT_CONFIG))
@@ -126,6 +129,8 @@ def broker_config_entries(broker) -> list[ConfigEntry]:
         synonyms = []
         if name in explicit:
             synonyms.append((name, broker_value(explicit[name]), SOURCE_STATIC_BROKER_CONFIG))
+        elif broker.config.is_set(name):          # log.retention.ms from log.retention.hours: its effective value
+            synonyms.append((name, broker_value(broker.config[name]), SOURCE_STATIC_BROKER_CONFIG))
         synonyms.append((name, broker_value(default), SOURCE_DEFAULT_CONFIG))
         if name in _BROKER_TYPES:
             ctype = _BROKER_TYPES[name]
