@@ -27,10 +27,12 @@ from trireme.wire import records
 
 from .clock import now_ms
 from .config import Config
+from .data_dir import DataDirLock
 from .groups import GroupService
 from .limits import Limits, out_of_descriptors
 from .local_peer import LocalPeer
 from .metrics import Metrics
+from .startup import StartupError, StartupInterrupted, os_reason
 from .transactions import TransactionService
 from .worker_thread import ThreadFanOut, WorkerThread
 
@@ -135,26 +137,58 @@ def _flush_partition(item) -> OSError | None:
 
 
 class Broker:
-    def __init__(self, config: Config, storage: Storage | None = None):
-        """``storage``: where the data lives (default: files under ``config.data_dir``; trireme.testing passes
-        the in-memory twin)."""
+    def __init__(self, config: Config, storage: Storage | None = None, *, listen: str | None = None,
+                 stop_requested=None):
+        """``storage``: where the data lives (default: files under ``config.data_dir``, locked for this broker
+        (server/data_dir.py); trireme.testing passes the in-memory twin).  ``listen``: the HOST:PORT this broker
+        serves, named in the lock (default: the configured one).  ``stop_requested()`` is polled while the logs
+        load: once true, loading stops with StartupInterrupted.  What keeps the broker from starting (the data
+        directory unusable or in use) is a StartupError naming it; what was opened by then is closed again."""
+        self.data_dir_lock: DataDirLock | None = None
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        try:
+            self._start(config, storage, listen or f"{config.listen_host}:{config.listen_port}",
+                        stop_requested or (lambda: False))
+        except OSError as e:
+            self._abandon_start()
+            raise StartupError(f"cannot load data directory {config.data_dir}: {os_reason(e)}"
+                               + (f": {e.filename}" if e.filename else "")) from None
+        except BaseException:
+            self._abandon_start()
+            raise
+
+    def _abandon_start(self) -> None:
+        """Start-up failed or was stopped: close what was opened (nothing was appended; recovery's own repairs are
+        on disk already) and give the data directory up."""
+        for p in self.partitions.values():
+            try:
+                p.log.close()
+            except OSError:
+                pass
+        if self.data_dir_lock is not None:
+            self.data_dir_lock.release()
+
+    def _start(self, config: Config, storage: Storage | None, listen: str, stop_requested) -> None:
         self.config = config
         config.report_no_effect()
         self.limits = Limits(config)
         if storage is None:
-            os.makedirs(config.data_dir, exist_ok=True)
+            self.data_dir_lock = DataDirLock.acquire(config.data_dir, listen)
+            log.info("loading data directory %s", os.path.abspath(config.data_dir))
             storage = FileStorage(config.data_dir, max_open_files=self.limits.max_open_files)
         self.storage = storage
         self.metrics = Metrics()
-        self.meta = BrokerMeta.load_or_create(self.storage, node_id=config["node.id"])
+        try:
+            self.meta = BrokerMeta.load_or_create(self.storage, node_id=config["node.id"])
+            self.topics = TopicRegistry(self.storage, "topics.json")
+            self.topics.load()
+            self.producer_ids = ProducerIdManager(self.storage, "producer_ids")
+            self.features = FeatureLevels(self.storage, "features.json")
+            self.features.load_or_create({TRANSACTION_VERSION: config["transaction.version"]})
+        except ValueError as e:             # unreadable, or another node's (BrokerMetaError)
+            raise StartupError(f"data directory {config.data_dir}: {e}") from None
         self.node_id = self.meta.node_id
         self.cluster_id = self.meta.cluster_id
-        self.topics = TopicRegistry(self.storage, "topics.json")
-        self.topics.load()
-        self.producer_ids = ProducerIdManager(self.storage, "producer_ids")
-        self.features = FeatureLevels(self.storage, "features.json")
-        self.features.load_or_create({TRANSACTION_VERSION: config["transaction.version"]})
-        self.partitions: dict[tuple[str, int], Partition] = {}
         self.fsync = bool(config["trireme.fsync.enable"])
         # Kafka's flush policy, when either property is set: acknowledge after the write, fsync on the interval.
         self.ack_before_flush = self.fsync and any(name in config.values for name in (
@@ -171,6 +205,8 @@ class Broker:
         started = time.perf_counter()
         for topic in self.topics.all():
             for index in range(topic.partitions):
+                if stop_requested():
+                    raise StartupInterrupted(f"stopped while loading the logs ({len(self.partitions)} opened)")
                 self._open_partition(topic, index)
         log.info("loaded topics=%d partitions=%d in %.3fs", len(self.topics.all()), len(self.partitions),
                  time.perf_counter() - started)
@@ -642,4 +678,6 @@ class Broker:
                 p.log.close()
             except OSError as e:
                 log.error("final flush of %s-%d failed: %r", p.topic.name, p.index, e)
+        if self.data_dir_lock is not None:
+            self.data_dir_lock.release()        # after the last write: the next broker may start
 

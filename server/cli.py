@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
-import signal
 import sys
 
 import trio
@@ -14,6 +14,7 @@ from . import admin, dispatch, metrics, web
 from .broker import Broker
 from .config import PROPERTIES, Config, ConfigError, parse_host_port, parse_topic_spec, read_config_file
 from .listener import Listener
+from .startup import StartupError, StartupInterrupted, StopSignals, open_listeners, startup_failure
 from .status_page import StatusPage
 
 log = logging.getLogger("trireme")
@@ -23,6 +24,9 @@ log = logging.getLogger("trireme")
 # a few partitions took tens of milliseconds under load (docs/performance.md, "Small requests", second round).  Only the
 # broker process (``trireme serve``) sets it; an embedding process keeps its own.
 GIL_SWITCH_INTERVAL = 0.002
+
+
+WEB_LISTEN_PROPERTIES = ("trireme.metrics.listen", "trireme.status.listen")
 
 
 def _properties_help() -> str:
@@ -74,56 +78,102 @@ def load_config(args) -> Config:
         config.advertised_host, config.advertised_port = parse_host_port(args.advertised)
     elif advertised:
         config.advertised_host, config.advertised_port = advertised
+    for name in WEB_LISTEN_PROPERTIES:         # checked now, not after the logs have loaded
+        if config[name]:
+            try:
+                web.parse_address(config[name])
+            except ConfigError as e:
+                raise ConfigError(f"{name}: {e}") from None
     return config
 
 
 async def run_broker(config: Config, storage=None, topics=(), *, standalone: bool = True,
-                     task_status=trio.TASK_STATUS_IGNORED) -> None:
+                     signals: StopSignals | None = None, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve ``config`` (with ``topics``, as parse_topic_spec gives them, created first).  Standalone (the CLI):
-    print the address and stop on SIGINT/SIGTERM.  Embedded (trireme.testing): report (listener, port) through
-    ``task_status`` and stop when the listener's shutdown is set."""
-    dispatch.load_handlers()
-    broker = Broker(config, storage)
-    listener = Listener(broker, config.listen_host, config.listen_port)
+    print the address and stop on SIGINT/SIGTERM (``signals``, taken by main before anything else; a signal while
+    the logs load stops the start-up cleanly).  Embedded (trireme.testing): report (listener, port) through
+    ``task_status`` and stop when the listener's shutdown is set.  The address is bound before the logs load, so a
+    taken port is said at once; what keeps the broker from starting is a StartupError."""
+    own_signals = standalone and signals is None
+    if own_signals:
+        signals = StopSignals().install()
     try:
-        for name, partitions, configs in topics:
-            broker.ensure_topic(name, partitions, configs)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(broker.run)
-            sites = web.sites(config, {"trireme.metrics.listen": metrics.routes(broker),
-                                       "trireme.status.listen": StatusPage(broker).routes()})
-            for (host, port), routes in sites.items():
-                bound = await nursery.start(web.serve, routes, host, port)
-                if ("GET", "/metrics") in routes:
-                    log.info("metrics on http://%s:%d/metrics", host, bound)
-                if ("GET", "/") in routes:
-                    log.info("status page on http://%s:%d/", host, bound)
-            async with trio.open_nursery() as serving:
-                port = await serving.start(listener.serve)
-                if config.listen_port == 0 or broker.advertised_port == 0:
-                    broker.advertised_port = config.advertised_port or port
-                task_status.started((listener, port))
-                if standalone:
-                    print(f"listening on {config.listen_host}:{port}", flush=True)
-                    serving.start_soon(_shutdown_on_signal, listener)
-            nursery.cancel_scope.cancel()
+        await _run_broker(config, storage, topics, standalone, signals, task_status)
     finally:
-        broker.close()
-        log.info("stopped")
+        if own_signals:
+            signals.restore()
 
 
-async def _shutdown_on_signal(listener: Listener) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            log.info("shutting down on signal %d", signum)
-            listener.shutdown.set()
+async def _run_broker(config: Config, storage, topics, standalone: bool, signals: StopSignals | None,
+                      task_status) -> None:
+    dispatch.load_handlers()
+    bound = await open_listeners(config.listen_host, config.listen_port)
+    port = bound[0].socket.getsockname()[1]
+    try:
+        try:
+            broker = Broker(config, storage, listen=f"{config.listen_host}:{port}",
+                            stop_requested=signals.requested if signals else None)
+        except StartupInterrupted as e:
+            log.info("shutting down on signal %d: %s", signals.received, e)
+            log.info("stopped")
             return
+        listener = Listener(broker, config.listen_host, config.listen_port, bound)
+        try:
+            for name, partitions, configs in topics:
+                broker.ensure_topic(name, partitions, configs)
+            async with trio.open_nursery() as nursery:
+                if signals is not None:
+                    nursery.start_soon(_shutdown_on_signal, signals, listener)
+                await nursery.start(broker.run)
+                sites = web.sites(config, {"trireme.metrics.listen": metrics.routes(broker),
+                                           "trireme.status.listen": StatusPage(broker).routes()})
+                for (host, web_port), routes in sites.items():
+                    settings = _web_settings(config, host, web_port)
+                    bound_web = await nursery.start(web.serve, routes, host, web_port, settings)
+                    if ("GET", "/metrics") in routes:
+                        log.info("metrics on http://%s:%d/metrics", host, bound_web)
+                    if ("GET", "/") in routes:
+                        log.info("status page on http://%s:%d/", host, bound_web)
+                async with trio.open_nursery() as serving:
+                    await serving.start(listener.serve)
+                    if config.listen_port == 0 or broker.advertised_port == 0:
+                        broker.advertised_port = config.advertised_port or port
+                    task_status.started((listener, port))
+                    if standalone:
+                        print(f"listening on {config.listen_host}:{port}", flush=True)
+                nursery.cancel_scope.cancel()
+        finally:
+            broker.close()
+            log.info("stopped")
+    finally:
+        for sock in bound:
+            sock.socket.close()         # the listener closed them already, unless it never served
+
+
+def _web_settings(config: Config, host: str, port: int) -> str:
+    """The settings that name HOST:PORT for the HTTP endpoints (for the one line when it cannot be bound)."""
+    return " and ".join(name for name in WEB_LISTEN_PROPERTIES if config[name] and web.parse_address(config[name]) == (host, port))
+
+
+async def _shutdown_on_signal(signals: StopSignals, listener: Listener) -> None:
+    signum = await signals.wait()
+    log.info("shutting down on signal %d", signum)
+    listener.shutdown.set()
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in admin.TOOLS:
         return admin.run(args)
+    # Before anything else of the broker: a SIGTERM from here on is a clean shutdown, however early it comes.
+    signals = StopSignals().install()
+    try:
+        return _serve(args, signals)
+    finally:
+        signals.restore()
+
+
+def _serve(args, signals: StopSignals) -> int:
     try:
         config = load_config(args)
         topics = [parse_topic_spec(spec) for spec in args.topic]
@@ -134,10 +184,16 @@ def main(argv=None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
     try:
-        trio.run(run_broker, config, None, topics)
-    except TopicError as e:
-        print(f"trireme: --topic: {e.message}", file=sys.stderr)
-        return 2
+        trio.run(functools.partial(run_broker, config, None, topics, signals=signals))
+    except (StartupError, TopicError, BaseExceptionGroup) as e:
+        failure = startup_failure(e, (StartupError, TopicError))
+        if failure is None:
+            raise
+        if isinstance(failure, TopicError):
+            print(f"trireme: --topic: {failure.message}", file=sys.stderr)
+            return 2
+        print(f"trireme: {failure}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -379,6 +379,8 @@ def parse_host_port(text: str, default_host: str = "0.0.0.0") -> tuple[str, int]
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
         raise ConfigError(f"expected HOST:PORT, got {text!r}")
+    if int(port) > 65535:
+        raise ConfigError(f"port out of range (0-65535) in {text!r}")
     return host.strip("[]") or default_host, int(port)
 
 

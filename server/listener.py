@@ -20,6 +20,7 @@ import trio
 
 from .connection import Connection
 from .limits import out_of_descriptors
+from .startup import open_listeners
 
 log = logging.getLogger("trireme.listener")
 
@@ -27,16 +28,18 @@ BACKOFF = 0.1       # seconds the accept loop sleeps after running out of descri
 
 
 class Listener:
-    def __init__(self, broker, host: str, port: int):
+    def __init__(self, broker, host: str, port: int, listeners: list[trio.SocketListener] | None = None):
+        """``listeners``: already bound (server/startup.open_listeners, before the logs load); else serve binds."""
         self.broker = broker
         self.host = host
         self.port = port
         self.connections: set[Connection] = set()
         self.shutdown = trio.Event()
         self._spare: int | None = None
+        self._listeners = listeners
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        listeners = self._listeners or await open_listeners(self.host, self.port)
         bound = listeners[0].socket.getsockname()
         task_status.started(bound[1])
         log.info("listening host=%s port=%d", self.host, bound[1])

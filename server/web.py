@@ -18,6 +18,7 @@ from typing import Awaitable, Callable
 import trio
 
 from .config import parse_host_port
+from .startup import open_listeners
 
 log = logging.getLogger("trireme.http")
 
@@ -158,8 +159,10 @@ def _encode(response: Response, head_only: bool) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (b"" if head_only else response.body)
 
 
-async def serve(routes: Routes, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Serve ``routes`` on HOST:PORT until cancelled; reports the bound port through ``task_status``."""
+async def serve(routes: Routes, host: str, port: int, what: str = "HTTP", *,
+                task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Serve ``routes`` on HOST:PORT until cancelled; reports the bound port through ``task_status``.  ``what``: the
+    setting(s) it serves, named if the address cannot be bound."""
     loopback = _is_loopback(host)
 
     async def handle(stream) -> None:
@@ -184,6 +187,6 @@ async def serve(routes: Routes, host: str, port: int, *, task_status=trio.TASK_S
         finally:
             await stream.aclose()
 
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    listeners = await open_listeners(host, port, what)
     task_status.started(listeners[0].socket.getsockname()[1])
     await trio.serve_listeners(handle, listeners)

@@ -498,7 +498,10 @@ class BrokerMeta:
             _ensure_parent(storage, path)
             storage.write_atomic(path, meta.to_properties())
             return meta
-        props = parse_properties(storage.read_all(path))
+        try:
+            props = parse_properties(storage.read_all(path))
+        except UnicodeDecodeError as exc:
+            raise BrokerMetaError(f"malformed {path}: not text ({exc.reason} at byte {exc.start})") from exc
         try:
             version = int(props["version"])
             stored_node_id = int(props["node.id"])

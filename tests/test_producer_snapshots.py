@@ -15,6 +15,11 @@ def _broker(tmp_path) -> Broker:
     return Broker(Config(data_dir=str(tmp_path)))
 
 
+def _crash(broker: Broker) -> None:
+    """What kill -9 does to a broker's hold on its data directory: the kernel drops the lock (nothing is flushed)."""
+    broker.data_dir_lock.release()
+
+
 def _append(broker, partition, *, pid, epoch, seq, n=3, transactional=False):
     data = bytearray(rec.build_batch([(b"k", b"v%d" % i, [], TS) for i in range(n)], producer_id=pid,
                                      producer_epoch=epoch, base_sequence=seq, transactional=transactional,
@@ -68,6 +73,7 @@ def test_crash_without_a_snapshot_replays_the_log(tmp_path):
     p = _fill(broker)
     before = _state(p)
     # No close(): no snapshot, as after kill -9 before the first one.
+    _crash(broker)
     again = _broker(tmp_path)
     q = again.partition("t", 0)
     assert q.snapshot_offset is None
@@ -85,6 +91,7 @@ def test_snapshot_then_more_data_replays_only_the_tail(tmp_path):
     _abort(broker, p, pid=11, epoch=0)
     p.log.sync(now_ms())
     before = _state(p)
+    _crash(broker)
     again = _broker(tmp_path)                  # a crash: the snapshot is the one from the clean stop
     q = again.partition("t", 0)
     assert q.snapshot_offset == start

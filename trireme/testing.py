@@ -241,6 +241,7 @@ class TriremeBroker:
         import trio
 
         from trireme.server.cli import run_broker
+        from trireme.server.startup import startup_failure
         from trireme.state.storage import MemoryStorage
         config = self._build_config()
         if self.storage == "memory" and self._memory is None:
@@ -263,7 +264,10 @@ class TriremeBroker:
                 trio.run(serve)
             except BaseException as e:           # reported by start() or stop()
                 self._failure = e
-                logging.getLogger("trireme").exception("broker failed")
+                if startup_failure(e) is not None:      # the data directory in use, the port taken: one line
+                    logging.getLogger("trireme").error("%s", startup_failure(e))
+                else:
+                    logging.getLogger("trireme").exception("broker failed")
             finally:
                 started.set()
 
@@ -271,9 +275,11 @@ class TriremeBroker:
         self._thread = threading.Thread(target=main, name=self.name, daemon=True)
         self._thread.start()
         if not started.wait(START_TIMEOUT_S) or self._listener is None:
-            failure = self._failure
+            failure, self._failure = self._failure, None
             self._stop_thread()
-            raise BrokerError(f"{self.name} did not start: {failure!r}\n{self.log_text()[-4000:]}") from failure
+            reason = startup_failure(failure) if failure is not None else None
+            raise BrokerError(f"{self.name} did not start: {reason if reason is not None else repr(failure)}\n"
+                              f"{self.log_text()[-4000:]}") from failure
 
     def _stop_thread(self) -> None:
         import trio
@@ -322,7 +328,8 @@ class TriremeBroker:
         line = first[0].decode(errors="replace").strip() if first else ""
         if not line.startswith("listening on "):
             self.kill()
-            raise BrokerError(f"{self.name} did not start (exit {self._proc.poll()}, said {line!r})\n"
+            said = self.log_text().strip().rpartition("\n")[2]     # its one line when start-up failed (trireme: ...)
+            raise BrokerError(f"{self.name} did not start (exit {self._proc.poll()}): {said}\n"
                               f"{self.log_text()[-4000:]}")
         self.port = int(line.rpartition(":")[2])
         # Keep reading stdout so the broker never blocks on a full pipe.
