@@ -4,10 +4,13 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import shutil
 import sys
+import textwrap
 
 import trio
 
+from trireme import __version__
 from trireme.state.topics import TopicError
 
 from . import admin, dispatch, metrics, web
@@ -29,16 +32,33 @@ GIL_SWITCH_INTERVAL = 0.002
 WEB_LISTEN_PROPERTIES = ("trireme.metrics.listen", "trireme.status.listen")
 
 
-def _properties_help() -> str:
+# Kafka's own "unset" for a long property (log.flush.interval.*): shown as a word, not as 2**63 - 1.
+_UNSET_LONG = (1 << 63) - 1
+
+
+def _default_text(default) -> str:
+    if isinstance(default, bool):
+        return str(default).lower()
+    if default is None or default == _UNSET_LONG:
+        return "unset"
+    if default == "":
+        return "empty"
+    return str(default)
+
+
+def _properties_help(width: int | None = None) -> str:
+    """Every broker property with its default and meaning, wrapped to the terminal (at most 100 columns)."""
+    width = width or min(shutil.get_terminal_size((100, 24)).columns, 100)
     lines = ["broker properties (Kafka's names; set in --config or with --set NAME=VALUE):"]
     for name, (default, text) in PROPERTIES.items():
-        shown = str(default).lower() if isinstance(default, bool) else default
-        lines.append(f"  {name} (default {shown})\n      {text}")
+        lines.append(f"  {name} (default {_default_text(default)})")
+        lines.extend(textwrap.wrap(text, width=width, initial_indent=" " * 6, subsequent_indent=" " * 6))
     return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trireme", description="A Kafka-compatible broker.")
+    parser.add_argument("--version", action="version", version=f"trireme {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the broker", epilog=_properties_help(),
                            formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,4 +1,5 @@
 """The broker's configuration: Kafka property names from TOML or server.properties, flags on top."""
+import os
 import subprocess
 import sys
 
@@ -62,10 +63,28 @@ def test_help_lists_every_property_with_its_default():
     out = subprocess.run([sys.executable, "-m", "trireme", "serve", "--help"], capture_output=True, text=True,
                          check=True).stdout
     for name, (default, _) in PROPERTIES.items():
-        shown = str(default).lower() if isinstance(default, bool) else str(default)
+        if isinstance(default, bool):
+            shown = str(default).lower()
+        elif default is None or default == (1 << 63) - 1:
+            shown = "unset"                       # not "None" or 9223372036854775807
+        else:
+            shown = str(default) if default != "" else "empty"
         assert f"{name} (default {shown})" in out
-    for flag in ("--data-dir", "--listen", "--advertised", "--config", "--set"):
+    assert "9223372036854775807" not in out and "(default None)" not in out
+    for flag in ("--data-dir", "--listen", "--advertised", "--config", "--set", "--topic"):
         assert flag in out
+
+
+def test_help_lines_fit_a_terminal():
+    out = subprocess.run([sys.executable, "-m", "trireme", "serve", "--help"], capture_output=True, text=True,
+                         check=True, env={**os.environ, "COLUMNS": "100"}).stdout
+    assert max(len(line) for line in out.splitlines()) <= 100
+
+
+def test_version():
+    from trireme import __version__
+    out = subprocess.run([sys.executable, "-m", "trireme", "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"trireme {__version__}" and __version__ != "0+unknown"
 
 
 def test_bad_config_exits_with_message(tmp_path):
