@@ -15,6 +15,13 @@ Behaviour / version notes:
   those transactions' batches.  An empty read has an empty list; read_uncommitted has none (null).
 - max_bytes bounds the response and partition_max_bytes each partition, except that the first
   batch of the first non-empty partition is returned whole even when larger (KIP-74).
+- The broker-wide response budget (trireme.queued.max.response.bytes, ``Limits.responses``) is a
+  hard cap on the record bytes of all answers not yet written: a response is cut to the room
+  left, never below one batch.  When even its first batch does not fit, the fetch waits (a long
+  poll woken as answers are written) until it does or max_wait passes, and then answers with what
+  fits (often nothing, as for a partition with no new data).  A batch larger than the whole
+  budget goes out when no other answer holds any of it.  Reads are synchronous (pread), so the
+  room is read and taken in one step of the event loop.
 - CurrentLeaderEpoch (v9+) newer than ours → UNKNOWN_LEADER_EPOCH, older → FENCED_LEADER_EPOCH.
 - Offsets outside [log start, log end] → OFFSET_OUT_OF_RANGE with the current offsets.
 - Records are never decoded here: the response carries the file bytes as read.
@@ -43,23 +50,29 @@ def fetch(ctx, request):
         response.error_code = E.FETCH_SESSION_ID_NOT_FOUND.code
         return response
     moved = broker.data_event()          # taken before reading, so no flush in between is missed
+    held_back = False
     if request.max_wait_ms <= 0 or request.min_bytes <= 0 or _readable(ctx, request):
-        size, by_topic = _fill(ctx, request, response)
+        size, by_topic, held_back = _fill(ctx, request, response)
         if size >= request.min_bytes or request.max_wait_ms <= 0:
             broker.metrics.count_bytes_out(by_topic)
             return response
     deadline = trio.current_time() + request.max_wait_ms / 1000
+    budget = broker.limits.responses
 
     async def long_poll():
-        nonlocal response, moved
+        nonlocal response, moved, held_back
         while True:
-            await broker.wait_for_data(deadline, moved)
+            if held_back:                   # records are there, the response budget had no room: wait for room
+                with trio.move_on_at(deadline):
+                    await budget.wait_release()
+            else:
+                await broker.wait_for_data(deadline, moved)
             moved = broker.data_event()
             expired = trio.current_time() >= deadline
-            if not expired and not _readable(ctx, request):
+            if not expired and not held_back and not _readable(ctx, request):
                 continue                    # a high watermark moved, but none of these partitions'
             response = ctx.response()
-            got, by_topic = _fill(ctx, request, response)
+            got, by_topic, held_back = _fill(ctx, request, response)
             if got >= request.min_bytes or expired:
                 broker.metrics.count_bytes_out(by_topic)
                 return response
@@ -89,9 +102,16 @@ def _readable(ctx, request) -> bool:
     return False
 
 
-def _fill(ctx, request, response) -> tuple[int, dict[str, int]]:
-    """Read every requested partition into ``response`` → the record bytes gathered, in all and per topic."""
+def _fill(ctx, request, response) -> tuple[int, dict[str, int], bool]:
+    """Read every requested partition into ``response`` → the record bytes gathered, in all and per topic, and
+    whether records were held back because the response budget had no room for them."""
     broker = ctx.broker
+    # Room in the response budget: the answer is encoded and counted in the same step as these reads.  Alone (no
+    # answer holds any budget), the first batch is returned whole even when larger than the whole budget.
+    responses = broker.limits.responses
+    room = responses.limit - responses.used
+    alone = responses.used == 0
+    held_back = False
     by_id = ctx.api_version >= 13
     cls = type(response).FetchableTopicResponse
     pcls = cls.PartitionData
@@ -131,15 +151,19 @@ def _fill(ctx, request, response) -> tuple[int, dict[str, int]]:
             if limit <= 0:
                 result.records = b""
                 continue
+            cap = None if alone and gathered == 0 else room - gathered
+            bound = lso if read_committed else hw
             try:
-                data = plog.read(fp.fetch_offset, limit, lso if read_committed else hw,
-                                 min_one_batch=gathered == 0)
+                data = plog.read(fp.fetch_offset, limit if cap is None else min(limit, cap), bound,
+                                 min_one_batch=gathered == 0, first_batch_max=cap)
             except OffsetOutOfRange:
                 result.error_code = E.OFFSET_OUT_OF_RANGE.code
                 continue
             except OSError:         # no descriptor to reopen the segment with, or a failing disk: retriable
                 result.error_code = E.KAFKA_STORAGE_ERROR.code
                 continue
+            if not data and gathered == 0 and cap is not None and fp.fetch_offset < bound:
+                held_back = True    # a first batch was there: only the budget kept it out
             result.records = data
             gathered += len(data)
             if read_committed:
@@ -149,4 +173,4 @@ def _fill(ctx, request, response) -> tuple[int, dict[str, int]]:
                     for a in plog.aborted_txns(fp.fetch_offset, lso)] if data else []
         if gathered > before:
             by_topic[topic.name] = by_topic.get(topic.name, 0) + gathered - before
-    return gathered, by_topic
+    return gathered, by_topic, held_back
