@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from compat_tests.clients import wait_until
 from compat_tests.test_bad_input import RawConn, batch, create_topic, encode_request, produce, unique
 from compat_tests.test_limits import eventually, fetch_request, metrics, rss_kib
 
@@ -73,7 +74,9 @@ def add_stuck(server, topic: str, clients: list, count: int) -> None:
     before = fetches_handled(server)
     added = count - len(clients)
     clients += [stuck_client(server, topic) for _ in range(added)]
-    eventually(lambda: fetches_handled(server) >= before + added, what=f"{added} more fetches handled")
+    # (unbounded, 100 answers of 50 MiB took longer than 15 s to read: the bound only guards a hang)
+    wait_until(lambda: fetches_handled(server) >= before + added, timeout=120, interval=0.1,
+               what=f"{added} more fetches handled")
     time.sleep(0.5)     # their answers are built in the same step; let the writers try to send them
 
 
@@ -166,3 +169,24 @@ def test_a_batch_larger_than_the_budget_is_served_when_it_is_alone(server):
         holder.close()
     eventually(lambda: metrics(server)["trireme_response_memory_bytes"] == 0, what="response memory released")
     assert len(consume(server, big)) > BIG
+
+
+SHARE = 2 * MiB
+
+
+@pytest.mark.server_config({**CONFIG, "trireme.queued.max.response.bytes.per.connection": SHARE})
+def test_one_slow_reader_holds_at_most_its_share(server):
+    """A connection's records stop at its share of the budget, so one client that reads nothing cannot take the
+    budget from everybody: a consumer beside it still gets records."""
+    topic = unique("share")
+    with RawConn(server.bootstrap) as c:
+        create_topic(c, topic)
+        fill_topic(c, topic, ANSWER)
+    assert 0 < len(consume(server, topic)) <= SHARE             # cut at the share, KIP-74 style
+    slow = stuck_client(server, topic)
+    try:
+        eventually(lambda: metrics(server)["trireme_response_memory_bytes"] > 0, what="the slow reader's answer")
+        assert metrics(server)["trireme_response_memory_bytes"] <= SHARE + 64 * 1024
+        assert len(consume(server, topic)) > 0
+    finally:
+        slow.close()

@@ -16,12 +16,14 @@ Behaviour / version notes:
 - max_bytes bounds the response and partition_max_bytes each partition, except that the first
   batch of the first non-empty partition is returned whole even when larger (KIP-74).
 - The broker-wide response budget (trireme.queued.max.response.bytes, ``Limits.responses``) is a
-  hard cap on the record bytes of all answers not yet written: a response is cut to the room
-  left, never below one batch.  When even its first batch does not fit, the fetch waits (a long
-  poll woken as answers are written) until it does or max_wait passes, and then answers with what
-  fits (often nothing, as for a partition with no new data).  A batch larger than the whole
-  budget goes out when no other answer holds any of it.  Reads are synchronous (pread), so the
-  room is read and taken in one step of the event loop.
+  hard cap on the record bytes of all answers not yet written, and a connection's records stop at
+  its share (trireme.queued.max.response.bytes.per.connection), so one slow reader holds at most
+  that: a response is cut to the room left, never below one batch.  When even its first batch
+  does not fit, the fetch waits (a long poll woken as answers are written) until it does or
+  max_wait passes, and then answers with what fits (often nothing, as for a partition with no new
+  data).  The first batch may pass the share when the connection holds no other answer, and the
+  whole budget when no answer holds any of it.  Reads are synchronous (pread), so the room is
+  read and taken in one step of the event loop.
 - CurrentLeaderEpoch (v9+) newer than ours → UNKNOWN_LEADER_EPOCH, older → FENCED_LEADER_EPOCH.
 - Offsets outside [log start, log end] → OFFSET_OUT_OF_RANGE with the current offsets.
 - Records are never decoded here: the response carries the file bytes as read.
@@ -106,11 +108,15 @@ def _fill(ctx, request, response) -> tuple[int, dict[str, int], bool]:
     """Read every requested partition into ``response`` → the record bytes gathered, in all and per topic, and
     whether records were held back because the response budget had no room for them."""
     broker = ctx.broker
-    # Room in the response budget: the answer is encoded and counted in the same step as these reads.  Alone (no
-    # answer holds any budget), the first batch is returned whole even when larger than the whole budget.
-    responses = broker.limits.responses
+    # Room in the response budget (the answer is encoded and counted in the same step as these reads): records stop
+    # at the room left broker-wide and in this connection's share.  The first batch may pass the share when the
+    # connection holds no answer, and the whole budget when no answer holds any (first_max None).
+    limits = broker.limits
+    responses = limits.responses
+    held = ctx.connection.response_bytes if ctx.connection is not None else 0
     room = responses.limit - responses.used
-    alone = responses.used == 0
+    cut_at = min(room, limits.response_share - held)
+    first_max = None if responses.used == 0 else room if held == 0 else cut_at
     held_back = False
     by_id = ctx.api_version >= 13
     cls = type(response).FetchableTopicResponse
@@ -151,18 +157,17 @@ def _fill(ctx, request, response) -> tuple[int, dict[str, int], bool]:
             if limit <= 0:
                 result.records = b""
                 continue
-            cap = None if alone and gathered == 0 else room - gathered
             bound = lso if read_committed else hw
             try:
-                data = plog.read(fp.fetch_offset, limit if cap is None else min(limit, cap), bound,
-                                 min_one_batch=gathered == 0, first_batch_max=cap)
+                data = plog.read(fp.fetch_offset, min(limit, cut_at - gathered), bound,
+                                 min_one_batch=gathered == 0, first_batch_max=first_max)
             except OffsetOutOfRange:
                 result.error_code = E.OFFSET_OUT_OF_RANGE.code
                 continue
             except OSError:         # no descriptor to reopen the segment with, or a failing disk: retriable
                 result.error_code = E.KAFKA_STORAGE_ERROR.code
                 continue
-            if not data and gathered == 0 and cap is not None and fp.fetch_offset < bound:
+            if not data and gathered == 0 and first_max is not None and fp.fetch_offset < bound:
                 held_back = True    # a first batch was there: only the budget kept it out
             result.records = data
             gathered += len(data)
