@@ -42,19 +42,56 @@ from trireme.state.log import OffsetOutOfRange
 from trireme.wire import error_codes as E
 
 READ_COMMITTED = 1
+# The part of the response budget that record bytes leave free for the rest of the answers (every requested
+# partition's offsets and error code, other APIs' answers): while clients that read nothing hold all the records
+# the budget allows, a consumer's answer without records, a heartbeat's, still fit.
+HEADROOM_FRACTION = 8          # 1/8 of the budget
+LISTED_PARTITION_BYTES = 64    # at least what one partition's entry in an answer takes, records apart (42 in v11)
+LISTED_TOPIC_BYTES = 64        # the same for a topic, besides its name
 
 
 @handles("Fetch", 4, 18)
 def fetch(ctx, request):
+    if ctx.api_version >= 7 and request.session_id != 0:
+        return ctx.response(error_code=E.FETCH_SESSION_ID_NOT_FOUND.code)
+    listing = _listing_bytes(request)
+    budget = ctx.broker.limits.responses
+    if _fits(budget, listing):
+        return _answer(ctx, request, listing)
+
+    async def wait_for_room():
+        await _room_for(budget, listing)
+        result = _answer(ctx, request, listing)
+        return await result.wait() if type(result) is Deferred else result
+    return Deferred(wait_for_room, poll=True)
+
+
+def _listing_bytes(request) -> int:
+    """About the bytes of a Fetch answer besides its records: every requested partition is listed."""
+    return sum(LISTED_TOPIC_BYTES + len(t.topic or "") + LISTED_PARTITION_BYTES * len(t.partitions)
+               for t in request.topics)
+
+
+def _fits(budget, listing: int) -> bool:
+    return budget.used == 0 or budget.used + listing <= budget.limit
+
+
+async def _room_for(budget, listing: int) -> None:
+    """Wait until an answer of ``listing`` bytes fits in the response budget.  Past max_wait if need be: such an
+    answer has to list every partition asked for, records or not; it ends when no other answer holds budget, or
+    when the client goes (a poll ends at the client's EOF)."""
+    while not _fits(budget, listing):
+        await budget.wait_release()
+
+
+def _answer(ctx, request, listing: int):
+    """The answer now (records there, or no wait), or a long poll (a Deferred) until min_bytes or max_wait."""
     broker = ctx.broker
     response = ctx.response()
-    if ctx.api_version >= 7 and request.session_id != 0:
-        response.error_code = E.FETCH_SESSION_ID_NOT_FOUND.code
-        return response
     moved = broker.data_event()          # taken before reading, so no flush in between is missed
     held_back = False
     if request.max_wait_ms <= 0 or request.min_bytes <= 0 or _readable(ctx, request):
-        size, by_topic, held_back = _fill(ctx, request, response)
+        size, by_topic, held_back = _fill(ctx, request, response, listing)
         if size >= request.min_bytes or request.max_wait_ms <= 0:
             broker.metrics.count_bytes_out(by_topic)
             return response
@@ -73,8 +110,9 @@ def fetch(ctx, request):
             expired = trio.current_time() >= deadline
             if not expired and not held_back and not _readable(ctx, request):
                 continue                    # a high watermark moved, but none of these partitions'
+            await _room_for(budget, listing)
             response = ctx.response()
-            got, by_topic, held_back = _fill(ctx, request, response)
+            got, by_topic, held_back = _fill(ctx, request, response, listing)
             if got >= request.min_bytes or expired:
                 broker.metrics.count_bytes_out(by_topic)
                 return response
@@ -104,18 +142,20 @@ def _readable(ctx, request) -> bool:
     return False
 
 
-def _fill(ctx, request, response) -> tuple[int, dict[str, int], bool]:
+def _fill(ctx, request, response, listing: int) -> tuple[int, dict[str, int], bool]:
     """Read every requested partition into ``response`` → the record bytes gathered, in all and per topic, and
-    whether records were held back because the response budget had no room for them."""
+    whether records were held back because the response budget had no room for them (``listing``: the answer's
+    bytes besides records)."""
     broker = ctx.broker
     # Room in the response budget (the answer is encoded and counted in the same step as these reads): records stop
-    # at the room left broker-wide and in this connection's share.  The first batch may pass the share when the
-    # connection holds no answer, and the whole budget when no answer holds any (first_max None).
+    # at the room left broker-wide, less the headroom and this answer's listing, and in this connection's share.
+    # The first batch may pass the share when the connection holds no answer, and the whole budget when no answer
+    # holds any (first_max None).
     limits = broker.limits
     responses = limits.responses
     held = ctx.connection.response_bytes if ctx.connection is not None else 0
-    room = responses.limit - responses.used
-    cut_at = min(room, limits.response_share - held)
+    room = min(responses.limit - responses.limit // HEADROOM_FRACTION, responses.limit - listing) - responses.used
+    cut_at = min(room, limits.response_share - held - listing)
     first_max = None if responses.used == 0 else room if held == 0 else cut_at
     held_back = False
     by_id = ctx.api_version >= 13
