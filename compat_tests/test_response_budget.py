@@ -17,7 +17,8 @@ import time
 import pytest
 
 from compat_tests.clients import wait_until
-from compat_tests.test_bad_input import RawConn, batch, create_topic, encode_request, produce, unique
+from compat_tests.test_bad_input import (RawConn, api_versions, batch, create_topic, encode_request, metadata, produce,
+                                         unique)
 from compat_tests.test_limits import eventually, fetch_request, metrics, rss_kib
 from trireme.wire.codec import message
 
@@ -230,6 +231,49 @@ def test_answers_listing_many_partitions_stay_within_the_budget(server):
             # waiting, decoded: those the request budget bounds.)
             assert held["trireme_response_memory_peak_bytes"] <= BUDGET + 3 * MiB, held
         assert (seen[1] - seen[0]) * 1024 <= 16 * MiB, seen     # flat: 40 more clients add next to nothing
+    finally:
+        for s in clients:
+            s.close()
+    eventually(lambda: metrics(server)["trireme_response_memory_bytes"] == 0, what="response memory released")
+
+
+def wide_list_offsets(topic: str, partitions: int) -> object:
+    """A ListOffsets naming ``partitions`` partitions of ``topic``: its answer lists every one of them."""
+    cls = message("ListOffsetsRequest").cls
+    tcls = cls.ListOffsetsTopic
+    return cls(replica_id=-1, isolation_level=0, topics=[tcls(name=topic, partitions=[
+        tcls.ListOffsetsPartition(partition_index=p, timestamp=-1) for p in range(partitions)])])
+
+
+@pytest.mark.server_config(CONFIG)
+def test_other_answers_that_grow_with_their_request_stay_within_the_budget(server):
+    """Not only Fetch: a ListOffsets naming 50,000 partitions (a 0.9 MB request) takes a 1.3 MB answer.  A
+    request waits before it is handled until the budget has room for an answer of its size, so clients that
+    read nothing hold no more than the budget; small requests (a consumer's) are still answered."""
+    topic = unique("small")
+    with RawConn(server.bootstrap) as c:
+        create_topic(c, topic)
+        [part] = produce(c, topic, {0: batch([b"small"])})
+        assert part.error_code == 0, part
+    frame = encode_request("ListOffsets", 7, wide_list_offsets(unique("absent"), 50_000), 1)
+    clients: list[socket.socket] = []
+    try:
+        for _ in range(40):         # 52 MB of answers unbounded
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect((server.host, server.port))
+            s.sendall(frame)
+            clients.append(s)
+        eventually(lambda: metrics(server)["trireme_response_memory_bytes"] >= BUDGET - BUDGET // 8 - 2 * MiB,
+                   what="the answers filling the budget")
+        time.sleep(1)               # nothing to wait for: the rest wait for room
+        held = metrics(server)
+        assert held["trireme_response_memory_peak_bytes"] <= BUDGET + 2 * MiB, held
+        # Small requests use the headroom large answers leave: a client's metadata and a consumer's fetch.
+        with RawConn(server.bootstrap) as c:
+            assert api_versions(c).error_code == 0
+            assert metadata(c).brokers
+        assert consume(server, topic, max_wait_ms=0) != b""
     finally:
         for s in clients:
             s.close()

@@ -44,6 +44,7 @@ _IOV_MAX = 1024
 EOF_GRACE = 5.0             # seconds answers other than long polls may still take after the client's EOF
 
 _ids = itertools.count(1)
+_SIZED_ELSEWHERE = frozenset((dispatch.API_KEYS["Produce"], dispatch.API_KEYS["Fetch"]))
 
 # Set TRIREME_CAPTURE_DIR to keep the first request and response body of every (API, version,
 # client) seen: how golden vectors are captured from real clients (tools/capture_vectors.md).
@@ -320,6 +321,21 @@ class Connection:
                 return
             await limits.responses.wait_release()
 
+    async def _wait_for_answer_room(self, frame: bytearray) -> None:
+        """The response budget as a hard cap on answers that grow with their request (ListOffsets, OffsetFetch,
+        Metadata naming many partitions or topics): such a request is handled once an answer of its size fits.
+        Produce is not held back (its answer is small whatever it carries), nor Fetch, which cuts its own answer
+        to the room left (handlers/fetch.py)."""
+        try:
+            api_key, _version = headers.peek_api(frame)
+        except CodecError:
+            return                  # _dispatch closes the connection
+        if api_key in _SIZED_ELSEWHERE:
+            return
+        limits = self.limits
+        while not limits.answer_fits(len(frame), self.response_bytes):
+            await limits.responses.wait_release()
+
     def _release_request(self, charged: int) -> None:
         self.request_bytes -= charged
         self.limits.requests.release(charged)
@@ -344,6 +360,8 @@ class Connection:
             charged = reader.charged
             self.request_bytes += charged
             try:
+                if not self.limits.answer_fits(len(frame), self.response_bytes):
+                    await self._wait_for_answer_room(frame)
                 item = await self._dispatch(frame, charged, reader.started)
             except BaseException:
                 self._release_request(charged)

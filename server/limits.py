@@ -6,6 +6,8 @@ Every bound is a broker property (Kafka's name where Kafka has one, see ``server
 - :class:`ByteBudget` counts bytes held broker-wide (request frames being received or handled,
   responses waiting to be written).  A holder waits for room before it takes more, unless it is
   the only holder, so a frame larger than the budget still completes when nothing else is held.
+  The response budget is a hard cap: an answer is built only when it fits (:meth:`Limits.answer_fits`;
+  Fetch cuts its records to the room left), large answers leaving a headroom to small ones.
 - :class:`Admission` decides whether an accepted socket may stay: ``max.connections``,
   ``max.connections.per.ip`` (with ``max.connections.per.ip.overrides``), and paces accepting to
   ``max.connection.creation.rate`` per second.
@@ -28,6 +30,11 @@ log = logging.getLogger("trireme.limits")
 
 # Descriptors kept free of connections for the logs, the metrics endpoint and start-up work.
 RESERVED_DESCRIPTORS = 64
+# The response budget's headroom: record bytes and large answers stop 1/HEADROOM_FRACTION short of the limit, which
+# is left to small answers (a consumer's empty fetch, a heartbeat's), so those go on while clients that read
+# nothing hold all the rest.
+HEADROOM_FRACTION = 8
+SMALL_ANSWER = 64 * 1024        # an answer of at most this many bytes may use the headroom
 
 
 def out_of_descriptors(error: BaseException) -> bool:
@@ -76,6 +83,7 @@ class Limits:
     def __init__(self, config):
         self.requests = ByteBudget(config["queued.max.request.bytes"])
         self.responses = ByteBudget(config["trireme.queued.max.response.bytes"])
+        self.response_headroom = self.responses.limit // HEADROOM_FRACTION
         self.request_share = config["trireme.queued.max.request.bytes.per.connection"]
         self.response_share = config["trireme.queued.max.response.bytes.per.connection"]
         self.receive_timeout = config["trireme.request.receive.timeout.ms"] / 1000
@@ -91,6 +99,21 @@ class Limits:
                  self.max_open_files, self.requests.limit, self.responses.limit)
         self.refused: dict[str, int] = {}       # reason → connections refused
         self.closed: dict[str, int] = {}        # reason (idle, receive timeout, send timeout) → connections closed
+
+    def answer_fits(self, size: int, held: int = 0) -> bool:
+        """Whether an answer of about ``size`` bytes may be built now for a connection holding ``held`` bytes of
+        answers: it fits in the response budget (a large one short of the headroom), or no other connection
+        holds any of it (so one larger than the whole budget still goes out, alone)."""
+        responses = self.responses
+        if responses.used <= held:
+            return True
+        bound = responses.limit if size <= SMALL_ANSWER else responses.limit - self.response_headroom
+        return responses.used + size <= bound
+
+    async def room_for_answer(self, size: int, held: int = 0) -> None:
+        """Wait until :meth:`answer_fits`; as answers are written or their connections close."""
+        while not self.answer_fits(size, held):
+            await self.responses.wait_release()
 
     def count(self, table: dict[str, int], reason: str) -> None:
         table[reason] = table.get(reason, 0) + 1

@@ -42,10 +42,6 @@ from trireme.state.log import OffsetOutOfRange
 from trireme.wire import error_codes as E
 
 READ_COMMITTED = 1
-# The part of the response budget that record bytes leave free for the rest of the answers (every requested
-# partition's offsets and error code, other APIs' answers): while clients that read nothing hold all the records
-# the budget allows, a consumer's answer without records, a heartbeat's, still fit.
-HEADROOM_FRACTION = 8          # 1/8 of the budget
 LISTED_PARTITION_BYTES = 64    # at least what one partition's entry in an answer takes, records apart (42 in v11)
 LISTED_TOPIC_BYTES = 64        # the same for a topic, besides its name
 
@@ -55,12 +51,15 @@ def fetch(ctx, request):
     if ctx.api_version >= 7 and request.session_id != 0:
         return ctx.response(error_code=E.FETCH_SESSION_ID_NOT_FOUND.code)
     listing = _listing_bytes(request)
-    budget = ctx.broker.limits.responses
-    if _fits(budget, listing):
+    limits = ctx.broker.limits
+    if limits.answer_fits(listing):
         return _answer(ctx, request, listing)
 
     async def wait_for_room():
-        await _room_for(budget, listing)
+        # An answer listing so many partitions that its size alone does not fit waits for room, past max_wait if
+        # need be (it has to list every partition asked for): until no other answer holds budget, or the client
+        # goes (a poll ends at the client's EOF).
+        await limits.room_for_answer(listing)
         result = _answer(ctx, request, listing)
         return await result.wait() if type(result) is Deferred else result
     return Deferred(wait_for_room, poll=True)
@@ -70,18 +69,6 @@ def _listing_bytes(request) -> int:
     """About the bytes of a Fetch answer besides its records: every requested partition is listed."""
     return sum(LISTED_TOPIC_BYTES + len(t.topic or "") + LISTED_PARTITION_BYTES * len(t.partitions)
                for t in request.topics)
-
-
-def _fits(budget, listing: int) -> bool:
-    return budget.used == 0 or budget.used + listing <= budget.limit
-
-
-async def _room_for(budget, listing: int) -> None:
-    """Wait until an answer of ``listing`` bytes fits in the response budget.  Past max_wait if need be: such an
-    answer has to list every partition asked for, records or not; it ends when no other answer holds budget, or
-    when the client goes (a poll ends at the client's EOF)."""
-    while not _fits(budget, listing):
-        await budget.wait_release()
 
 
 def _answer(ctx, request, listing: int):
@@ -110,7 +97,7 @@ def _answer(ctx, request, listing: int):
             expired = trio.current_time() >= deadline
             if not expired and not held_back and not _readable(ctx, request):
                 continue                    # a high watermark moved, but none of these partitions'
-            await _room_for(budget, listing)
+            await broker.limits.room_for_answer(listing)
             response = ctx.response()
             got, by_topic, held_back = _fill(ctx, request, response, listing)
             if got >= request.min_bytes or expired:
@@ -154,7 +141,7 @@ def _fill(ctx, request, response, listing: int) -> tuple[int, dict[str, int], bo
     limits = broker.limits
     responses = limits.responses
     held = ctx.connection.response_bytes if ctx.connection is not None else 0
-    room = min(responses.limit - responses.limit // HEADROOM_FRACTION, responses.limit - listing) - responses.used
+    room = min(responses.limit - limits.response_headroom, responses.limit - listing) - responses.used
     cut_at = min(room, limits.response_share - held - listing)
     first_max = None if responses.used == 0 else room if held == 0 else cut_at
     held_back = False
