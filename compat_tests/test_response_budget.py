@@ -140,6 +140,7 @@ def test_a_consumer_is_served_while_the_budget_is_exhausted_and_memory_comes_bac
         # on this read only guards against a hang.
         for _ in range(3):
             assert len(consume(server, topic)) <= BUDGET
+        assert metrics(server)['trireme_response_memory_waits_total{api="Fetch"}'] >= 3
     finally:
         for s in clients:
             s.close()
@@ -269,6 +270,7 @@ def test_other_answers_that_grow_with_their_request_stay_within_the_budget(serve
         time.sleep(1)               # nothing to wait for: the rest wait for room
         held = metrics(server)
         assert held["trireme_response_memory_peak_bytes"] <= BUDGET + 2 * MiB, held
+        assert held['trireme_response_memory_waits_total{api="ListOffsets"}'] >= 1, held
         # Small requests use the headroom large answers leave: a client's metadata and a consumer's fetch.
         with RawConn(server.bootstrap) as c:
             assert api_versions(c).error_code == 0

@@ -333,6 +333,8 @@ class Connection:
         if api_key in _SIZED_ELSEWHERE:
             return
         limits = self.limits
+        handler = dispatch.HANDLERS.get(api_key)
+        limits.count(limits.response_waits, handler.name if handler is not None else str(api_key))
         while not limits.answer_fits(len(frame), self.response_bytes):
             await limits.responses.wait_release()
 

@@ -99,6 +99,7 @@ class Limits:
                  self.max_open_files, self.requests.limit, self.responses.limit)
         self.refused: dict[str, int] = {}       # reason → connections refused
         self.closed: dict[str, int] = {}        # reason (idle, receive timeout, send timeout) → connections closed
+        self.response_waits: dict[str, int] = {}    # API → requests that waited for room in the response budget
 
     def answer_fits(self, size: int, held: int = 0) -> bool:
         """Whether an answer of about ``size`` bytes may be built now for a connection holding ``held`` bytes of
@@ -125,6 +126,9 @@ class Limits:
                    [({"reason": r}, n) for r, n in sorted(self.refused.items())])
         out.metric("trireme_connections_closed_total", "counter", "Connections closed by a limit, per reason.",
                    [({"reason": r}, n) for r, n in sorted(self.closed.items())])
+        out.metric("trireme_response_memory_waits_total", "counter",
+                   "Requests that waited for room in the response budget (Fetch: records held back), per API.",
+                   [({"api": a}, n) for a, n in sorted(self.response_waits.items())])
         for name, text, value in (
                 ("trireme_connections_limit", "max.connections in effect.", self.admission.max_connections),
                 ("trireme_request_memory_bytes", "Request bytes being received or queued.", self.requests.used),

@@ -54,6 +54,7 @@ def fetch(ctx, request):
     limits = ctx.broker.limits
     if limits.answer_fits(listing):
         return _answer(ctx, request, listing)
+    limits.count(limits.response_waits, "Fetch")
 
     async def wait_for_room():
         # An answer listing so many partitions that its size alone does not fit waits for room, past max_wait if
@@ -79,6 +80,8 @@ def _answer(ctx, request, listing: int):
     held_back = False
     if request.max_wait_ms <= 0 or request.min_bytes <= 0 or _readable(ctx, request):
         size, by_topic, held_back = _fill(ctx, request, response, listing)
+        if held_back:
+            broker.limits.count(broker.limits.response_waits, "Fetch")
         if size >= request.min_bytes or request.max_wait_ms <= 0:
             broker.metrics.count_bytes_out(by_topic)
             return response
