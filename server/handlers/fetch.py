@@ -87,13 +87,15 @@ def _answer(ctx, request, listing: int):
             return response
     deadline = trio.current_time() + request.max_wait_ms / 1000
     budget = broker.limits.responses
+    used_then = budget.used
 
     async def long_poll():
-        nonlocal response, moved, held_back
+        nonlocal response, moved, held_back, used_then
         while True:
             if held_back:                   # records are there, the response budget had no room: wait for room
-                with trio.move_on_at(deadline):
-                    await budget.wait_release()
+                if budget.used >= used_then:    # (none freed since, e.g. by this connection's earlier answers)
+                    with trio.move_on_at(deadline):
+                        await budget.wait_release()
             else:
                 await broker.wait_for_data(deadline, moved)
             moved = broker.data_event()
@@ -103,6 +105,7 @@ def _answer(ctx, request, listing: int):
             await broker.limits.room_for_answer(listing)
             response = ctx.response()
             got, by_topic, held_back = _fill(ctx, request, response, listing)
+            used_then = budget.used
             if got >= request.min_bytes or expired:
                 broker.metrics.count_bytes_out(by_topic)
                 return response
