@@ -35,7 +35,10 @@ if BENCH:
 else:
     BUDGET, ANSWER, BATCH, COUNTS = 8 * MiB, 5 * MiB, 1 * MiB - 200, (100, 300)
 
+# The connection's share above one answer, so the whole-budget cap is what these tests exercise (the last test: the
+# share).
 CONFIG = {"trireme.metrics.listen": "127.0.0.1:0", "trireme.queued.max.response.bytes": BUDGET,
+          "trireme.queued.max.response.bytes.per.connection": 64 * MiB,
           "fetch.max.bytes": max(ANSWER, 1 * MiB), "max.connections.per.ip": 4000, "max.connections": 4000}
 
 
