@@ -155,10 +155,12 @@ def test_a_consumer_is_served_while_the_budget_is_exhausted_and_memory_comes_bac
 BIG = 6 * MiB
 
 
-@pytest.mark.server_config({**CONFIG, "trireme.queued.max.response.bytes": 4 * MiB})
+@pytest.mark.server_config({**CONFIG, "trireme.queued.max.response.bytes": 4 * MiB, "message.max.bytes": 8 * MiB})
 def test_a_batch_larger_than_the_budget_is_served_when_it_is_alone(server):
     """A batch over the whole budget is not cut (never below one batch): it waits until no other answer holds
     budget, then goes out whole; meanwhile its consumer gets empty answers at its max_wait, not a hang."""
+    assert "message.max.bytes=8388608 is over what trireme.queued.max.response.bytes=4194304 leaves to records" \
+        in server.stderr_path.read_text()
     big, small = unique("big"), unique("small")
     with RawConn(server.bootstrap) as c:
         create_topic(c, big, configs={"max.message.bytes": str(8 * MiB)})

@@ -100,6 +100,11 @@ class Limits:
         self.refused: dict[str, int] = {}       # reason → connections refused
         self.closed: dict[str, int] = {}        # reason (idle, receive timeout, send timeout) → connections closed
         self.response_waits: dict[str, int] = {}    # API → requests that waited for room in the response budget
+        if config["message.max.bytes"] > self.responses.limit - self.response_headroom:
+            log.warning("message.max.bytes=%d is over what trireme.queued.max.response.bytes=%d leaves to records "
+                        "(%d): a batch that large is fetched only when no other answer is waiting to be written",
+                        config["message.max.bytes"], self.responses.limit,
+                        self.responses.limit - self.response_headroom)
 
     def answer_fits(self, size: int, held: int = 0) -> bool:
         """Whether an answer of about ``size`` bytes may be built now for a connection holding ``held`` bytes of
