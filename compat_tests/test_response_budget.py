@@ -137,6 +137,7 @@ def test_a_consumer_is_served_while_the_budget_is_exhausted_and_memory_comes_bac
     try:
         add_stuck(server, topic, clients, 50)
         held = metrics(server)
+        holding = rss_kib(pid)
         assert BUDGET - BUDGET // 8 - 2 * BATCH <= held["trireme_response_memory_bytes"], held
         assert held["trireme_response_memory_peak_bytes"] <= BUDGET + BATCH + 64 * 1024, held
         # Answered (a response cut to what fits, or an empty one at its max_wait), never left waiting: the bound
@@ -149,7 +150,17 @@ def test_a_consumer_is_served_while_the_budget_is_exhausted_and_memory_comes_bac
             s.close()
     eventually(lambda: metrics(server)["trireme_response_memory_bytes"] == 0, what="response memory released")
     assert len(consume(server, topic)) >= ANSWER - BATCH       # the whole answer again
-    eventually(lambda: (rss_kib(pid) - baseline) * 1024 <= ALLOWANCE, what="the stuck clients' memory returned")
+    # The memory came back: the allocator may keep freed buffers for reuse rather than give them to the system, so
+    # a second round of stuck clients must fit in what the first one left (no leak), not add to it.
+    clients = []
+    try:
+        add_stuck(server, topic, clients, 50)
+        again = rss_kib(pid)
+        print(f"\nVmRSS baseline {baseline} KiB, first round {holding} KiB, second round {again} KiB")
+        assert (again - holding) * 1024 <= 4 * MiB
+    finally:
+        for s in clients:
+            s.close()
 
 
 BIG = 6 * MiB
