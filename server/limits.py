@@ -7,7 +7,7 @@ Every bound is a broker property (Kafka's name where Kafka has one, see ``server
   responses waiting to be written).  A holder waits for room before it takes more, unless it is
   the only holder, so a frame larger than the budget still completes when nothing else is held.
   The response budget is a hard cap: an answer is built only when it fits (:meth:`Limits.answer_fits`;
-  Fetch cuts its records to the room left), large answers leaving a headroom to small ones.
+  Fetch cuts its records to the room left), records and large answers leaving a headroom to others.
 - :class:`Admission` decides whether an accepted socket may stay: ``max.connections``,
   ``max.connections.per.ip`` (with ``max.connections.per.ip.overrides``), and paces accepting to
   ``max.connection.creation.rate`` per second.
@@ -30,11 +30,12 @@ log = logging.getLogger("trireme.limits")
 
 # Descriptors kept free of connections for the logs, the metrics endpoint and start-up work.
 RESERVED_DESCRIPTORS = 64
-# The response budget's headroom: record bytes and large answers stop 1/HEADROOM_FRACTION short of the limit, which
-# is left to small answers (a consumer's empty fetch, a heartbeat's), so those go on while clients that read
-# nothing hold all the rest.
+# The response budget's headroom: fetched records stop 1/HEADROOM_FRACTION short of the limit, other large answers
+# half of that short, and small answers (a consumer's empty fetch, a heartbeat's) may use it all; so while clients
+# that read nothing hold all the records the budget allows, large requests (a SyncGroup with every assignment) are
+# still handled, and small ones while large answers fill their part too.
 HEADROOM_FRACTION = 8
-SMALL_ANSWER = 64 * 1024        # an answer of at most this many bytes may use the headroom
+SMALL_ANSWER = 64 * 1024        # an answer of at most this many bytes may use the whole headroom
 
 
 def out_of_descriptors(error: BaseException) -> bool:
@@ -107,13 +108,13 @@ class Limits:
                         self.responses.limit - self.response_headroom)
 
     def answer_fits(self, size: int, held: int = 0) -> bool:
-        """Whether an answer of about ``size`` bytes may be built now for a connection holding ``held`` bytes of
-        answers: it fits in the response budget (a large one short of the headroom), or no other connection
-        holds any of it (so one larger than the whole budget still goes out, alone)."""
+        """Whether an answer of about ``size`` bytes (records apart) may be built now for a connection holding
+        ``held`` bytes of answers: it fits in the response budget (a large one short of half the headroom), or no
+        other connection holds any of it (so one larger than the whole budget still goes out, alone)."""
         responses = self.responses
         if responses.used <= held:
             return True
-        bound = responses.limit if size <= SMALL_ANSWER else responses.limit - self.response_headroom
+        bound = responses.limit if size <= SMALL_ANSWER else responses.limit - self.response_headroom // 2
         return responses.used + size <= bound
 
     async def room_for_answer(self, size: int, held: int = 0) -> None:
