@@ -116,7 +116,7 @@ def test_unread_fetch_answers_stay_within_the_budget_however_many_clients(server
                   f"peak {held['trireme_response_memory_peak_bytes'] / MiB:.1f} MiB")
             # Unbounded, each client held one whole answer: count x ANSWER.
             assert held["trireme_response_memory_peak_bytes"] <= BUDGET + BATCH + 64 * 1024, held
-            assert (rss - baseline) * 1024 <= BUDGET + ALLOWANCE, seen
+            assert (rss - baseline) * 1024 <= BUDGET + 16 * MiB + ALLOWANCE, seen
         # The budget is in use (the clients hold what fits, less the eighth left for answers without records).
         assert seen[-1][2] >= BUDGET - BUDGET // 8 - 2 * BATCH, seen
     finally:
@@ -232,10 +232,11 @@ def test_answers_listing_many_partitions_stay_within_the_budget(server):
     1.4 MB request) take a 2.3 MB answer.  Those answers wait for room like records do."""
     frame = encode_request("Fetch", 11, wide_fetch(unique("absent"), 50_000), 1)
     pid = server.proc.pid
+    baseline = rss_kib(pid)
     clients: list[socket.socket] = []
     seen = []
     try:
-        for count in (20, 60):
+        for count in (20, 100):
             for _ in range(count - len(clients)):
                 s = socket.socket()
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -246,12 +247,12 @@ def test_answers_listing_many_partitions_stay_within_the_budget(server):
             held = metrics(server)
             rss = rss_kib(pid)
             seen.append(rss)
-            print(f"\n{count} wide fetches: VmRSS {rss / 1024:.0f} MiB, "
+            print(f"\n{count} wide fetches: VmRSS {rss / 1024:.0f} MiB (baseline {baseline / 1024:.0f} MiB), "
                   f"response memory {held['trireme_response_memory_bytes'] / MiB:.1f} MiB")
-            # Unbounded, each client held one 2.3 MB answer.  (The broker's RSS is also made of the requests
-            # waiting, decoded: those the request budget bounds.)
+            # Unbounded, each client held one 2.3 MB answer (230 MB for 100).  The requests waiting for room are
+            # held as their frames, within the request budget (16 MiB here), not decoded.
             assert held["trireme_response_memory_peak_bytes"] <= BUDGET + 3 * MiB, held
-        assert (seen[1] - seen[0]) * 1024 <= 16 * MiB, seen     # flat: 40 more clients add next to nothing
+            assert (rss - baseline) * 1024 <= BUDGET + 16 * MiB + ALLOWANCE, seen
     finally:
         for s in clients:
             s.close()
@@ -291,12 +292,12 @@ def test_other_answers_that_grow_with_their_request_stay_within_the_budget(serve
         held = metrics(server)
         assert held["trireme_response_memory_peak_bytes"] <= BUDGET + 2 * MiB, held
         assert held['trireme_response_memory_waits_total{api="ListOffsets"}'] >= 1, held
-        # Small requests use the headroom large answers leave: a client's metadata, a consumer's fetch (answered:
-        # its records have no room beside the large answers, so none).
+        # Small requests use the headroom large answers leave: a client's metadata, a consumer's fetch (answered,
+        # with the records that have room, if any).
         with RawConn(server.bootstrap) as c:
             assert api_versions(c).error_code == 0
             assert metadata(c).brokers
-        assert consume(server, topic, max_wait_ms=0) == b""
+        consume(server, topic, max_wait_ms=0)
     finally:
         for s in clients:
             s.close()

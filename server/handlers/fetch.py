@@ -22,8 +22,10 @@ Behaviour / version notes:
   does not fit, the fetch waits (a long poll woken as answers are written) until it does or
   max_wait passes, and then answers with what fits (often nothing, as for a partition with no new
   data).  The first batch may pass the share when the connection holds no other answer, and the
-  whole budget when no answer holds any of it.  Reads are synchronous (pread), so the room is
-  read and taken in one step of the event loop.
+  whole budget when no answer holds any of it.  Records leave an eighth of the budget to other
+  answers (``Limits.response_headroom``).  An answer whose listing alone (every partition named,
+  estimated from the request) does not fit waits for room, past max_wait if need be.  Reads are
+  synchronous (pread), so the room is read and taken in one step of the event loop.
 - CurrentLeaderEpoch (v9+) newer than ours → UNKNOWN_LEADER_EPOCH, older → FENCED_LEADER_EPOCH.
 - Offsets outside [log start, log end] → OFFSET_OUT_OF_RANGE with the current offsets.
 - Records are never decoded here: the response carries the file bytes as read.
@@ -42,7 +44,7 @@ from trireme.state.log import OffsetOutOfRange
 from trireme.wire import error_codes as E
 
 READ_COMMITTED = 1
-LISTED_PARTITION_BYTES = 64    # at least what one partition's entry in an answer takes, records apart (42 in v11)
+LISTED_PARTITION_BYTES = 48    # at least what one partition's entry in an answer takes, records apart (42 in v11)
 LISTED_TOPIC_BYTES = 64        # the same for a topic, besides its name
 
 
