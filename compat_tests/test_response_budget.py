@@ -1,5 +1,6 @@
-"""The broker-wide response budget (trireme.queued.max.response.bytes) as a hard cap on fetched record bytes, against
-a real `trireme serve`: many clients that each send one large Fetch and never read its answer.
+"""The broker-wide response budget (trireme.queued.max.response.bytes) as a hard cap on answers not yet written, against
+a real `trireme serve`: many clients that each send one large Fetch (or one naming many partitions, or a ListOffsets
+naming many) and never read its answer.
 
 Each stuck client holds at most what the budget has room for, so the broker's memory (VmRSS) stays under the
 budget plus a fixed allowance however many clients there are; a consumer on another connection keeps being
