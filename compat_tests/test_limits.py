@@ -176,7 +176,8 @@ def test_unread_pipelined_fetches_are_bounded_and_disconnected(server):
     baseline = rss_kib(pid)
     log = LogWatch(server)
     # 10 clients with a tiny receive buffer pipeline 100 fetches of up to 50 MiB each and read nothing.
-    # Unbounded, ~66 answers of 8 MiB per client were kept; muted, each client holds about one.
+    # Unbounded, ~66 answers of 8 MiB per client were kept; muted, each client holds about one, and all of them
+    # together no more than the 32 MiB budget (the rest of their answers are cut to what fits, or empty).
     abusers = []
     pipelined = b"".join(encode_request("Fetch", 11, fetch_request(topic, 50 * MiB), cid) for cid in range(100))
     for _ in range(10):
@@ -189,21 +190,22 @@ def test_unread_pipelined_fetches_are_bounded_and_disconnected(server):
         except BlockingIOError:
             pass
         abusers.append(s)
-    eventually(lambda: metrics(server)["trireme_response_memory_peak_bytes"] >= 10 * 7 * MiB,
-               what="every abuser holding an answer")
-    # Other clients (a consumer here) are served meanwhile.
+    # (records leave an eighth of the budget to answers without records)
+    eventually(lambda: metrics(server)["trireme_response_memory_bytes"] >= 32 * MiB - 4 * MiB - 2 * MiB,
+               what="the abusers' answers filling the budget")
+    # Other clients (a consumer here) are answered meanwhile (with what fits, here nothing: no wait).
     for _ in range(3):
         _hw, data = fetch(witness, topic, 0)
-        assert len(data) > 0
         time.sleep(0.3)
     held = metrics(server)
-    # Each abuser holds one answer (over its 4 MiB share: no second one is built); about 2.5 GB unbounded.
-    assert held["trireme_response_memory_peak_bytes"] <= 10 * 9 * MiB, held
-    assert rss_kib(pid) - baseline <= (10 * 9 * MiB + 64 * MiB) // 1024
-    # A client that reads nothing for trireme.response.send.timeout.ms is disconnected.
+    # The budget is a hard cap: about 2.5 GB unbounded, 10 x 8 MiB with only the per-connection mute.
+    assert held["trireme_response_memory_peak_bytes"] <= 33 * MiB, held
+    assert rss_kib(pid) - baseline <= (32 * MiB + 64 * MiB) // 1024
+    # A client that reads nothing for trireme.response.send.timeout.ms is disconnected, which frees what it held.
     log.wait_for("read nothing of a response for trireme.response.send.timeout.ms=6000", timeout=30)
-    eventually(lambda: metrics(server)["trireme_response_memory_bytes"] == 0, what="response memory released")
-    assert metrics(server)['trireme_connections_closed_total{reason="send timeout"}'] == 10
+    wait_until(lambda: metrics(server)["trireme_response_memory_bytes"] == 0, timeout=120, interval=0.2,
+               what="response memory released")
+    assert metrics(server)['trireme_connections_closed_total{reason="send timeout"}'] >= 4
     for s in abusers:
         s.close()
     assert_serves(server, topic, b"after")

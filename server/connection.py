@@ -44,6 +44,10 @@ _IOV_MAX = 1024
 EOF_GRACE = 5.0             # seconds answers other than long polls may still take after the client's EOF
 
 _ids = itertools.count(1)
+_NEVER_HELD_BACK = frozenset((dispatch.API_KEYS["Produce"],))   # its answer is small whatever it carries
+# An answer that grows with its request is taken to be up to this many times the request's size (a Fetch or
+# ListOffsets naming many partitions answers 1.3-2.2 times the bytes that name them).
+ANSWER_TO_REQUEST = 2
 
 # Set TRIREME_CAPTURE_DIR to keep the first request and response body of every (API, version,
 # client) seen: how golden vectors are captured from real clients (tools/capture_vectors.md).
@@ -321,6 +325,23 @@ class Connection:
                 return
             await limits.responses.wait_release()
 
+    async def _wait_for_answer_room(self, frame: bytearray) -> None:
+        """The response budget as a hard cap on answers that grow with their request (Fetch, ListOffsets,
+        OffsetFetch, Metadata naming many partitions or topics): such a request is handled once an answer of its
+        size (ANSWER_TO_REQUEST times the request's) fits, and waits as the frame it is (the request budget holds it), not decoded.  Produce is not held
+        back.  Fetch then cuts its records to the room left (handlers/fetch.py)."""
+        try:
+            api_key, _version = headers.peek_api(frame)
+        except CodecError:
+            return                  # _dispatch closes the connection
+        if api_key in _NEVER_HELD_BACK:
+            return
+        limits = self.limits
+        handler = dispatch.HANDLERS.get(api_key)
+        limits.count(limits.response_waits, handler.name if handler is not None else str(api_key))
+        while not limits.answer_fits(ANSWER_TO_REQUEST * len(frame), self.response_bytes):
+            await limits.responses.wait_release()
+
     def _release_request(self, charged: int) -> None:
         self.request_bytes -= charged
         self.limits.requests.release(charged)
@@ -345,6 +366,8 @@ class Connection:
             charged = reader.charged
             self.request_bytes += charged
             try:
+                if not self.limits.answer_fits(ANSWER_TO_REQUEST * len(frame), self.response_bytes):
+                    await self._wait_for_answer_room(frame)
                 item = await self._dispatch(frame, charged, reader.started)
             except BaseException:
                 self._release_request(charged)

@@ -6,6 +6,8 @@ Every bound is a broker property (Kafka's name where Kafka has one, see ``server
 - :class:`ByteBudget` counts bytes held broker-wide (request frames being received or handled,
   responses waiting to be written).  A holder waits for room before it takes more, unless it is
   the only holder, so a frame larger than the budget still completes when nothing else is held.
+  The response budget is a hard cap: an answer is built only when it fits (:meth:`Limits.answer_fits`;
+  Fetch cuts its records to the room left), records and large answers leaving a headroom to others.
 - :class:`Admission` decides whether an accepted socket may stay: ``max.connections``,
   ``max.connections.per.ip`` (with ``max.connections.per.ip.overrides``), and paces accepting to
   ``max.connection.creation.rate`` per second.
@@ -28,6 +30,12 @@ log = logging.getLogger("trireme.limits")
 
 # Descriptors kept free of connections for the logs, the metrics endpoint and start-up work.
 RESERVED_DESCRIPTORS = 64
+# The response budget's headroom: fetched records stop 1/HEADROOM_FRACTION short of the limit, other large answers
+# half of that short, and small answers (a consumer's empty fetch, a heartbeat's) may use it all; so while clients
+# that read nothing hold all the records the budget allows, large requests (a SyncGroup with every assignment) are
+# still handled, and small ones while large answers fill their part too.
+HEADROOM_FRACTION = 8
+SMALL_ANSWER = 64 * 1024        # an answer of at most this many bytes may use the whole headroom
 
 
 def out_of_descriptors(error: BaseException) -> bool:
@@ -76,6 +84,7 @@ class Limits:
     def __init__(self, config):
         self.requests = ByteBudget(config["queued.max.request.bytes"])
         self.responses = ByteBudget(config["trireme.queued.max.response.bytes"])
+        self.response_headroom = self.responses.limit // HEADROOM_FRACTION
         self.request_share = config["trireme.queued.max.request.bytes.per.connection"]
         self.response_share = config["trireme.queued.max.response.bytes.per.connection"]
         self.receive_timeout = config["trireme.request.receive.timeout.ms"] / 1000
@@ -91,6 +100,27 @@ class Limits:
                  self.max_open_files, self.requests.limit, self.responses.limit)
         self.refused: dict[str, int] = {}       # reason → connections refused
         self.closed: dict[str, int] = {}        # reason (idle, receive timeout, send timeout) → connections closed
+        self.response_waits: dict[str, int] = {}    # API → requests that waited for room in the response budget
+        if config["message.max.bytes"] > self.responses.limit - self.response_headroom:
+            log.warning("message.max.bytes=%d is over what trireme.queued.max.response.bytes=%d leaves to records "
+                        "(%d): a batch that large is fetched only when no other answer is waiting to be written",
+                        config["message.max.bytes"], self.responses.limit,
+                        self.responses.limit - self.response_headroom)
+
+    def answer_fits(self, size: int, held: int = 0) -> bool:
+        """Whether an answer of about ``size`` bytes (records apart) may be built now for a connection holding
+        ``held`` bytes of answers: it fits in the response budget (a large one short of half the headroom), or no
+        other connection holds any of it (so one larger than the whole budget still goes out, alone)."""
+        responses = self.responses
+        if responses.used <= held:
+            return True
+        bound = responses.limit if size <= SMALL_ANSWER else responses.limit - self.response_headroom // 2
+        return responses.used + size <= bound
+
+    async def room_for_answer(self, size: int, held: int = 0) -> None:
+        """Wait until :meth:`answer_fits`; as answers are written or their connections close."""
+        while not self.answer_fits(size, held):
+            await self.responses.wait_release()
 
     def count(self, table: dict[str, int], reason: str) -> None:
         table[reason] = table.get(reason, 0) + 1
@@ -102,6 +132,9 @@ class Limits:
                    [({"reason": r}, n) for r, n in sorted(self.refused.items())])
         out.metric("trireme_connections_closed_total", "counter", "Connections closed by a limit, per reason.",
                    [({"reason": r}, n) for r, n in sorted(self.closed.items())])
+        out.metric("trireme_response_memory_waits_total", "counter",
+                   "Requests that waited for room in the response budget (Fetch: records held back), per API.",
+                   [({"api": a}, n) for a, n in sorted(self.response_waits.items())])
         for name, text, value in (
                 ("trireme_connections_limit", "max.connections in effect.", self.admission.max_connections),
                 ("trireme_request_memory_bytes", "Request bytes being received or queued.", self.requests.used),

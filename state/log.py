@@ -906,11 +906,13 @@ class PartitionLog:
 
     # --- reads ---
 
-    def read(self, fetch_offset: int, max_bytes: int, max_offset: int, *, min_one_batch: bool = True) -> bytes:
+    def read(self, fetch_offset: int, max_bytes: int, max_offset: int, *, min_one_batch: bool = True,
+             first_batch_max: int | None = None) -> bytes:
         """Whole batches from the one containing `fetch_offset`, up to `max_bytes`, all based below `max_offset`.
 
         The first batch is returned even if it alone exceeds `max_bytes` (KIP-74), unless
-        `min_one_batch` is false (for partitions after the first non-empty one of a fetch).
+        `min_one_batch` is false (for partitions after the first non-empty one of a fetch) or it
+        exceeds `first_batch_max` (what the broker's response memory has room for): then nothing is.
         """
         self._check_open()
         if fetch_offset < self._log_start or fetch_offset > self.log_end_offset:
@@ -928,7 +930,7 @@ class PartitionLog:
             if seg.base_offset >= max_offset:
                 break
             data, to_segment_end = self._read_segment(seg, offset, remaining, max_offset,
-                                                      first=min_one_batch and not parts)
+                                                      first=min_one_batch and not parts, first_max=first_batch_max)
             if data:
                 parts.append(data)
                 remaining -= len(data)
@@ -942,7 +944,7 @@ class PartitionLog:
         return b"".join(parts)
 
     def _read_segment(self, seg: _Segment, offset: int, max_bytes: int, max_offset: int,
-                      first: bool) -> tuple[bytes, bool]:
+                      first: bool, first_max: int | None = None) -> tuple[bytes, bool]:
         reader = self._reader(seg)
         size = seg.size
         if offset >= seg.next_offset:
@@ -961,7 +963,7 @@ class PartitionLog:
         else:
             end = self._boundary_at_or_before(seg, reader, start, start + max(max_bytes, 0))
             if end == start:
-                if not first:
+                if not first or (first_max is not None and first_size > first_max):
                     return b"", False
                 end = start + first_size
         return reader.read(start, end - start), end == size

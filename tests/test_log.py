@@ -199,6 +199,10 @@ def test_max_bytes_returns_whole_batches_and_kip74(storage):
     assert [h.base_offset for _, h in headers(log.read(7, 0, 10))] == [7]
     assert log.read(7, 10, 10, min_one_batch=False) == b""
     assert [h.base_offset for _, h in headers(log.read(7, size, 10, min_one_batch=False))] == [7]
+    # first_batch_max (the response budget's room): the KIP-74 first batch only if it fits, else nothing
+    assert [h.base_offset for _, h in headers(log.read(7, 10, 10, first_batch_max=size))] == [7]
+    assert log.read(7, 10, 10, first_batch_max=size - 1) == b""
+    assert log.read(7, 0, 10, first_batch_max=0) == b""
 
 
 def test_max_offset_bound(storage):

@@ -15,6 +15,17 @@ Behaviour / version notes:
   those transactions' batches.  An empty read has an empty list; read_uncommitted has none (null).
 - max_bytes bounds the response and partition_max_bytes each partition, except that the first
   batch of the first non-empty partition is returned whole even when larger (KIP-74).
+- The broker-wide response budget (trireme.queued.max.response.bytes, ``Limits.responses``) is a
+  hard cap on the record bytes of all answers not yet written, and a connection's records stop at
+  its share (trireme.queued.max.response.bytes.per.connection), so one slow reader holds at most
+  that: a response is cut to the room left, never below one batch.  When even its first batch
+  does not fit, the fetch waits (a long poll woken as answers are written) until it does or
+  max_wait passes, and then answers with what fits (often nothing, as for a partition with no new
+  data).  The first batch may pass the share when the connection holds no other answer, and the
+  whole budget when no answer holds any of it.  Records leave an eighth of the budget to other
+  answers (``Limits.response_headroom``).  An answer whose listing alone (every partition named,
+  estimated from the request) does not fit waits for room, past max_wait if need be.  Reads are
+  synchronous (pread), so the room is read and taken in one step of the event loop.
 - CurrentLeaderEpoch (v9+) newer than ours → UNKNOWN_LEADER_EPOCH, older → FENCED_LEADER_EPOCH.
 - Offsets outside [log start, log end] → OFFSET_OUT_OF_RANGE with the current offsets.
 - Records are never decoded here: the response carries the file bytes as read.
@@ -33,33 +44,70 @@ from trireme.state.log import OffsetOutOfRange
 from trireme.wire import error_codes as E
 
 READ_COMMITTED = 1
+LISTED_PARTITION_BYTES = 48    # at least what one partition's entry in an answer takes, records apart (42 in v11)
+LISTED_TOPIC_BYTES = 64        # the same for a topic, besides its name
 
 
 @handles("Fetch", 4, 18)
 def fetch(ctx, request):
+    if ctx.api_version >= 7 and request.session_id != 0:
+        return ctx.response(error_code=E.FETCH_SESSION_ID_NOT_FOUND.code)
+    listing = _listing_bytes(request)
+    limits = ctx.broker.limits
+    if limits.answer_fits(listing):
+        return _answer(ctx, request, listing)
+    limits.count(limits.response_waits, "Fetch")
+
+    async def wait_for_room():
+        # An answer listing so many partitions that its size alone does not fit waits for room, past max_wait if
+        # need be (it has to list every partition asked for): until no other answer holds budget, or the client
+        # goes (a poll ends at the client's EOF).
+        await limits.room_for_answer(listing)
+        result = _answer(ctx, request, listing)
+        return await result.wait() if type(result) is Deferred else result
+    return Deferred(wait_for_room, poll=True)
+
+
+def _listing_bytes(request) -> int:
+    """About the bytes of a Fetch answer besides its records: every requested partition is listed."""
+    return sum(LISTED_TOPIC_BYTES + len(t.topic or "") + LISTED_PARTITION_BYTES * len(t.partitions)
+               for t in request.topics)
+
+
+def _answer(ctx, request, listing: int):
+    """The answer now (records there, or no wait), or a long poll (a Deferred) until min_bytes or max_wait."""
     broker = ctx.broker
     response = ctx.response()
-    if ctx.api_version >= 7 and request.session_id != 0:
-        response.error_code = E.FETCH_SESSION_ID_NOT_FOUND.code
-        return response
     moved = broker.data_event()          # taken before reading, so no flush in between is missed
+    held_back = False
     if request.max_wait_ms <= 0 or request.min_bytes <= 0 or _readable(ctx, request):
-        size, by_topic = _fill(ctx, request, response)
+        size, by_topic, held_back = _fill(ctx, request, response, listing)
+        if held_back:
+            broker.limits.count(broker.limits.response_waits, "Fetch")
         if size >= request.min_bytes or request.max_wait_ms <= 0:
             broker.metrics.count_bytes_out(by_topic)
             return response
     deadline = trio.current_time() + request.max_wait_ms / 1000
+    budget = broker.limits.responses
+    used_then = budget.used
 
     async def long_poll():
-        nonlocal response, moved
+        nonlocal response, moved, held_back, used_then
         while True:
-            await broker.wait_for_data(deadline, moved)
+            if held_back:                   # records are there, the response budget had no room: wait for room
+                if budget.used >= used_then:    # (none freed since, e.g. by this connection's earlier answers)
+                    with trio.move_on_at(deadline):
+                        await budget.wait_release()
+            else:
+                await broker.wait_for_data(deadline, moved)
             moved = broker.data_event()
             expired = trio.current_time() >= deadline
-            if not expired and not _readable(ctx, request):
+            if not expired and not held_back and not _readable(ctx, request):
                 continue                    # a high watermark moved, but none of these partitions'
+            await broker.limits.room_for_answer(listing)
             response = ctx.response()
-            got, by_topic = _fill(ctx, request, response)
+            got, by_topic, held_back = _fill(ctx, request, response, listing)
+            used_then = budget.used
             if got >= request.min_bytes or expired:
                 broker.metrics.count_bytes_out(by_topic)
                 return response
@@ -89,9 +137,22 @@ def _readable(ctx, request) -> bool:
     return False
 
 
-def _fill(ctx, request, response) -> tuple[int, dict[str, int]]:
-    """Read every requested partition into ``response`` → the record bytes gathered, in all and per topic."""
+def _fill(ctx, request, response, listing: int) -> tuple[int, dict[str, int], bool]:
+    """Read every requested partition into ``response`` → the record bytes gathered, in all and per topic, and
+    whether records were held back because the response budget had no room for them (``listing``: the answer's
+    bytes besides records)."""
     broker = ctx.broker
+    # Room in the response budget (the answer is encoded and counted in the same step as these reads): records stop
+    # at the room left broker-wide, less the headroom and this answer's listing, and in this connection's share.
+    # The first batch may pass the share when the connection holds no answer, and the whole budget when no answer
+    # holds any (first_max None).
+    limits = broker.limits
+    responses = limits.responses
+    held = ctx.connection.response_bytes if ctx.connection is not None else 0
+    room = min(responses.limit - limits.response_headroom, responses.limit - listing) - responses.used
+    cut_at = min(room, limits.response_share - held - listing)
+    first_max = None if responses.used == 0 else room if held == 0 else cut_at
+    held_back = False
     by_id = ctx.api_version >= 13
     cls = type(response).FetchableTopicResponse
     pcls = cls.PartitionData
@@ -131,15 +192,18 @@ def _fill(ctx, request, response) -> tuple[int, dict[str, int]]:
             if limit <= 0:
                 result.records = b""
                 continue
+            bound = lso if read_committed else hw
             try:
-                data = plog.read(fp.fetch_offset, limit, lso if read_committed else hw,
-                                 min_one_batch=gathered == 0)
+                data = plog.read(fp.fetch_offset, min(limit, cut_at - gathered), bound,
+                                 min_one_batch=gathered == 0, first_batch_max=first_max)
             except OffsetOutOfRange:
                 result.error_code = E.OFFSET_OUT_OF_RANGE.code
                 continue
             except OSError:         # no descriptor to reopen the segment with, or a failing disk: retriable
                 result.error_code = E.KAFKA_STORAGE_ERROR.code
                 continue
+            if not data and gathered == 0 and first_max is not None and fp.fetch_offset < bound:
+                held_back = True    # a first batch was there: only the budget kept it out
             result.records = data
             gathered += len(data)
             if read_committed:
@@ -149,4 +213,4 @@ def _fill(ctx, request, response) -> tuple[int, dict[str, int]]:
                     for a in plog.aborted_txns(fp.fetch_offset, lso)] if data else []
         if gathered > before:
             by_topic[topic.name] = by_topic.get(topic.name, 0) + gathered - before
-    return gathered, by_topic
+    return gathered, by_topic, held_back
