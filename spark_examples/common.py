@@ -89,11 +89,15 @@ def ensure_topics(bootstrap: str, needed: list[NeededTopic], timeout: float = 30
     ``topics: created spark-in (2 partitions), found spark-out (2 partitions)``;
     raises SystemExit with one line when the broker cannot be reached or an
     existing topic has too few partitions.  Returns {topic: partitions}."""
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     def fail(message: str):
         raise SystemExit(f"{os.path.basename(sys.argv[0]) or 'spark_examples'}: {message}")
+
+    try:
+        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka.admin import AdminClient, NewTopic
+    except ImportError:
+        fail("needs confluent-kafka to create or check its topics "
+             "(pip install confluent-kafka==2.16.1, or the spark extra)")
 
     # log_level 0: connection errors come back as the one line below, not as librdkafka's log.
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
