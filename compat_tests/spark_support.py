@@ -124,16 +124,16 @@ def example_argv(spark_env: SparkEnv, script: str, args: list[str]) -> list[str]
 
 
 def run_example(spark_env: SparkEnv, script: str, args: list[str], cwd: Path,
-                expect_rc: int = 0) -> subprocess.CompletedProcess:
+                expect_rc: int = 0, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
     argv = example_argv(spark_env, script, args)
     t0 = time.monotonic()
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, env=spark_env.env,
-                              cwd=str(cwd), timeout=RUN_TIMEOUT)
+                              cwd=str(cwd), timeout=timeout)
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
         err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-        pytest.fail(f"{script} did not finish within {RUN_TIMEOUT}s\n--- stdout ---\n"
+        pytest.fail(f"{script} did not finish within {timeout}s\n--- stdout ---\n"
                     f"{out[-4000:]}\n--- stderr ---\n{err[-6000:]}")
     print(f"{script} {' '.join(args)}: exit {proc.returncode} after {time.monotonic() - t0:.1f}s")
     if proc.returncode != expect_rc:

@@ -25,16 +25,19 @@ pytestmark = requires_connector
 def test_batch_write_read(server, tmp_path):
     """df.write.format("kafka") with key/value/headers/partition columns, then
     spark.read.format("kafka") (read_committed, earliest..latest and a JSON
-    offset range) inside the example; the written records checked here."""
+    offset range) inside the example; the written records checked here.  Run
+    as docs/spark.md shows, on a broker without the topic: the example creates
+    it with --partitions partitions (an auto-created topic has one, and Spark's
+    sink waited 60 s for partitions 1 and 2 and failed)."""
     spark_env = require_spark_env()
-    topic, partitions, count = "spark-batch", 3, 90
-    create_topics(server.bootstrap, [topic], partitions)
+    topic, partitions, count = "spark-batch", 3, 300
     run_id = f"run{uuid.uuid4().hex[:8]}"
 
     proc = run_example(spark_env, "batch_write_read.py",
                        ["--bootstrap", server.bootstrap, "--topic", topic,
                         "--partitions", str(partitions), "--count", str(count), "--run-id", run_id],
                        tmp_path)
+    assert proc.stdout.splitlines()[0] == "topics: created spark-batch (3 partitions)", proc.stdout
     assert "OK" in proc.stdout.splitlines(), proc.stdout
     assert f"{count} from run {run_id}" in proc.stdout
     assert "bounded read of partition 0" in proc.stdout and "skipped" not in proc.stdout
@@ -62,6 +65,46 @@ def test_batch_write_read(server, tmp_path):
                         "--run-id", "never-written", "--skip-write"],
                        tmp_path, expect_rc=1)
     assert "FAILED" in proc.stdout and "MISMATCH" in proc.stderr
+    assert proc.stdout.splitlines()[0] == "topics: found spark-batch (3 partitions)", proc.stdout
+
+
+def test_topics_checked_before_spark_starts(server, tmp_path):
+    """Each example creates the topics it needs, or checks the partition count
+    of existing ones, before Spark starts, and says which in one line; an
+    existing topic with too few partitions ends it with one line on stderr
+    (it used to be a 60 s wait in Spark's sink and a Java stack).  No JVM
+    starts here: the bound is a hang guard."""
+    spark_env = require_spark_env()
+    bound = 60
+
+    # orders_pipeline.py produce on a broker without its topics (produce needs no Spark).
+    args = ["produce", "--bootstrap", server.bootstrap, "--transactions", "2"]
+    proc = run_example(spark_env, "orders_pipeline.py", args, tmp_path, timeout=bound)
+    assert proc.stdout.splitlines()[0] == \
+        "topics: created orders (3 partitions), created order-totals (3 partitions)", proc.stdout
+    proc = run_example(spark_env, "orders_pipeline.py", args, tmp_path, timeout=bound)
+    assert proc.stdout.splitlines()[0] == \
+        "topics: found orders (3 partitions), found order-totals (3 partitions)", proc.stdout
+    assert sorted({r["partition"] for r in consume_all(server.bootstrap, "orders")}) == [0, 1, 2]
+
+    create_topics(server.bootstrap, ["narrow"], 1)
+    create_topics(server.bootstrap, ["wide"], 2)
+    proc = run_example(spark_env, "batch_write_read.py",
+                       ["--bootstrap", server.bootstrap, "--topic", "narrow", "--partitions", "3"],
+                       tmp_path, expect_rc=1, timeout=bound)
+    assert proc.stderr.splitlines() == [
+        "batch_write_read.py: topic narrow exists with 1 partition, fewer than the 3 this example "
+        "needs (rows go to partitions 0..2; see --partitions); delete it or name another topic"], proc.stderr
+    assert proc.stdout == ""
+
+    proc = run_example(spark_env, "streaming_copy.py",
+                       ["--bootstrap", server.bootstrap, "--source", "wide", "--sink", "narrow"],
+                       tmp_path, expect_rc=1, timeout=bound)
+    assert proc.stderr.splitlines() == [
+        "streaming_copy.py: topic narrow exists with 1 partition, fewer than the 2 this example "
+        "needs (each record keeps its partition: as many as wide); delete it or name another "
+        "topic"], proc.stderr
+    assert consume_all(server.bootstrap, "narrow") == []
 
 
 def checkpoint_batches(checkpoint) -> tuple[dict[int, dict[int, int]], set[int]]:
@@ -87,7 +130,7 @@ def test_streaming_copy(server, tmp_path):
     replays)."""
     spark_env = require_spark_env()
     source, sink = "spark-copy-in", "spark-copy-out"
-    create_topics(server.bootstrap, [source, sink], 2)
+    create_topics(server.bootstrap, [source], 2)     # the example creates the sink
     checkpoint = tmp_path / "checkpoint"
     args = ["--bootstrap", server.bootstrap, "--source", source, "--sink", sink,
             "--checkpoint", str(checkpoint), "--max-offsets-per-trigger", "25"]
@@ -107,6 +150,8 @@ def test_streaming_copy(server, tmp_path):
 
     produce(server.bootstrap, source, batch(0, 40))
     proc = run_example(spark_env, "streaming_copy.py", args, tmp_path)
+    assert proc.stdout.splitlines()[0] == \
+        f"topics: found {source} (2 partitions), created {sink} (2 partitions)", proc.stdout
     assert "OK" in proc.stdout.splitlines(), proc.stdout
     assert "copied 40 records" in proc.stdout
     batches = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines()
@@ -168,10 +213,16 @@ def parse_console_batches(stdout: str) -> list[dict[str, int]]:
 
 
 def test_word_count(server, tmp_path):
-    """Streaming aggregation (complete mode, console sink, availableNow)."""
+    """Streaming aggregation (complete mode, console sink, availableNow).  First
+    as docs/spark.md shows, on a broker without the topic: the example creates
+    it and counts nothing (Spark's source used to fail on the missing topic)."""
     spark_env = require_spark_env()
-    topic = "spark-lines"
-    create_topics(server.bootstrap, [topic], 2)
+    topic = "lines"
+    proc = run_example(spark_env, "word_count.py", ["--bootstrap", server.bootstrap, "--topic", topic],
+                       tmp_path)
+    assert proc.stdout.splitlines()[0] == "topics: created lines (2 partitions)", proc.stdout
+    assert f"0 lines read from {topic}" in proc.stdout, proc.stdout
+
     lines = [
         "the quick brown fox",
         "jumps over the lazy dog",
@@ -184,6 +235,7 @@ def test_word_count(server, tmp_path):
 
     proc = run_example(spark_env, "word_count.py",
                        ["--bootstrap", server.bootstrap, "--topic", topic], tmp_path)
+    assert proc.stdout.splitlines()[0] == "topics: found lines (2 partitions)", proc.stdout
     assert f"{len(lines)} lines read from {topic}" in proc.stdout, proc.stdout
     batches = parse_console_batches(proc.stdout)
     assert batches, f"no console output batch:\n{proc.stdout[-4000:]}"

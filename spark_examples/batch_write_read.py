@@ -16,8 +16,9 @@ Prints the counts; exits with status 1 on any mismatch.
     python spark_examples/batch_write_read.py --bootstrap 127.0.0.1:9092 \\
         --topic spark-batch --partitions 3 --count 300
 
-The topic must already have at least --partitions partitions (an auto-created
-topic has ``num.partitions``, 1 by default).
+Before Spark starts, the topic is created with --partitions partitions if it
+does not exist; an existing topic needs at least --partitions partitions (the
+example exits with one line saying so otherwise).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import sys
 import uuid
 from collections import Counter
 
-from common import build_spark, report
+from common import NeededTopic, build_spark, ensure_topics, report
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -36,7 +37,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="Kafka bootstrap servers (default: %(default)s)")
     p.add_argument("--topic", default="spark-batch", help="topic to write and read (default: %(default)s)")
     p.add_argument("--partitions", type=int, default=1,
-                   help="spread rows over partitions 0..N-1 of the topic (default: %(default)s)")
+                   help="spread rows over partitions 0..N-1 of the topic; a missing topic is created "
+                        "with N partitions (default: %(default)s)")
     p.add_argument("--count", type=int, default=100, help="rows to write (default: %(default)s)")
     p.add_argument("--run-id", default=None,
                    help="prefix of this run's keys (default: a random one)")
@@ -60,6 +62,9 @@ def expected_row(run_id: str, i: int, partitions: int) -> tuple:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    ensure_topics(args.bootstrap, [NeededTopic(
+        args.topic, args.partitions, at_least=args.partitions,
+        why=f"rows go to partitions 0..{args.partitions - 1}; see --partitions")])
     spark = build_spark("trireme-batch-write-read")
     from pyspark.sql import functions as F
     from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, StringType,

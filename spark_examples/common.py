@@ -14,12 +14,16 @@ of two ways:
 Only ``build_spark`` imports pyspark, so this module can be imported (and the
 helpers below used) without PySpark installed.  ``follow`` prints a running
 streaming query's progress, one ``PROGRESS {json}`` line per micro-batch.
+``ensure_topics`` creates the topics an example needs (with confluent-kafka's
+AdminClient) before Spark starts, or checks the partition count of those that
+exist, and says which in one ``topics: ...`` line.
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +60,88 @@ def connector_conf(spark_version: str, env: dict[str, str] | None = None) -> dic
     if jars is not None:
         return {"spark.jars": ",".join(jars)}
     return {"spark.jars.packages": connector_package(spark_version)}
+
+
+@dataclass(frozen=True)
+class NeededTopic:
+    """A topic an example reads or writes: created with ``partitions`` partitions
+    when it does not exist; an existing one with fewer than ``at_least`` is
+    refused, and ``why`` (e.g. "rows go to partitions 0..2") says why it needs them.
+    ``like`` names a topic listed before it: this one is then created with
+    that topic's partition count and needs at least as many."""
+    name: str
+    partitions: int = 1
+    at_least: int = 1
+    why: str = ""
+    like: str | None = None
+
+
+def _plural(n: int) -> str:
+    return f"{n} partition{'' if n == 1 else 's'}"
+
+
+def ensure_topics(bootstrap: str, needed: list[NeededTopic], timeout: float = 30.0) -> dict[str, int]:
+    """Creates each needed topic that is missing (CreateTopics, the broker's default
+    replication factor) and checks the partition count of each one that exists,
+    before Spark starts: Spark's sink would otherwise wait for partitions an
+    auto-created topic (``num.partitions``, 1 by default) does not have, and
+    its source fails on a topic that does not exist.  Prints one line, e.g.
+    ``topics: created spark-in (2 partitions), found spark-out (2 partitions)``;
+    raises SystemExit with one line when the broker cannot be reached or an
+    existing topic has too few partitions.  Returns {topic: partitions}."""
+    def fail(message: str):
+        raise SystemExit(f"{os.path.basename(sys.argv[0]) or 'spark_examples'}: {message}")
+
+    try:
+        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka.admin import AdminClient, NewTopic
+    except ImportError:
+        fail("needs confluent-kafka to create or check its topics "
+             "(pip install confluent-kafka==2.16.1, or the spark extra)")
+
+    # log_level 0: connection errors come back as the one line below, not as librdkafka's log.
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+
+    def existing() -> dict[str, int]:
+        # All topics: a Metadata request naming a topic could auto-create it.
+        try:
+            topics = admin.list_topics(timeout=min(timeout, 10.0)).topics
+        except KafkaException as e:
+            fail(f"cannot reach the broker at {bootstrap}: {e.args[0].str() if e.args else e}")
+        return {name: len(t.partitions) for name, t in topics.items() if t.error is None}
+
+    found = existing()
+    counts: dict[str, int] = {}
+    said: list[str] = []
+    for topic in needed:
+        partitions, at_least, why = topic.partitions, topic.at_least, topic.why
+        if topic.like is not None:
+            partitions = at_least = counts[topic.like]
+            why = why or f"as many as {topic.like}"
+        if topic.name not in found:
+            future = admin.create_topics([NewTopic(topic.name, partitions)],
+                                         operation_timeout=timeout)[topic.name]
+            try:
+                future.result(timeout=timeout)
+                counts[topic.name] = partitions
+                said.append(f"created {topic.name} ({_plural(partitions)})")
+                continue
+            except KafkaException as e:
+                err = e.args[0] if e.args else None
+                if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
+                    fail(f"cannot create topic {topic.name} with {_plural(partitions)}: "
+                         f"{err.str() if isinstance(err, KafkaError) else e}")
+                found = existing()      # created meanwhile by someone else: check it below
+        have = found.get(topic.name)
+        if have is None:
+            fail(f"topic {topic.name} is neither listed nor creatable")
+        if have < at_least:
+            fail(f"topic {topic.name} exists with {_plural(have)}, fewer than the {at_least} "
+                 f"this example needs ({why}); delete it or name another topic")
+        counts[topic.name] = have
+        said.append(f"found {topic.name} ({_plural(have)})")
+    print("topics: " + ", ".join(said), flush=True)
+    return counts
 
 
 def build_spark(app_name: str, extra_conf: dict[str, Any] | None = None):

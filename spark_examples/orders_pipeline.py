@@ -41,7 +41,9 @@ Three sub-commands, one per program a user would run:
     python spark_examples/orders_pipeline.py run --bootstrap 127.0.0.1:9092 --available-now
     python spark_examples/orders_pipeline.py check --bootstrap 127.0.0.1:9092
 
-Only ``run`` and ``check`` need PySpark; only ``produce`` needs confluent-kafka.
+Each command first creates the two topics when they do not exist (``--partitions``
+each) and says so in one line.  Only ``run`` and ``check`` need PySpark; every
+command needs confluent-kafka.
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from common import build_spark, follow, report, with_options
+from common import NeededTopic, build_spark, ensure_topics, follow, report, with_options
 
 WINDOW = "1 minute"
 WATERMARK = "10 minutes"        # how late an order may arrive (in event time) and still count
@@ -302,6 +304,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="output topic of window totals (default: %(default)s)")
     p.add_argument("--work-dir", default="orders-pipeline",
                    help="holds checkpoint/ and the Parquet totals/ (default: ./%(default)s)")
+    p.add_argument("--partitions", type=int, default=3,
+                   help="partitions of each topic that does not exist yet and is created "
+                        "(default: %(default)s)")
     g = p.add_argument_group("produce")
     g.add_argument("--producer", default="p1", help="producer name: transactional id orders-<name>")
     g.add_argument("--transactions", type=int, default=20)
@@ -320,11 +325,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--batches-per-run", type=int, default=2,
                    help="with --restarts: micro-batches with input per run before the stop")
     g.add_argument("--check", action="store_true", help="run `check` when the query ends")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.partitions < 1:
+        p.error("--partitions must be positive")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    ensure_topics(args.bootstrap, [NeededTopic(args.orders_topic, args.partitions),
+                                   NeededTopic(args.results_topic, args.partitions)])
     if args.command == "produce":
         orders = produce_orders(args.bootstrap, args.orders_topic, args.producer, args.transactions,
                                 per_transaction=args.per_transaction, abort_every=args.abort_every,

@@ -15,6 +15,10 @@ Spark's kafka sink is at-least-once: a micro-batch that was written but not
 yet committed to the checkpoint when the job died is written again when it
 restarts, so the sink can then hold that batch's records twice.
 
+Before Spark starts, a missing ``--source`` is created with ``--partitions``
+partitions and a missing ``--sink`` with as many as the source has; an existing
+sink with fewer partitions than the source is refused with one line.
+
 Afterwards both topics are read in batch (read_committed) and compared: the
 sink must hold exactly the source's records, upper-cased (so the sink should
 be written by this job only).  Exits with status 1 on a mismatch.
@@ -30,7 +34,7 @@ import sys
 import tempfile
 from collections import Counter
 
-from common import build_spark, follow, report, with_options
+from common import NeededTopic, build_spark, ensure_topics, follow, report, with_options
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -39,6 +43,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="Kafka bootstrap servers (default: %(default)s)")
     p.add_argument("--source", default="spark-in", help="topic to read (default: %(default)s)")
     p.add_argument("--sink", default="spark-out", help="topic to write (default: %(default)s)")
+    p.add_argument("--partitions", type=int, default=2,
+                   help="partitions of --source when it does not exist yet and is created "
+                        "(default: %(default)s)")
     p.add_argument("--checkpoint", default=None,
                    help="checkpoint directory (default: <tmp>/trireme-spark-checkpoints/"
                         "copy-<source>-to-<sink>; reused by later runs)")
@@ -52,6 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.source == args.sink:
         p.error("--source and --sink must differ")
+    if args.partitions < 1:
+        p.error("--partitions must be positive")
     if args.checkpoint is None:
         args.checkpoint = os.path.join(tempfile.gettempdir(), "trireme-spark-checkpoints",
                                        f"copy-{args.source}-to-{args.sink}")
@@ -80,6 +89,10 @@ def read_topic(spark, bootstrap: str, topic: str) -> list[tuple]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    ensure_topics(args.bootstrap, [
+        NeededTopic(args.source, args.partitions),
+        NeededTopic(args.sink, like=args.source,
+                    why=f"each record keeps its partition: as many as {args.source}")])
     spark = build_spark("trireme-streaming-copy")
     from pyspark.sql import functions as F
 
