@@ -11,6 +11,8 @@ request (one partition per request), so that the kill lands where each case need
 """
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 import uuid
@@ -20,6 +22,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from compat_tests.clients import wait_until
 from compat_tests.python_clients import create_topics
+from trireme.wire.codec import message
 
 PARTITIONS = 2
 FAST = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": 300}
@@ -251,3 +254,65 @@ def test_lost_add_partitions_record_aborts_the_orphaned_transaction(server):
         assert end_txn(conn, tid, pid, epoch, True) == E.INVALID_TXN_STATE.code
     assert read_all(server.bootstrap, [topic]) == {}
     assert "never recorded" in server.stderr_tail(200)
+
+
+# --------------------------------------------------------------------------- acknowledged, then killed at once
+
+ADD_ROUNDS = int(os.environ.get("TRIREME_CRASH_ADD_ROUNDS", "3"))
+ADDS_PER_ROUND = 40
+
+
+def kill_now(server) -> None:
+    """SIGKILL the broker this instant (the caller then restarts it with ``server.kill9()``)."""
+    os.kill(server.proc.pid, signal.SIGKILL)
+    server.proc.wait(timeout=10)
+
+
+def describe_transactions(conn, tids: list[str]) -> dict[str, tuple[int, str, set[tuple[str, int]]]]:
+    """DescribeTransactions → {id: (error code, state, partitions in the transaction)}."""
+    from compat_tests.test_bad_input import req
+    r = conn.request("DescribeTransactions", 0, req("DescribeTransactions", transactional_ids=tids))
+    return {s.transactional_id: (s.error_code, s.transaction_state,
+                                 {(t.topic, p) for t in s.topics for p in t.partitions})
+            for s in r.transaction_states}
+
+
+def test_acknowledged_add_partitions_survive_an_immediate_kill(server):
+    """Issue 20 item 4: AddPartitionsToTxn is answered before its record's fsync; a process crash right after the
+    answers must still find every acknowledged add (the record reached the OS before the answer left).  Each round
+    pipelines 40 adds (40 transactional ids, one partition each), reads every answer, SIGKILLs the broker at once,
+    restarts it and describes the transactions.  Before the fix most of the last adds of a round were gone."""
+    from compat_tests.test_bad_input import RawConn, create_topic, unique
+    from compat_tests.test_bad_transactions import init
+
+    add_cls = message("AddPartitionsToTxnRequest").cls
+    lost: list[str] = []
+    for round_ in range(ADD_ROUNDS):
+        with RawConn(server.bootstrap) as conn:
+            topic = unique("acked-add")
+            create_topic(conn, topic, partitions=ADDS_PER_ROUND)
+            ids = []
+            for i in range(ADDS_PER_ROUND):
+                tid = unique(f"add{round_}-{i}")
+                error, pid, epoch = init(conn, tid)
+                assert error == 0
+                ids.append((tid, pid, epoch))
+            cids = [conn.send_request("AddPartitionsToTxn", 3, add_cls(
+                v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+                v3_and_below_topics=[add_cls.AddPartitionsToTxnTopic(name=topic, partitions=[i])]))
+                for i, (tid, pid, epoch) in enumerate(ids)]
+            acknowledged = []
+            for i, cid in enumerate(cids):
+                r = conn.read_response("AddPartitionsToTxn", 3, cid)
+                if r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0:
+                    acknowledged.append((ids[i][0], (topic, i)))
+            kill_now(server)
+        assert len(acknowledged) == ADDS_PER_ROUND
+        server.kill9()
+        with RawConn(server.bootstrap) as conn:
+            described = describe_transactions(conn, [tid for tid, _ in acknowledged])
+        for tid, tp in acknowledged:
+            error, state, partitions = described[tid]
+            if error != 0 or state != "Ongoing" or tp not in partitions:
+                lost.append(f"round {round_}: {tid} {tp}: error {error} state {state} partitions {partitions}")
+    assert not lost, f"{len(lost)} of {ADD_ROUNDS * ADDS_PER_ROUND} acknowledged adds lost:\n" + "\n".join(lost)
