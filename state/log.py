@@ -294,8 +294,8 @@ class PartitionLog:
     partition and flush round instead of one per request); reads of those bytes meanwhile are served
     from memory (`_TailReader`). A batch of WRITE_BEHIND_MAX bytes or more is written at once when
     nothing is pending before it. `write_tails` writes the tails at once, for an answer that goes out
-    before the flush and must survive a process crash. A sealed segment's indexes are persisted only after its data
-    was fsynced, so on open a segment with indexes is known durable; every segment from the
+    before the flush and must survive a process crash. A sealed segment's indexes are persisted only
+    after its data was fsynced, so on open a segment with indexes is known durable; every segment from the
     first one without them is validated batch by batch and truncated at the first bad batch.
 
     Aborted transactions: the broker reports each ABORT marker it appends (`add_aborted_txn`),
