@@ -5,6 +5,9 @@
 across the kill; (d) part-way through writing one transaction's markers.  After each restart every
 committed transaction is fully visible to read_committed, every aborted or timed-out one never is,
 nothing is duplicated, and the group's transactional offsets become visible exactly with the output.
+(e) the instant acknowledged AddPartitionsToTxn answers arrive (nothing acknowledged is lost by a
+process crash); (f) a seeded loop of kills right after acknowledged AddPartitionsToTxn /
+AddOffsetsToTxn / EndTxn answers, through a proxy that kills the broker as it reads the answer.
 
 ``trireme.debug.transaction.marker.delay.ms`` holds the coordinator before each WriteTxnMarkers
 request (one partition per request), so that the kill lands where each case needs it.
