@@ -153,3 +153,18 @@ test-spark: venv
 
 compat: venv clients
 	$(PY) tools/compat.py $(if $(BOOTSTRAP),--bootstrap $(BOOTSTRAP)) $(if $(BOOTSTRAP2),--bootstrap $(BOOTSTRAP2)) $(COMPAT_ARGS)
+
+# ------------------------------------------------------------ crash loop
+# make crash-loop - kill -9 the broker right after acknowledged AddPartitionsToTxn / AddOffsetsToTxn /
+#                   EndTxn answers CRASH_KILLS times (TRIREME_CRASH_SEED varies the kill points), and
+#                   CRASH_ADD_ROUNDS rounds of 40 adds killed the instant they are answered
+
+.PHONY: crash-loop
+
+CRASH_KILLS      ?= 60
+CRASH_ADD_ROUNDS ?= 20
+
+crash-loop: venv
+	TRIREME_CRASH_LOOP_KILLS=$(CRASH_KILLS) TRIREME_CRASH_ADD_ROUNDS=$(CRASH_ADD_ROUNDS) \
+	    $(PY) -m pytest -p no:cacheprovider -n 0 -q -s compat_tests/test_crash_transactions.py \
+	    -k 'crash_loop or acknowledged_add'

@@ -225,6 +225,7 @@ def kill_mid_stream(server, stream: Stream, at_acked: int) -> tuple[int, dict]:
 # --------------------------------------------------------------------------- tests
 
 FLUSH_POLICY = {"log.flush.interval.messages": 5000, "log.flush.interval.ms": 1000}
+NO_FSYNC = {"trireme.fsync.enable": False}
 
 
 @pytest.mark.parametrize("policy", [
@@ -232,6 +233,8 @@ FLUSH_POLICY = {"log.flush.interval.messages": 5000, "log.flush.interval.ms": 10
     # Kafka's flush policy acknowledges after the write: a process crash keeps the page cache, so nothing
     # acknowledged is lost either (a machine crash may lose up to the interval: docs/operations.md).
     pytest.param(FLUSH_POLICY, id="flush-interval", marks=pytest.mark.server_config(FLUSH_POLICY)),
+    # fsync off: every append is written at once (never kept in memory for a flush), so the same holds.
+    pytest.param(NO_FSYNC, id="no-fsync", marks=pytest.mark.server_config(NO_FSYNC)),
 ])
 def test_kill9_acks_all_stream(server, policy):
     """Three SIGKILLs at seeded random points of three streams; after each restart every

@@ -5,12 +5,21 @@
 across the kill; (d) part-way through writing one transaction's markers.  After each restart every
 committed transaction is fully visible to read_committed, every aborted or timed-out one never is,
 nothing is duplicated, and the group's transactional offsets become visible exactly with the output.
+(e) the instant acknowledged AddPartitionsToTxn answers arrive (nothing acknowledged is lost by a
+process crash); (f) a seeded loop of kills right after acknowledged AddPartitionsToTxn /
+AddOffsetsToTxn / EndTxn answers, through a proxy that kills the broker as it reads the answer.
 
 ``trireme.debug.transaction.marker.delay.ms`` holds the coordinator before each WriteTxnMarkers
 request (one partition per request), so that the kill lands where each case needs it.
 """
 from __future__ import annotations
 
+import os
+import itertools
+import random
+import signal
+import socket
+import struct
 import threading
 import time
 import uuid
@@ -20,6 +29,8 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from compat_tests.clients import wait_until
 from compat_tests.python_clients import create_topics
+from trireme.wire import error_codes as E
+from trireme.wire.codec import message
 
 PARTITIONS = 2
 FAST = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": 300}
@@ -251,3 +262,436 @@ def test_lost_add_partitions_record_aborts_the_orphaned_transaction(server):
         assert end_txn(conn, tid, pid, epoch, True) == E.INVALID_TXN_STATE.code
     assert read_all(server.bootstrap, [topic]) == {}
     assert "never recorded" in server.stderr_tail(200)
+
+
+# --------------------------------------------------------------------------- acknowledged, then killed at once
+
+ADD_ROUNDS = int(os.environ.get("TRIREME_CRASH_ADD_ROUNDS", "3"))
+ADDS_PER_ROUND = 40
+
+
+def kill_now(server) -> None:
+    """SIGKILL the broker this instant (the caller then restarts it with ``server.kill9()``)."""
+    os.kill(server.proc.pid, signal.SIGKILL)
+    server.proc.wait(timeout=10)
+
+
+def describe_transactions(conn, tids: list[str]) -> dict[str, tuple[int, str, set[tuple[str, int]]]]:
+    """DescribeTransactions → {id: (error code, state, partitions in the transaction)}."""
+    from compat_tests.test_bad_input import req
+    r = conn.request("DescribeTransactions", 0, req("DescribeTransactions", transactional_ids=tids))
+    return {s.transactional_id: (s.error_code, s.transaction_state,
+                                 {(t.topic, p) for t in s.topics for p in t.partitions})
+            for s in r.transaction_states}
+
+
+FLUSH_POLICY = {"log.flush.interval.messages": 5000, "log.flush.interval.ms": 1000}
+NO_FSYNC = {"trireme.fsync.enable": False}
+
+
+@pytest.mark.parametrize("mode", [
+    pytest.param({}, id="fsync-per-ack"),
+    pytest.param(FLUSH_POLICY, id="flush-interval", marks=pytest.mark.server_config(FLUSH_POLICY)),
+    pytest.param(NO_FSYNC, id="no-fsync", marks=pytest.mark.server_config(NO_FSYNC)),
+])
+def test_acknowledged_add_partitions_survive_an_immediate_kill(server, mode):
+    """Issue 20 item 4: AddPartitionsToTxn is answered before its record's fsync; a process crash right after the
+    answers must still find every acknowledged add (the record reached the OS before the answer left).  Each round
+    pipelines 40 adds (40 transactional ids, one partition each), reads every answer, SIGKILLs the broker at once,
+    restarts it and describes the transactions.  Before the fix most of the last adds of a round were gone (with
+    fsync per acknowledgement; with Kafka's flush policy or fsync off every append is written at once)."""
+    from compat_tests.test_bad_input import RawConn, create_topic, unique
+    from compat_tests.test_bad_transactions import init
+
+    add_cls = message("AddPartitionsToTxnRequest").cls
+    lost: list[str] = []
+    for round_ in range(ADD_ROUNDS):
+        with RawConn(server.bootstrap) as conn:
+            topic = unique("acked-add")
+            create_topic(conn, topic, partitions=ADDS_PER_ROUND)
+            ids = []
+            for i in range(ADDS_PER_ROUND):
+                tid = unique(f"add{round_}-{i}")
+                error, pid, epoch = init(conn, tid)
+                assert error == 0
+                ids.append((tid, pid, epoch))
+            cids = [conn.send_request("AddPartitionsToTxn", 3, add_cls(
+                v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+                v3_and_below_topics=[add_cls.AddPartitionsToTxnTopic(name=topic, partitions=[i])]))
+                for i, (tid, pid, epoch) in enumerate(ids)]
+            acknowledged = []
+            for i, cid in enumerate(cids):
+                r = conn.read_response("AddPartitionsToTxn", 3, cid)
+                if r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0:
+                    acknowledged.append((ids[i][0], (topic, i)))
+            kill_now(server)
+        assert len(acknowledged) == ADDS_PER_ROUND
+        server.kill9()
+        with RawConn(server.bootstrap) as conn:
+            described = describe_transactions(conn, [tid for tid, _ in acknowledged])
+        for tid, tp in acknowledged:
+            error, state, partitions = described[tid]
+            if error != 0 or state != "Ongoing" or tp not in partitions:
+                lost.append(f"round {round_}: {tid} {tp}: error {error} state {state} partitions {partitions}")
+    assert not lost, f"{len(lost)} of {ADD_ROUNDS * ADDS_PER_ROUND} acknowledged adds lost:\n" + "\n".join(lost)
+
+
+# --------------------------------------------------------------------------- the crash loop
+
+CRASH_LOOP_KILLS = int(os.environ.get("TRIREME_CRASH_LOOP_KILLS", "6"))
+CRASH_LOOP_SEED = int(os.environ.get("TRIREME_CRASH_SEED", "7331"))
+KILL_AFTER = ("AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn")
+
+
+def _recv_frame(stream) -> bytes | None:
+    """One size-prefixed frame, size included, from a socket's buffered reader; None at EOF."""
+    head = stream.read(4)
+    if len(head) < 4:
+        return None
+    size = struct.unpack(">i", head)[0]
+    payload = stream.read(size)
+    return head + payload if len(payload) == size else None
+
+
+def _acknowledged(api: str, response) -> bool:
+    """Whether ``response`` acknowledges the state change its request asked for."""
+    if api == "AddPartitionsToTxn":
+        return all(p.partition_error_code == 0 for t in response.results_by_topic_v3_and_below
+                   for p in t.results_by_partition)
+    return response.error_code == 0
+
+
+class KillingProxy:
+    """A TCP proxy in front of the broker, which advertises it (so every client connection goes through it).  Armed
+    with an API, it lets ``skip`` acknowledged answers of that API pass, then SIGKILLs the broker the moment it has
+    read the next one from the broker — then passes that answer on: the broker dies right after it acknowledged.
+    Paused (``running`` clear), it holds new client connections until it runs again (the broker is being restarted
+    and checked)."""
+
+    def __init__(self, server):
+        from compat_tests.test_bad_input import API_KEYS
+        self.server = server
+        self.names = {key: name for name, key in API_KEYS.items()}
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.lock = threading.Lock()
+        self.armed: tuple[str, int] | None = None
+        self.killed = threading.Event()
+        self.kill_info: tuple[str, object] | None = None      # (API, the acknowledged request)
+        self.running = threading.Event()
+        self.running.set()
+        self.sockets: set[socket.socket] = set()
+        self.trace: list[str] = []          # what went through, for a failure's message
+        self._links = itertools.count(1)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def note(self, text: str) -> None:
+        self.trace.append(f"{time.monotonic():.3f} {text}")
+
+    def recent(self, n: int = 40) -> str:
+        return "\n".join(self.trace[-n:])
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def arm(self, api: str, skip: int) -> None:
+        with self.lock:
+            self.killed.clear()
+            self.kill_info = None
+            self.armed = (api, skip)
+
+    def close(self) -> None:
+        self.listener.close()
+        with self.lock:
+            for s in list(self.sockets):
+                s.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._link, args=(client,), daemon=True).start()
+
+    def _link(self, client: socket.socket) -> None:
+        """Connect a client to the broker (once not paused) and pass frames both ways."""
+        self.running.wait()
+        try:
+            upstream = socket.create_connection((self.server.host, self.server.port), timeout=5)
+            upstream.settimeout(None)
+            for s in (client, upstream):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError as e:
+            self.note(f"could not link a client: {e!r}")
+            client.close()
+            return
+        with self.lock:
+            self.sockets |= {client, upstream}
+        inflight: dict[int, tuple[int, int, bytes]] = {}
+        link = next(self._links)
+        self.note(f"link {link} open")
+        threading.Thread(target=self._requests, args=(link, client, upstream, inflight), daemon=True).start()
+        self._answers(link, client, upstream, inflight)
+
+    def _end(self, *socks) -> None:
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+            with self.lock:
+                self.sockets.discard(s)
+
+    def _requests(self, link, client, upstream, inflight) -> None:
+        try:
+            stream = client.makefile("rb")
+            while (frame := _recv_frame(stream)) is not None:
+                api_key, version, cid = struct.unpack_from(">hhi", frame, 4)
+                inflight[cid] = (api_key, version, frame[4:])
+                self.note(f"link {link} -> {self.names.get(api_key)} v{version} #{cid}")
+                upstream.sendall(frame)
+        except OSError:
+            pass
+        self.note(f"link {link} client side ended")
+        self._end(client, upstream)
+
+    def _answers(self, link, client, upstream, inflight) -> None:
+        from compat_tests.test_bad_input import decode_response
+        from trireme.wire import headers
+        try:
+            stream = upstream.makefile("rb")
+            while (frame := _recv_frame(stream)) is not None:
+                cid = struct.unpack_from(">i", frame, 4)[0]
+                api_key, version, request = inflight.pop(cid)
+                api = self.names.get(api_key)
+                self.note(f"link {link} <- {api} #{cid}")
+                with self.lock:
+                    armed = self.armed is not None and self.armed[0] == api
+                if armed and _acknowledged(api, decode_response(api, version, frame[4:])[1]):
+                    with self.lock:
+                        name, skip = self.armed
+                        if skip:
+                            self.armed = (name, skip - 1)
+                        else:
+                            os.kill(self.server.proc.pid, signal.SIGKILL)      # right after the acknowledgement
+                            self.running.clear()        # clients wait for the restart rather than being refused
+                            self.armed = None
+                            codec = message(api + "Request")
+                            header = headers.decode_request_header(request, codec.is_flexible(version))
+                            self.kill_info = (api, codec.decode(memoryview(request), version, header.size)[0])
+                            self.killed.set()
+                            self.note(f"link {link} killed the broker after {api} #{cid}")
+                client.sendall(frame)
+        except OSError:
+            pass
+        self.note(f"link {link} broker side ended")
+        self._end(client, upstream)
+
+
+def _check_acknowledged(bootstrap: str, api: str, request) -> None:
+    """After the restart: the state change the broker acknowledged just before it was killed is there."""
+    from compat_tests.test_bad_input import RawConn
+    with RawConn(bootstrap) as conn:
+        if api == "EndTxn":
+            tid = request.transactional_id
+            result = "Commit" if request.committed else "Abort"
+            error, state, _ = describe_transactions(conn, [tid])[tid]
+            assert error == 0 and state in ("Prepare" + result, "Complete" + result), (api, tid, state)
+            wait_until(lambda: describe_transactions(conn, [tid])[tid][1] == "Complete" + result, timeout=30,
+                       what=f"{tid}'s prepared {result.lower()} to complete")
+            return
+        if api == "AddPartitionsToTxn":
+            tid = request.v3_and_below_transactional_id
+            want = {(t.name, p) for t in request.v3_and_below_topics for p in t.partitions}
+        else:
+            tid = request.transactional_id
+            want = {("__consumer_offsets", 0)}
+        error, state, partitions = describe_transactions(conn, [tid])[tid]
+        assert error == 0 and state == "Ongoing" and want <= partitions, \
+            f"acknowledged {api} of {tid} for {sorted(want)} lost: state {state}, partitions {sorted(partitions)}"
+
+
+RETRIABLE = {E.COORDINATOR_NOT_AVAILABLE.code, E.NOT_COORDINATOR.code, E.CONCURRENT_TRANSACTIONS.code,
+             E.COORDINATOR_LOAD_IN_PROGRESS.code}
+
+
+def _raw_until_settled(bootstrap: str, call) -> int:
+    """``call(conn)`` → error code, on a new connection, again while the answer is retriable or the connection breaks
+    (the broker restarting), as a client would; → the final error code."""
+    from compat_tests.test_bad_input import Closed, RawConn
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with RawConn(bootstrap) as conn:
+                error = call(conn)
+        except (Closed, OSError):
+            error = None
+        if error is not None and error not in RETRIABLE or time.monotonic() > deadline:
+            return error
+        time.sleep(0.1)
+
+
+class RawOffsetsClient:
+    """A transactional client in raw frames that commits a group's offsets in transactions (AddOffsetsToTxn,
+    TxnOffsetCommit, EndTxn), for the kills after AddOffsetsToTxn: librdkafka's send_offsets_to_transaction can hang
+    for good when its coordinator restarts under it (librdkafka issues 5456 and 5511; the broker holds no request of
+    it then), which no broker can help."""
+
+    def __init__(self, bootstrap: str, group: str, source: str):
+        from compat_tests.test_bad_transactions import init
+        self.bootstrap, self.group, self.source = bootstrap, group, source
+        self.tid = "offsets-" + uuid.uuid4().hex[:6]
+        results = []
+        assert _raw_until_settled(bootstrap, lambda c: results.append(init(c, self.tid)) or results[-1][0]) == 0
+        _, self.pid, self.epoch = results[-1]
+        self.committed = -1
+
+    def add_offsets(self, conn) -> int:
+        from compat_tests.test_bad_input import req
+        return conn.request("AddOffsetsToTxn", 0, req(
+            "AddOffsetsToTxn", transactional_id=self.tid, producer_id=self.pid, producer_epoch=self.epoch,
+            group_id=self.group)).error_code
+
+    def finish(self, offset: int) -> None:
+        """TxnOffsetCommit of ``offset`` and EndTxn(commit), each retried across a restart as a client would."""
+        from compat_tests.test_bad_transactions import end_txn
+        cls = message("TxnOffsetCommitRequest").cls
+        tcls = cls.TxnOffsetCommitRequestTopic
+
+        def commit_offset(conn) -> int:
+            r = conn.request("TxnOffsetCommit", 3, cls(
+                transactional_id=self.tid, group_id=self.group, producer_id=self.pid, producer_epoch=self.epoch,
+                generation_id=-1, member_id="", group_instance_id=None, topics=[tcls(name=self.source, partitions=[
+                    tcls.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=offset,
+                                                         committed_metadata="")])]))
+            return r.topics[0].partitions[0].error_code
+        assert _raw_until_settled(self.bootstrap, commit_offset) == 0
+        assert _raw_until_settled(self.bootstrap, lambda c: end_txn(c, self.tid, self.pid, self.epoch, True)) == 0
+        self.committed = offset
+
+
+@pytest.mark.server_config({"transaction.max.timeout.ms": 120000})
+def test_crash_loop_kill_right_after_acknowledged_transaction_answers(server):
+    """Issue 20's crash test: the broker is SIGKILLed right after it sent an acknowledged AddPartitionsToTxn,
+    AddOffsetsToTxn or EndTxn answer (seeded choice of API and occurrence; TRIREME_CRASH_LOOP_KILLS kills, `make
+    crash-loop` runs many), while a confluent-kafka transactional producer runs transactions (AddPartitionsToTxn,
+    Produce, EndTxn; one in five aborted) and a raw-frame client commits a group's offsets in transactions.  After
+    each restart the acknowledged change is there (the adds, the prepared result completed); the producer carries on
+    without a fatal error; at the end read_committed holds exactly the transactions whose commit returned, once each,
+    and the group's offset is the last one committed."""
+    rng = random.Random(f"{CRASH_LOOP_SEED}:crash-loop")
+    proxy = KillingProxy(server)
+    try:
+        server.extra_args += ["--advertised", proxy.bootstrap]
+        server.restart()
+        topics = make_topics(server.bootstrap, 1)
+        group = "crash-loop-" + uuid.uuid4().hex[:6]
+        offsets = RawOffsetsClient(proxy.bootstrap, group, "input-" + group)
+        p = producer(proxy.bootstrap, "loop-" + uuid.uuid4().hex[:6],
+                     **{"transaction.timeout.ms": 60000, "message.timeout.ms": 60000})
+        outcome: dict[int, bool] = {}
+        stop = threading.Event()
+        errors: list[str] = []
+        phase = ["starting"]
+
+        def retrying(call):
+            while True:
+                try:
+                    return call()
+                except KafkaException as e:
+                    if not e.args[0].retriable() or e.args[0].txn_requires_abort() or stop.is_set():
+                        raise
+                    phase[0] += f" (retrying after {e.args[0].name()})"
+
+        def loop() -> None:
+            try:
+                transactions()
+            except BaseException as e:          # reported by the main thread
+                errors.append(f"{phase[0]}: {e!r}")
+
+        def transactions() -> None:
+            txn = 0
+            while not stop.is_set() and txn < 5000:
+                txn += 1
+                commit = txn % 5 != 0
+                try:
+                    phase[0] = f"transaction {txn}: produce"
+                    p.begin_transaction()
+                    for t, part, k in keys(txn, topics, 2):
+                        p.produce(t, key=k, value=b"v", partition=part)
+                    phase[0] = f"transaction {txn}: {'commit' if commit else 'abort'}_transaction"
+                    if commit:
+                        retrying(lambda: p.commit_transaction(60))
+                    else:
+                        retrying(lambda: p.abort_transaction(60))
+                    outcome[txn] = commit
+                except KafkaException as e:
+                    err = e.args[0]
+                    if err.fatal() or not err.txn_requires_abort():
+                        errors.append(f"transaction {txn}: {err.name()} {err.str()} (fatal={err.fatal()})")
+                        return
+                    try:
+                        retrying(lambda: p.abort_transaction(60))
+                    except KafkaException as abort_error:
+                        errors.append(f"abort of transaction {txn}: {abort_error.args[0]}")
+                        return
+                    outcome[txn] = False
+
+        def load() -> None:
+            """Keep the broker's flusher busy, as other producers would: acks=all records in a stream."""
+            stream = Producer({"bootstrap.servers": proxy.bootstrap, "linger.ms": 0, "acks": "all",
+                               "message.timeout.ms": 300000, **FAST_RECONNECT})
+            while not stop.is_set():
+                try:
+                    stream.produce(load_topic, b"x" * 100)
+                except BufferError:
+                    pass
+                stream.poll(0.001)
+            stream.flush(30)
+
+        load_topic = make_topics(server.bootstrap, 1)[0]
+        threads = [threading.Thread(target=loop, daemon=True), threading.Thread(target=load, daemon=True)]
+        for thread in threads:
+            thread.start()
+        kills: list[str] = []
+        for kill in range(CRASH_LOOP_KILLS):
+            api, skip = rng.choice(KILL_AFTER), rng.randrange(3)
+            before = sum(outcome.values())
+            if api == "AddOffsetsToTxn":
+                proxy.arm(api, 0)
+                assert _raw_until_settled(proxy.bootstrap, offsets.add_offsets) == 0
+            else:
+                proxy.arm(api, skip)
+            wait_until(lambda: proxy.killed.is_set() or errors, timeout=90, what=f"an acknowledged {api} to kill after")
+            assert not errors, errors
+            server.kill9()
+            _check_acknowledged(server.bootstrap, *proxy.kill_info)
+            kills.append(api)
+            proxy.running.set()
+            if api == "AddOffsetsToTxn":
+                offsets.finish(kill)
+            try:
+                wait_until(lambda: sum(outcome.values()) > before + 1 or errors, timeout=120,
+                           what="committed transactions after the restart")
+            except AssertionError as e:
+                raise AssertionError(f"{e} (kill {len(kills)}, after {api}; the producer is at {phase[0]}); "
+                                     f"through the proxy lately:\n{proxy.recent()}") from None
+            assert not errors, errors
+        stop.set()
+        for thread in threads:
+            thread.join(180)
+            assert not thread.is_alive(), "a producer did not finish"
+        assert not errors, errors
+        assert read_all(server.bootstrap, topics) == {k: 1 for txn, ok in outcome.items() if ok
+                                                     for _, _, k in keys(txn, topics, 2)}
+        if offsets.committed >= 0:
+            assert committed_offsets(server.bootstrap, group, [(offsets.source, 0)]) == \
+                {(offsets.source, 0): offsets.committed}
+        print(f"crash loop: {len(kills)} kills ({', '.join(f'{a} x{kills.count(a)}' for a in KILL_AFTER)}), "
+              f"{sum(outcome.values())} transactions committed, {list(outcome.values()).count(False)} aborted")
+    finally:
+        proxy.running.set()
+        proxy.close()

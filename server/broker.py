@@ -460,6 +460,19 @@ class Broker:
         self._dirty.add(partition)
         self._dirty_event.set()
 
+    def write_appended(self, partition: Partition) -> bool:
+        """Hand everything appended to ``partition`` to the OS now, without waiting for the flusher or an fsync
+        (write-behind keeps small appends in memory until the flusher's round): → whether it was written, so that a
+        crash of the process can no longer lose it (a power loss still can).  For an answer sent before the fsync.
+        A failed write stays pending: the flush writes it again, and fails with it if it fails again."""
+        if partition.storage_error:
+            return False
+        try:
+            partition.log.write_tails()
+        except OSError:
+            return False                    # the flush meets it again and reports it
+        return True
+
     def storage_failed(self, partition: Partition, error: BaseException) -> None:
         """A write or fsync failed: the partition goes offline until restart (Kafka's offline log dir).  Not for
         want of descriptors: nothing was written then, and the partition works again once some are free.  Not

@@ -40,6 +40,7 @@ class Durability(Protocol):
     """The part of the broker a runtime needs: group commit of appended data."""
 
     def appended(self, partition) -> None: ...
+    def write_appended(self, partition) -> bool: ...
     async def wait_durable(self, partition, offset: int) -> bool: ...
     def storage_failed(self, partition, error: BaseException) -> None: ...
 
@@ -216,6 +217,12 @@ class CoordinatorRuntime:
             heapq.heappush(self._heap, (deadline, next(self._heap_seq), key))
         if effects.timers:
             self._timers_changed.set()
+
+    def written(self, staged) -> bool:
+        """Write the staged records to the OS now (no fsync) → whether they were written: what an answer sent
+        before :meth:`complete` needs, so that a crash of the process cannot take back what it acknowledged."""
+        target, failed = staged
+        return not failed and (target is None or self.durability.write_appended(self.partition))
 
     async def complete(self, staged) -> bool:
         """Wait until the staged records are durable and replay them in log order; → whether they are durable."""

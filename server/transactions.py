@@ -100,11 +100,12 @@ class TransactionService(CoordinatorRuntime):
 
     async def run_operation(self, outcome: TxnOutcome, *, answer_when_staged: bool = False) -> TxnOutcome:
         """Make an outcome's records durable and replayed, then start its markers; → the outcome to answer.
-        ``answer_when_staged``: answer once the records are staged and make them durable in the background."""
+        ``answer_when_staged``: answer once the records are staged and written to the OS (a process crash keeps
+        them; a power loss may not) and make them durable in the background."""
         if outcome.records:
             staged = self.stage(outcome.effects)
             self._signal_change()            # an operation waiting on this id may build on what was staged
-            if answer_when_staged and self.start_soon(self._make_durable, outcome, staged):
+            if answer_when_staged and self.written(staged) and self.start_soon(self._make_durable, outcome, staged):
                 return outcome
             durable = await self._make_durable(outcome, staged)
             if not durable:

@@ -293,8 +293,9 @@ class PartitionLog:
     writes everything appended since the last flush with one `pwritev` per segment (one system call per
     partition and flush round instead of one per request); reads of those bytes meanwhile are served
     from memory (`_TailReader`). A batch of WRITE_BEHIND_MAX bytes or more is written at once when
-    nothing is pending before it. A sealed segment's indexes are persisted only after its data
-    was fsynced, so on open a segment with indexes is known durable; every segment from the
+    nothing is pending before it. `write_tails` writes the tails at once, for an answer that goes out
+    before the flush and must survive a process crash. A sealed segment's indexes are persisted only
+    after its data was fsynced, so on open a segment with indexes is known durable; every segment from the
     first one without them is validated batch by batch and truncated at the first bad batch.
 
     Aborted transactions: the broker reports each ABORT marker it appends (`add_aborted_txn`),
@@ -828,6 +829,20 @@ class PartitionLog:
                 seg.tail = []
                 seg.tail_start = seg.size
         return None
+
+    def write_tails(self) -> None:
+        """Hand every write-behind tail to the OS now, without fsync (owning thread): what was appended then
+        survives a crash of the process (the page cache keeps it), though not a power loss.  For an answer given
+        before the flush.  Raises the OSError that stopped it (that tail and later ones stay for the flush)."""
+        pending = []
+        for seg in reversed(self._segments):
+            if seg.next_offset <= self._hw:
+                break
+            if seg.tail:
+                pending.append((seg, seg.handle))
+        error = self._write_tails(pending[::-1])
+        if error is not None:
+            raise error
 
     def flush(self, target: int) -> None:
         """Make everything below `target` durable (blocking; safe in a worker thread). Raises OSError."""

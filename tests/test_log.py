@@ -1369,6 +1369,21 @@ def test_write_behind_writes_at_the_flush_and_reads_from_memory_meanwhile(storag
 
 
 @pytest.mark.parametrize("write_mode", [True], indirect=True, ids=["write-behind"])
+def test_write_tails_hands_the_tails_to_the_os_before_the_flush(storage, write_mode):
+    log = open_log(storage, segment_bytes=1_500)
+    vals = fill(log, 12)                            # several segments, each with a tail
+    log.write_tails()
+    assert _segment_file_bytes(storage, log) == log.size_bytes     # written, not yet fsynced
+    assert log.high_watermark == 0
+    assert values_of(read_all(log)) == vals
+    vals += fill(log, 2)
+    log.sync()                                      # writes only the two appended since, once
+    assert _segment_file_bytes(storage, log) == log.size_bytes
+    log.close()
+    assert values_of(read_all(open_log(storage, segment_bytes=1_500))) == vals
+
+
+@pytest.mark.parametrize("write_mode", [True], indirect=True, ids=["write-behind"])
 def test_write_behind_failed_write_is_retried_by_the_next_flush_without_duplicates(write_mode):
     storage = MemoryStorage()
     log = open_log(storage)
