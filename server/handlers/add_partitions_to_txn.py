@@ -18,11 +18,11 @@ Behaviour / version notes:
   A client adds the offsets partition with AddOffsetsToTxn; the broker form (v4+) adds it for
   TxnOffsetCommit v5.
 - Adding partitions starts the transaction (Empty/Complete → Ongoing, the start time is set).
-- Answered once the record is staged, not once it is durable (data partitions; the offsets
-  partition of TxnOffsetCommit v5 waits): produce verification accepts a staged add, the
-  producer's Produce waits for its own fsync, and at start-up a transaction whose data survived a
-  crash but whose add did not is aborted (TransactionService.abort_orphans).  One fsync less on
-  every transaction's critical path.
+- Answered once the record is staged and written to the OS (a process crash keeps it), not once
+  it is fsynced (data partitions; the offsets partition of TxnOffsetCommit v5 waits): produce
+  verification accepts a staged add, the producer's Produce waits for its own fsync, and at
+  start-up a transaction whose data survived a power loss but whose add did not is aborted
+  (TransactionService.abort_orphans).  One fsync less on every transaction's critical path.
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
