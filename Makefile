@@ -43,7 +43,7 @@ JS_STAMP      := $(JS_DIR)/node_modules/.trireme-installed
 
 # Modules the test suite imports; used to accept an already-complete venv
 # when pip cannot reach the index (offline re-runs).
-VENV_IMPORTS := trio, crc32c, cramjam, kafka, pytest, xdist, pytest_timeout, hypothesis, confluent_kafka, aiokafka, lz4, zstandard, snappy, trireme.server
+VENV_IMPORTS := trio, re2, crc32c, cramjam, kafka, pytest, xdist, pytest_timeout, hypothesis, confluent_kafka, aiokafka, lz4, zstandard, snappy, trireme.server
 
 .PHONY: venv clients sysdeps java-clients js-clients serve test test-spark spark-venv compat clean-clients
 
