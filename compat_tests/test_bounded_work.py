@@ -76,3 +76,28 @@ def test_refused_patterns_answer_invalid_regular_expression(module_server, patte
     time.sleep(0.2)
     text = log.text()
     assert "Error parsing" not in text and "re2.cc" not in text, text[-2000:]   # RE2's own stderr logging is off
+
+
+# --------------------------------------------------------------------------- strings over 32,767 bytes
+
+@pytest.mark.parametrize("length", [32768, 40000])
+def test_overlong_transactional_id_closes_the_connection(module_server, length):
+    """A flexible request can carry a compact string longer than 32,767 bytes; Kafka's generated reader refuses it
+    ("string field transactionalId had invalid length") and the broker closes the connection.  It used to reach
+    the transaction log's encoder and raise there, once per request."""
+    log = LogWatch(module_server)
+    tid = "t" * length
+    with RawConn(module_server.bootstrap) as conn:
+        conn.send_request("InitProducerId", 4, req("InitProducerId", transactional_id=tid, transaction_timeout_ms=60000,
+                                                   producer_id=-1, producer_epoch=-1))
+        conn.expect_closed()
+    line = log.wait_for("closing connection:", "malformed InitProducerId v4 request")
+    assert f"string of {length} bytes is over the 32767-byte limit" in line, line
+    with RawConn(module_server.bootstrap) as witness:
+        assert_healthy(module_server, witness)
+        # The longest id Kafka reads still works, and nothing of the refused one was stored.
+        longest = unique("t").ljust(32767, "t")
+        assert init(witness, longest)[0] == 0
+        listed = list_transactions(witness, "t.*")[1]
+        assert longest in listed and max(map(len, listed)) == 32767
+    assert "Traceback" not in log.text(), log.text()[-4000:]
