@@ -6,13 +6,20 @@ bounds on other client-given patterns, counts and sizes the audit of issue 20 fo
 """
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
-from compat_tests.test_bad_input import LogWatch, RawConn, api_versions, assert_healthy, metadata, req, unique
+from compat_tests.test_bad_input import (LogWatch, RawConn, api_versions, assert_healthy, create_topic, metadata,
+                                        produce, batch, req, unique)
 from compat_tests.test_bad_transactions import init
 from trireme.wire import error_codes as E
+from trireme.wire.codec import message
 
 pytestmark = pytest.mark.trireme_only("RE2's bounds and the broker's log")
 
@@ -66,7 +73,6 @@ def test_pattern_semantics_are_re2_full_match(module_server):
     r"[",                    # syntax
     "a{1001}",               # RE2's repetition limit
     "(?s)(" + "|".join(f".*{x}.{{999}}{y}" for x in "abcd" for y in "abcd") + ")x",   # program over 1 MiB
-    "a" * 32768,             # longer than any transactional id
 ])
 def test_refused_patterns_answer_invalid_regular_expression(module_server, pattern):
     log = LogWatch(module_server)
@@ -101,3 +107,76 @@ def test_overlong_transactional_id_closes_the_connection(module_server, length):
         listed = list_transactions(witness, "t.*")[1]
         assert longest in listed and max(map(len, listed)) == 32767
     assert "Traceback" not in log.text(), log.text()[-4000:]
+
+
+# --------------------------------------------------------------------------- auto-creation on a full disk
+
+@pytest.fixture
+def full_disk_server(request):
+    """A broker whose data directory is a 4 MiB tmpfs (mounting needs root)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs as the data directory needs root")
+    from compat_tests.conftest import ServerProcess
+    workdir = Path(tempfile.mkdtemp(prefix="trireme-full-"))
+    srv = ServerProcess(workdir, config={"trireme.fsync.enable": False})
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(srv.data_dir)], check=True)
+    try:
+        srv.start()
+        yield srv
+    finally:
+        srv.stop()
+        subprocess.run(["umount", "-l", str(srv.data_dir)], check=False)
+        if not request.node.rep_call.failed:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def fill(directory: Path) -> Path:
+    """Fill the file system of ``directory`` up to the last byte; → the filler file (delete it to free the space)."""
+    filler = directory / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        for chunk in (65536, 4096, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * chunk)
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+    return filler
+
+
+def metadata_auto_create(conn: RawConn, names: list[str], version: int = 12):
+    cls = message("MetadataRequest").cls
+    r = conn.request("Metadata", version, cls(topics=[cls.MetadataRequestTopic(name=n) for n in names],
+                                              allow_auto_topic_creation=True))
+    return {t.name: (t.error_code, len(t.partitions)) for t in r.topics}
+
+
+def test_auto_create_on_a_full_disk_answers_storage_error(full_disk_server):
+    """Metadata auto-creating a topic on a full disk raised OSError in the handler; now that topic gets
+    KAFKA_STORAGE_ERROR (retriable: the client asks again), nothing of it is left behind, and once space is
+    free the same request creates it."""
+    server = full_disk_server
+    log = LogWatch(server)
+    with RawConn(server.bootstrap) as conn:
+        existing = unique("before")
+        create_topic(conn, existing)
+        filler = fill(server.data_dir)
+        name = unique("auto")
+        assert metadata_auto_create(conn, [name, existing]) == {
+            name: (E.KAFKA_STORAGE_ERROR.code, 0), existing: (0, 1)}
+        assert_healthy(server, conn)
+        assert not list((server.data_dir / "logs").glob(name + "-*"))           # nothing left behind
+        # CreateTopics goes the same way (it raised the same OSError).
+        cls = message("CreateTopicsRequest").cls
+        other = unique("create")
+        r = conn.request("CreateTopics", 7, cls(topics=[cls.CreatableTopic(name=other, num_partitions=1,
+                                                                           replication_factor=1)], timeout_ms=10000))
+        assert [(t.name, t.error_code) for t in r.topics] == [(other, E.KAFKA_STORAGE_ERROR.code)]
+        filler.unlink()
+        assert metadata_auto_create(conn, [name]) == {name: (0, 1)}
+        [r] = produce(conn, name, {0: batch([b"after"])})
+        assert r.error_code == 0
+    text = log.text()
+    assert "Traceback" not in text, text[-4000:]

@@ -8,9 +8,9 @@ Behaviour / version notes:
   ``Pattern.matcher(id).matches()``).  It runs on RE2 (``google-re2``), a linear-time engine with
   the same syntax, so no pattern can backtrack for hours on the event loop as Python's ``re`` did.
   What RE2 cannot compile (back-references, look-around, a bad syntax) → INVALID_REGULAR_EXPRESSION,
-  and so does a pattern over MAX_PATTERN_CHARS characters or whose compiled program needs more
-  than PATTERN_MAX_MEM bytes (Kafka has no such bound; 1 MiB still holds an alternation of 1,000
-  literal ids).  Even linear matching costs ids × id length × program size, so the ids are matched
+  and so does a pattern whose compiled program needs more than PATTERN_MAX_MEM bytes (Kafka has no
+  such bound; 1 MiB still holds an alternation of 1,000 literal ids).  The pattern itself is at
+  most 32,767 bytes, as every string the codec reads.  Even linear matching costs ids × id length × program size, so the ids are matched
   in a worker thread (RE2 releases the GIL): the event loop goes on serving other clients.
 """
 import re2
@@ -22,14 +22,11 @@ from trireme.state.txn_records import TxnState
 from trireme.wire import error_codes as E
 
 STATE_NAMES = {s.kafka_name for s in TxnState}
-MAX_PATTERN_CHARS = 32767                 # as a transactional id: a longer pattern is refused before compiling
 PATTERN_MAX_MEM = 1 << 20                 # RE2's budget for the compiled program
 
 
 def compile_pattern(pattern: str):
-    """The RE2 program for a client's pattern, or None if RE2 refuses it (or it is over the bounds)."""
-    if len(pattern) > MAX_PATTERN_CHARS:
-        return None
+    """The RE2 program for a client's pattern, or None if RE2 refuses it (or it is over the bound)."""
     options = re2.Options()
     options.log_errors = False            # RE2 would write each refused pattern to stderr
     options.max_mem = PATTERN_MAX_MEM

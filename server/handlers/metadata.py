@@ -6,7 +6,10 @@ Behaviour / version notes:
   an unknown id gets UNKNOWN_TOPIC_ID.
 - Unknown names are created when auto.create.topics.enable and AllowAutoTopicCreation (v4+;
   always allowed before v4) are both true; creation is immediate, so the same response already
-  lists the new partitions (Kafka answers LEADER_NOT_AVAILABLE first; clients handle both).
+  lists the new partitions (Kafka answers LEADER_NOT_AVAILABLE first; clients handle both).  A
+  creation the storage fails (disk full) answers that topic KAFKA_STORAGE_ERROR, as Kafka's
+  auto-creation passes its CreateTopics error on; nothing of the topic is kept, a retry creates it
+  once space is free.
 - Leader epochs come from the topic registry and never go down, also across restarts.
 - The coordinators' internal topics (`__consumer_offsets`, `__transaction_state`, one partition
   each) are listed with is_internal = true, as on Kafka (aiokafka's and the Java consumer's
@@ -17,7 +20,7 @@ Behaviour / version notes:
 import uuid
 
 from trireme.server.dispatch import handles
-from trireme.state.topics import validate_topic_name
+from trireme.state.topics import TopicError, validate_topic_name
 from trireme.wire import error_codes as E
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -60,7 +63,11 @@ def metadata(ctx, request):
                 topics.append((name, E.INVALID_TOPIC_EXCEPTION.code, ZERO_UUID))
                 continue
             if auto_create:
-                topic = broker.auto_create(name)
+                try:
+                    topic = broker.auto_create(name)
+                except TopicError as failed:            # the disk is full: retriable, the client asks again
+                    topics.append((name, failed.code, ZERO_UUID))
+                    continue
             if topic is None:
                 topics.append((name, E.UNKNOWN_TOPIC_OR_PARTITION.code, ZERO_UUID))
                 continue
