@@ -105,14 +105,17 @@ class Fuzzer:
         self.stats: collections.Counter = collections.Counter()
         self.recent: collections.deque = collections.deque(maxlen=4)
         self.findings: list[str] = []
+        self.seconds: collections.Counter = collections.Counter()     # time spent per API, to see where it goes
         self._log_size = 0
 
     def refresh(self) -> None:
         """A valid InitProducerId for one id: its current producer id and epoch for the next templates."""
         tid = self.rnd.choice(list(self.scene.producers))
+        started = time.monotonic()
         with RawConn(self.bootstrap, timeout=ANSWER_TIMEOUT_S) as c:
             err, pid, epoch = init(c, tid, timeout_ms=self.rnd.choice((60000, 5000)))
         self.stats[f"refresh error {err}"] += 1
+        self.seconds["refresh"] += time.monotonic() - started
         if err == 0:
             self.scene.producers[tid] = (pid, epoch)
 
@@ -121,9 +124,16 @@ class Fuzzer:
         kind, data = mutate(api, version, obj, self.scene, self.rnd, index)
         self.recent.append(f"#{index} {kind} {api} v{version}: {data.hex()}")
         self.stats[kind] += 1
-        if kind == "resize":                    # a wrong size prefix: the broker waits for the rest; half-close
-            self._one_shot(data)
-            return
+        started = time.monotonic()
+        try:
+            if kind == "resize":                # a wrong size prefix: the broker waits for the rest; half-close
+                self._one_shot(data)
+            else:
+                self._exchange(data)
+        finally:
+            self.seconds[api] += time.monotonic() - started
+
+    def _exchange(self, data: bytes) -> None:
         if self.conn is None:
             self.conn = RawConn(self.bootstrap, timeout=ANSWER_TIMEOUT_S)
         try:
@@ -214,7 +224,8 @@ def test_transactional_fuzz(server):
         fuzzer.close()
     fuzzer.check_log()
     elapsed = time.monotonic() - started
-    print(f"transactional fuzz: seed {SEED}, {FRAMES} frames in {elapsed:.1f}s: {dict(fuzzer.stats)}")
+    print(f"transactional fuzz: seed {SEED}, {FRAMES} frames in {elapsed:.1f}s: {dict(fuzzer.stats)}; seconds per "
+          f"API: { {api: round(t, 1) for api, t in fuzzer.seconds.most_common()} }")
 
     # No wedged id: each can initialise and commit again, and so can a fresh one.
     wedged = []

@@ -22,6 +22,10 @@ Behaviour / version notes:
   configs.
 - Other resource types (GROUP, CLIENT_METRICS, BROKER_LOGGER, unknown) → INVALID_REQUEST
   "Unsupported resource type: ...".
+- A resource named a second time (same type and name) → INVALID_REQUEST "Duplicate resource" for
+  the repeat (Kafka describes it again).  Each repeat of the broker resource cost 8.5 KiB of answer
+  for 5 bytes of request: a 1 MiB request built a 1.7 GB response on the event loop.  No client
+  sends repeats (the Java admin client keys resources in a map, librdkafka refuses them).
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ from trireme.server.dispatch import handles
 from trireme.state.topics import TOPIC_CONFIGS, validate_topic_name
 from trireme.wire import error_codes as E
 
+DUPLICATE = "Duplicate resource"
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_TYPE_NAMES = {0: "UNKNOWN", 2: "TOPIC", 4: "BROKER", 8: "BROKER_LOGGER", 16: "CLIENT_METRICS",
@@ -176,10 +181,16 @@ def describe_configs(ctx, request):
     ccls = rcls.DescribeConfigsResourceResult
     scls = ccls.DescribeConfigsSynonym
     with_docs = ctx.api_version >= 3 and request.include_documentation
+    seen = set()
     for resource in request.resources:
         result = rcls(error_code=0, error_message=None, resource_type=resource.resource_type,
                       resource_name=resource.resource_name)
         response.results.append(result)
+        key = (resource.resource_type, resource.resource_name)
+        if key in seen:
+            result.error_code, result.error_message = E.INVALID_REQUEST.code, DUPLICATE
+            continue
+        seen.add(key)
         try:
             entries = _entries_for(ctx.broker, resource)
         except _RefusedResource as refused:

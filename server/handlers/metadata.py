@@ -16,6 +16,8 @@ Behaviour / version notes:
   exclude-internal-topics options rely on the flag); naming one never auto-creates it.  Clients
   still cannot write to them (Produce answers INVALID_TOPIC_EXCEPTION).
 - Authorized operations are reported when asked for: everything is allowed for now.
+- A topic named (or id given) more than once is answered once, as Kafka answers the set of the
+  names: the response's size depends on the topics, not on the request's repeats.
 """
 import uuid
 
@@ -28,6 +30,19 @@ ZERO_UUID = uuid.UUID(int=0)
 TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 # CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE
 CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+
+
+def _distinct(entries):
+    """The requested topics without repeats (first occurrence kept), as Kafka makes a set of them: a request naming
+    one big topic a million times gets its partitions once, not a response a million times its size."""
+    seen = set()
+    out = []
+    for entry in entries:
+        key = entry.name if entry.name is not None else entry.topic_id
+        if key not in seen:
+            seen.add(key)
+            out.append(entry)
+    return out
 
 
 @handles("Metadata", 0, 13)
@@ -46,7 +61,7 @@ def metadata(ctx, request):
         topics = [(t.name, t) for t in broker.described_topics()]
         requested = None
     else:
-        requested = request.topics
+        requested = _distinct(request.topics)
         topics = []
     for entry in requested or ():
         if entry.name is None and entry.topic_id != ZERO_UUID:
