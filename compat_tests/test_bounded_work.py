@@ -218,3 +218,16 @@ def test_repeated_entries_do_not_multiply_the_response(module_server):
                                                 * REPEATS, require_stable=False))
         assert [g.group_id for g in r.groups] == [group]
     assert_healthy(module_server, RawConn(module_server.bootstrap))
+
+
+def test_repeated_transaction_ids_and_partitions_are_described_once(module_server):
+    with RawConn(module_server.bootstrap, timeout=30) as conn:
+        topic = unique("txd")
+        create_topic(conn, topic)
+        tid = unique("tx")
+        assert init(conn, tid)[0] == 0
+        r = conn.request("DescribeTransactions", 0, req("DescribeTransactions", transactional_ids=[tid] * REPEATS))
+        assert [(t.transactional_id, t.error_code) for t in r.transaction_states] == [(tid, 0)]
+        pcls = message("DescribeProducersRequest").cls
+        r = conn.request("DescribeProducers", 0, pcls(topics=[pcls.TopicRequest(name=topic, partition_indexes=[0] * REPEATS)]))
+        assert [[p.partition_index for p in t.partitions] for t in r.topics] == [[0]]
