@@ -7,8 +7,10 @@ picks up an id's new producer id and epoch so the frames keep reaching deep stat
 
 - no traceback (or "internal error") in the broker's log, and every request was answered or its
   connection closed within ANSWER_TIMEOUT_S;
-- no wedged transactional id: a confluent-kafka producer with each id used (and a fresh one)
-  initialises, writes and commits within WEDGE_TIMEOUT_S, and a read_committed consumer sees it;
+- no wedged transactional id: during the run, an id whose InitProducerId stays CONCURRENT_TRANSACTIONS
+  for BUSY_REFRESHES refreshes in a row is reported (and replaced, so the run goes on at speed);
+  afterwards a confluent-kafka producer with each id used (and a fresh one) initialises, writes and
+  commits within WEDGE_TIMEOUT_S, and a read_committed consumer sees it;
 - the read_committed data written before the fuzz is unchanged.
 
 TRIREME_FUZZ_FRAMES (default 1,500: about half a minute, in the normal suite) and TRIREME_FUZZ_SEED
@@ -31,6 +33,7 @@ from compat_tests.python_clients import create_topics
 from compat_tests.test_bad_input import Closed, LogWatch, RawConn, unique
 from compat_tests.test_bad_transactions import init
 from compat_tests.txn_fuzz import Scene, mutate, templates
+from trireme.wire import error_codes as E
 from trireme.wire import headers
 from trireme.wire.codec import message
 
@@ -39,6 +42,7 @@ SEED = int(os.environ.get("TRIREME_FUZZ_SEED", "20"))
 ANSWER_TIMEOUT_S = 15.0
 WEDGE_TIMEOUT_S = 60.0
 FUZZ_IDS = 4
+BUSY_REFRESHES = 3
 
 pytestmark = [
     pytest.mark.trireme_only("reads the broker's log"),
@@ -106,10 +110,15 @@ class Fuzzer:
         self.recent: collections.deque = collections.deque(maxlen=4)
         self.findings: list[str] = []
         self.seconds: collections.Counter = collections.Counter()     # time spent per API, to see where it goes
+        self.busy: dict[str, int] = {}          # id → InitProducerId answered CONCURRENT_TRANSACTIONS in a row
+        self.retired: list[str] = []            # ids reported wedged and replaced
         self._log_size = 0
 
-    def refresh(self) -> None:
-        """A valid InitProducerId for one id: its current producer id and epoch for the next templates."""
+    def refresh(self, index: int) -> None:
+        """A valid InitProducerId for one id: its current producer id and epoch for the next templates.  An id that
+        stays busy (CONCURRENT_TRANSACTIONS) for BUSY_REFRESHES refreshes in a row is reported as wedged and
+        replaced by a fresh one: every request about it waits for the broker's busy timeout, which would slow the
+        rest of the run down."""
         tid = self.rnd.choice(list(self.scene.producers))
         started = time.monotonic()
         with RawConn(self.bootstrap, timeout=ANSWER_TIMEOUT_S) as c:
@@ -118,6 +127,19 @@ class Fuzzer:
         self.seconds["refresh"] += time.monotonic() - started
         if err == 0:
             self.scene.producers[tid] = (pid, epoch)
+            self.busy.pop(tid, None)
+        elif err == E.CONCURRENT_TRANSACTIONS.code:
+            self.busy[tid] = self.busy.get(tid, 0) + 1
+            if self.busy[tid] >= BUSY_REFRESHES:
+                self.findings.append(f"wedged {tid}: CONCURRENT_TRANSACTIONS to {BUSY_REFRESHES} InitProducerId in a "
+                                     f"row (by frame #{index}); frames before:\n  " + "\n  ".join(self.recent))
+                self.retired.append(tid)
+                del self.scene.producers[tid], self.busy[tid]
+                fresh = unique("fz-r")
+                with RawConn(self.bootstrap, timeout=ANSWER_TIMEOUT_S) as c:
+                    err, pid, epoch = init(c, fresh)
+                assert err == 0, f"a fresh transactional id got {err}"
+                self.scene.producers[fresh] = (pid, epoch)
 
     def send(self, index: int) -> None:
         api, version, obj = self.rnd.choice(templates(self.scene, self.rnd))
@@ -215,7 +237,7 @@ def test_transactional_fuzz(server):
     try:
         for i in range(FRAMES):
             if i % 40 == 0:
-                fuzzer.refresh()
+                fuzzer.refresh(i)
             fuzzer.send(i)
             if i % 20 == 0:
                 fuzzer.check_log()
@@ -227,18 +249,27 @@ def test_transactional_fuzz(server):
     print(f"transactional fuzz: seed {SEED}, {FRAMES} frames in {elapsed:.1f}s: {dict(fuzzer.stats)}; seconds per "
           f"API: { {api: round(t, 1) for api, t in fuzzer.seconds.most_common()} }")
 
-    # No wedged id: each can initialise and commit again, and so can a fresh one.
+    # No wedged id: each can initialise and commit again, and so can a fresh one.  (An id reported wedged during
+    # the run is tried once more with InitProducerId, and with a client only if that works now.)
     wedged = []
-    for tid in [*producers, unique("fz-fresh")]:
+    used = [*scene.producers, unique("fz-fresh")]
+    for tid in fuzzer.retired:
+        with RawConn(bootstrap, timeout=ANSWER_TIMEOUT_S) as c:
+            err = init(c, tid)[0]
+        if err == 0:
+            used.append(tid)
+        else:
+            wedged.append(f"{tid} (still): InitProducerId answers {err}")
+    for tid in used:
         try:
             transact(bootstrap, tid, fuzz_topic, [b"after-" + tid.encode()])
         except Exception as e:  # noqa: BLE001 - collected and reported together
             wedged.append(f"{tid}: {e!r}")
     after_ends = high_watermarks(bootstrap, fuzz_topic, 2)
     seen = {v for vs in read_committed(bootstrap, fuzz_topic, after_ends).values() for _, v in vs}
-    missing = [tid for tid in [*producers] if b"after-" + tid.encode() not in seen and not any(
+    missing = [tid for tid in used if b"after-" + tid.encode() not in seen and not any(
         w.startswith(tid + ":") for w in wedged)]
     assert read_committed(bootstrap, committed, ends) == before, "read_committed data from before the fuzz changed"
     fuzzer.check_log()
-    problems = fuzzer.findings + [f"wedged {w}" for w in wedged] + [f"committed but not read: {m}" for m in missing]
+    problems = fuzzer.findings + [f"wedged {w}" for w in wedged] + [f"committed but not visible to read_committed: {m}" for m in missing]
     assert not problems, f"seed {SEED}: {len(problems)} problem(s):\n\n" + "\n\n".join(problems)[:20000]
