@@ -548,12 +548,14 @@ class TransactionCoordinator:
         states, producer_ids = set(states), set(producer_ids)
         out = []
         for meta in self.transactions.values():
+            if meta.state is DEAD:                      # as Kafka: an id being expired is not listed
+                continue
             if states and meta.state.kafka_name not in states:
                 continue
             if producer_ids and meta.producer_id not in producer_ids:
                 continue
-            if duration_filter_ms >= 0 and now_ms - meta.value.start_timestamp_ms < duration_filter_ms:
-                continue                                # as Kafka: running for at least that long (-1: not started)
+            if duration_filter_ms >= 0 and now_ms - meta.value.start_timestamp_ms <= duration_filter_ms:
+                continue                                # as Kafka: running for longer than that (-1: not started)
             out.append(meta)
         return out
 

@@ -1218,3 +1218,14 @@ def test_transaction_version_level_follows_update_features():
     assert h.init().records[0][1][:2] == (0).to_bytes(2, "big")
     h.coord.transaction_version = 2
     assert h.init(tid="other").records[0][1][:2] == (1).to_bytes(2, "big")
+
+
+def test_list_duration_filter_means_running_longer_than_it():
+    """ListTransactions v1 DurationFilter, as Kafka's TransactionStateManager: excluded when now - start <= filter."""
+    h = Harness()
+    pid, epoch = h.init().producer_id, 0
+    h.add(TID, pid, epoch, [P1])
+    start = h.meta().value.start_timestamp_ms
+    assert [m.transactional_id for m in h.coord.list(duration_filter_ms=10, now_ms=start + 10)] == []
+    assert [m.transactional_id for m in h.coord.list(duration_filter_ms=10, now_ms=start + 11)] == [TID]
+    assert [m.transactional_id for m in h.coord.list(duration_filter_ms=-1, now_ms=start)] == [TID]
