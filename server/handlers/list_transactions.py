@@ -2,8 +2,9 @@
 
 Behaviour / version notes:
 - v0-2.  StateFilters (Kafka's state names; unknown names are echoed in UnknownStateFilters and
-  match nothing), ProducerIdFilters, v1+ DurationFilter (only transactions started at least that
-  many ms ago; -1: no filter), v2+ TransactionalIdPattern.  Empty filters match everything.
+  match nothing), ProducerIdFilters, v1+ DurationFilter (only transactions running for longer
+  than that many ms, as Kafka; -1: no filter), v2+ TransactionalIdPattern.  Empty filters match
+  everything; ids being expired (Dead) are never listed.
 - TransactionalIdPattern is a regular expression the whole id must match (Kafka: RE2/J,
   ``Pattern.matcher(id).matches()``).  It runs on RE2 (``google-re2``), a linear-time engine with
   the same syntax, so no pattern can backtrack for hours on the event loop as Python's ``re`` did.
