@@ -11,8 +11,9 @@ Behaviour / version notes:
   What RE2 cannot compile (back-references, look-around, a bad syntax) → INVALID_REGULAR_EXPRESSION,
   and so does a pattern whose compiled program needs more than PATTERN_MAX_MEM bytes (Kafka has no
   such bound; 1 MiB still holds an alternation of 1,000 literal ids).  The pattern itself is at
-  most 32,767 bytes, as every string the codec reads.  Even linear matching costs ids × id length × program size, so the ids are matched
-  in a worker thread (RE2 releases the GIL): the event loop goes on serving other clients.
+  most 32,767 bytes, as every string the codec reads.  Even linear matching costs ids × id
+  length × program size, so the ids are matched in a worker thread (RE2 releases the GIL): the
+  event loop goes on serving other clients.
 """
 import re2
 import trio
