@@ -41,7 +41,9 @@ SPARK_CONNECTOR := ../shared/spark-connector
 SPARK_VENV      := $(CACHE)/spark/venv
 SPARK_STAMP     := $(SPARK_VENV)/.trireme-installed
 SPARK_TESTS     := compat_tests/test_spark*.py
-JAVA_STAMPS   := $(foreach v,$(JAVA_VERSIONS),$(CACHE)/java/$(v)/.complete)
+# The harness build is keyed by its sources (tools/java_clients.py harness_dir): worktrees share .cache.
+HARNESS_KEY   := $(shell cat compat_tests/java/Harness.java tools/java_clients.py | sha256sum | cut -c1-12)
+JAVA_STAMPS   := $(foreach v,$(JAVA_VERSIONS),$(CACHE)/java/$(v)-$(HARNESS_KEY)/.complete)
 JS_STAMP      := $(JS_DIR)/node_modules/.trireme-installed
 
 # Modules the test suite imports; used to accept an already-complete venv
@@ -97,7 +99,7 @@ sysdeps:
 java-clients: $(JAVA_STAMPS)
 
 $(CACHE)/java/%/.complete: compat_tests/java/Harness.java tools/java_clients.py | $(VENV_STAMP) sysdeps
-	$(PY) tools/java_clients.py $*
+	$(PY) tools/java_clients.py $(firstword $(subst -, ,$*))
 
 js-clients: $(JS_STAMP)
 

@@ -17,7 +17,7 @@ topic
 
 PySpark and the connector come from TRIREME_SPARK_PYTHON and TRIREME_SPARK_KAFKA_JARS, defaulting
 to what ``make test`` sets up (.cache/spark/venv, ../shared/spark-connector); the Java client from
-.cache/java/3.9.0 (``make clients``).  Prints one line per read (records/s, MB/s of values, server
+.cache/java/3.9.0-* (``make clients``).  Prints one line per read (records/s, MB/s of values, server
 CPU seconds, other processes' CPU seconds) and a JSON summary last.  Nothing is asserted.
 """
 from __future__ import annotations
@@ -48,8 +48,10 @@ def spark_env() -> tuple[str, dict]:
 
 
 def java_classpath() -> str:
-    path = os.path.join(REPO, ".cache", "java", "3.9.0", "classpath.txt")
-    if not os.path.exists(path):
+    sys.path.insert(0, REPO)
+    from tools.java_clients import harness_dir
+    path = harness_dir("3.9.0") / "classpath.txt"
+    if not path.exists():
         raise SystemExit("needs the Java client 3.9.0 under .cache/java (make clients)")
     with open(path) as f:
         return f.read().strip()

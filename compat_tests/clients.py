@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from tools.java_clients import harness_dir
+
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".cache"
 JAVA_VERSIONS = ("3.9.0", "4.3.0")
@@ -78,8 +80,9 @@ def decoded(rec: dict) -> dict:
 # ------------------------------------------------------- availability probes
 
 def java_classpath(version: str) -> str | None:
-    cp_file = CACHE / "java" / version / "classpath.txt"
-    if not (CACHE / "java" / version / ".complete").exists() or not cp_file.exists():
+    built = harness_dir(version)
+    cp_file = built / "classpath.txt"
+    if not (built / ".complete").exists() or not cp_file.exists():
         return None
     return cp_file.read_text().strip()
 

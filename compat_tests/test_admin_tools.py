@@ -1,6 +1,7 @@
-"""What admin tools ask for, asked by real clients: log dirs and partition reassignments through the Java Admin
-(3.9.0 and 4.3.0), client quotas through the Java Admin too (kafka-python has no call for them), elections,
-ACLs, SCRAM users and config resources through kafka-python's KafkaAdminClient, and the internal topics as
+"""What admin tools ask for, asked by real clients: log dirs, partition reassignments, the metadata quorum and
+delegation tokens through the Java Admin (3.9.0 and 4.3.0), client quotas through the Java Admin too (kafka-python has no call for them), elections,
+ACLs (described, created, deleted), SCRAM users, config resources and the legacy AlterConfigs through
+kafka-python's KafkaAdminClient, and the internal topics as
 kafka-python, aiokafka, confluent-kafka and the Java Admin see them.
 """
 from __future__ import annotations
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError, Producer
 from kafka import KafkaAdminClient, TopicPartition
-from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, ResourcePatternFilter, ResourceType
+from kafka.admin import (ACL, ACLFilter, ACLOperation, ACLPermissionType, ConfigResource, ConfigResourceType,
+                         ResourcePattern, ResourcePatternFilter, ResourceType)
 from kafka.admin._acls import ACLResourcePatternType
 from kafka.errors import SecurityDisabledError, UnknownTopicOrPartitionError
 
@@ -78,6 +80,25 @@ def test_describe_client_quotas_java(module_server, java_harness):
     java = java_harness("4.3.0")
     assert java.ok("describe_client_quotas")["entries"] == []
     assert java.ok("describe_client_quotas", user="alice")["entries"] == []
+
+
+def test_metadata_quorum_log_dirs_and_tokens_java(module_server, java_harness, java_version):
+    """describeMetadataQuorum (kafka-metadata-quorum.sh), alterReplicaLogDirs (kafka-reassign-partitions.sh
+    --reassignment-json-file with log_dirs) and createDelegationToken (kafka-delegation-tokens.sh)."""
+    java = java_harness(java_version)
+    quorum = java.ok("describe_metadata_quorum")
+    assert (quorum["leader"], [v["id"] for v in quorum["voters"]], quorum["observers"]) == (NODE, [NODE], [])
+    assert quorum["voters"][0]["log_end_offset"] == quorum["high_watermark"] >= 0
+    topic = unique_topic("java-logdirs")
+    java.ok("create_topic", topic=topic, partitions=1)
+    log_dir = os.path.abspath(os.path.join(module_server.data_dir, "logs"))
+    results = java.ok("alter_replica_log_dirs", moves=[[topic, 0, NODE, log_dir], [topic, 0, NODE, "/nowhere"],
+                                                       [topic, 5, NODE, log_dir]])["results"]
+    # The Admin keeps one destination per replica: the last one given for partition 0.
+    assert results == [[topic, 0, "LogDirNotFoundException"], [topic, 5, "UnknownTopicOrPartitionException"]]
+    assert java.ok("alter_replica_log_dirs", moves=[[topic, 0, NODE, log_dir]])["results"] == [[topic, 0, None]]
+    # DELEGATION_TOKEN_REQUEST_NOT_ALLOWED: what Kafka answers over a PLAINTEXT connection.
+    assert java.ok("create_delegation_token")["error"] == "UnsupportedByAuthenticationException"
 
 
 # --- kafka-python's admin client -------------------------------------------------------------
@@ -180,3 +201,40 @@ def test_aiokafka_exclude_internal_topics(module_server):
 
     assert asyncio.run(assigned(True)) == {topic}
     assert asyncio.run(assigned(False)) == {topic, "__consumer_offsets"}
+
+
+# --- kafka-python: legacy AlterConfigs and ACL changes ------------------------------------------
+
+def _overrides(admin, topic: str) -> dict[str, str]:
+    described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])["topic"][topic]
+    return {name: c["value"] for name, c in described.items() if c["config_source"] == "DYNAMIC_TOPIC_CONFIG"}
+
+
+def test_alter_configs_legacy_kafka_python(module_server, admin):
+    """kafka-python's alter_configs(incremental=False) sends the legacy AlterConfigs, first filling in the
+    topic's other dynamic configs (AlterConfigs reverts the ones left out)."""
+    topic = create_topics(module_server.bootstrap, [unique_topic("kp-legacy-cfg")], 1)[0]
+
+    def alter(configs, **kw):
+        resource = ConfigResource(ConfigResourceType.TOPIC, topic, configs=configs)
+        return admin.alter_configs([resource], incremental=False, **kw)["topic"][topic]
+
+    assert alter({"cleanup.policy": "compact"}) == "OK"
+    assert alter({"retention.ms": "7200000"}) == "OK"
+    assert _overrides(admin, topic) == {"cleanup.policy": "compact", "retention.ms": "7200000"}
+    assert alter({"retention.ms": "60000"}, validate_only=True) == "OK"
+    assert alter({"retention.ms": "soon"}).startswith("[Error 40] InvalidConfigurationError")
+    assert _overrides(admin, topic) == {"cleanup.policy": "compact", "retention.ms": "7200000"}
+
+
+def test_create_and_delete_acls_kafka_python(admin):
+    acl = ACL(principal="User:alice", host="*", operation=ACLOperation.READ, permission_type=ACLPermissionType.ALLOW,
+              resource_pattern=ResourcePattern(ResourceType.TOPIC, "orders"))
+    outcome = admin.create_acls([acl])
+    assert outcome == {"succeeded": [], "failed": [SecurityDisabledError]}
+    acl_filter = ACLFilter(principal=None, host="*", operation=ACLOperation.ANY,
+                           permission_type=ACLPermissionType.ANY,
+                           resource_pattern=ResourcePatternFilter(ResourceType.TOPIC, None,
+                                                                  ACLResourcePatternType.ANY))
+    [(flt, matched, error)] = admin.delete_acls([acl_filter])
+    assert (flt, matched, error) == (acl_filter, [], SecurityDisabledError)

@@ -3,7 +3,7 @@
 Raw requests (our codec over a socket, helpers from test_bad_input.py) against a real broker:
 transactional calls with wrong ids, epochs and states; markers with stale producer or coordinator
 epochs; transactional batches for partitions never added; EndTxn while the previous one completes;
-KIP-939 2PC refused while disabled.  After each, the partition's log is checked unchanged.
+KIP-939 2PC refused while disabled (InitProducerId v6, served with unstable.api.versions.enable).  After each, the partition's log is checked unchanged.
 """
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from trireme.wire.codec import message
 
 TIMEOUT = 60000
 SLOW_MARKERS = {"trireme.debug.transaction.marker.delay.ms": 1500}
+# InitProducerId v6 (KIP-939) is an unstable version in Kafka's definition: served only with this, as on Kafka.
+UNSTABLE_VERSIONS = {"unstable.api.versions.enable": True}
 
 
 def init(conn: RawConn, txn_id: str, version: int = 4, timeout_ms: int = TIMEOUT, **fields):
@@ -109,10 +111,16 @@ def test_unknown_partition_is_not_attempted(conn):
     assert end_txn(conn, tid, pid, epoch, True) == E.INVALID_TXN_STATE.code      # still Empty
 
 
-def test_bad_timeouts_and_2pc_while_disabled(conn):
+def test_bad_timeouts(conn):
     assert init(conn, unique("tx"), timeout_ms=0)[0] == E.INVALID_TRANSACTION_TIMEOUT.code
     assert init(conn, unique("tx"), timeout_ms=10**9)[0] == E.INVALID_TRANSACTION_TIMEOUT.code
-    assert init(conn, unique("tx"), version=6, enable2_pc=True)[0] == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code
+
+
+@pytest.mark.server_config(UNSTABLE_VERSIONS)
+def test_2pc_while_disabled(server):
+    with RawConn(server.bootstrap) as conn:
+        assert init(conn, unique("tx"), version=6, enable2_pc=True)[0] == \
+            E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code
 
 
 def test_transactional_batch_for_a_partition_never_added(conn):
@@ -165,10 +173,32 @@ def test_end_txn_while_the_previous_one_completes(server):
         create_topic(conn, topic)
         tid, pid, epoch = open_transaction(conn, topic)
         assert end_txn(conn, tid, pid, epoch, True) == 0            # prepared; markers held 1.5 s
+        assert list_offset(conn, topic, 0) == 1                    # no marker yet
+        # Kafka answers CONCURRENT_TRANSACTIONS while the markers go out and the client retries; the broker
+        # waits for them itself, then answers what the retry gets.
         assert end_txn(conn, tid, pid, epoch, False) == E.INVALID_TXN_STATE.code
-        assert list_offset(conn, topic, 0) == 1                    # no marker yet, no second one ever
-        assert end_txn(conn, tid, pid, epoch, True) == 0            # the retry waits for the markers
+        assert list_offset(conn, topic, 0) == 2                    # the commit's marker, no second one ever
+        assert end_txn(conn, tid, pid, epoch, True) == 0
         assert list_offset(conn, topic, 0) == 2
+
+
+@pytest.mark.server_config({"trireme.debug.transaction.marker.delay.ms": 6000})
+def test_classic_commit_while_the_previous_abort_completes_is_concurrent(server):
+    """Kafka checks a transition in flight (the previous transaction's markers) before the state: a commit that
+    arrives before the next transaction's AddPartitionsToTxn gets CONCURRENT_TRANSACTIONS (retriable), not
+    INVALID_TXN_STATE (fatal to the client), and the transaction it then opens commits."""
+    with RawConn(server.bootstrap) as conn:
+        topic = unique("badtx")
+        create_topic(conn, topic)
+        tid, pid, epoch = open_transaction(conn, topic)
+        assert end_txn(conn, tid, pid, epoch, False) == 0           # prepared; markers held 6 s
+        # Longer than the broker waits for a transition in flight (5 s): the client is told to retry.
+        assert end_txn(conn, tid, pid, epoch, True) == E.CONCURRENT_TRANSACTIONS.code
+        assert add_partitions(conn, tid, pid, epoch, topic, [0]) == {(topic, 0): 0}     # waits for the markers
+        assert list_offset(conn, topic, 0) == 2
+        assert produce_txn(conn, tid, topic, 0, txn_batch(pid, epoch, seq=1)) == 0
+        assert end_txn(conn, tid, pid, epoch, True) == 0
+        wait_until(lambda: lso(conn, topic, 0) == 4, timeout=20, what="the commit marker")
 
 
 def lso(conn: RawConn, topic: str, partition: int) -> int:
@@ -181,7 +211,8 @@ def lso(conn: RawConn, topic: str, partition: int) -> int:
 
 
 @pytest.mark.server_config({"transaction.two.phase.commit.enable": True,
-                            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 100})
+                            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 100,
+                            **UNSTABLE_VERSIONS})
 def test_two_phase_commit_prepared_transaction_survives_a_producer_restart(server):
     """KIP-939 at the protocol level (the Java 4.3 client's public API does not expose it): a 2PC transaction
     never times out; InitProducerId v6 with KeepPreparedTxn keeps it open for the external coordinator, reports

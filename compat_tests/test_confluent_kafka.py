@@ -299,6 +299,32 @@ def test_admin_describe_alter_configs(module_server, admin):
     assert (r.value, r.source) == ("604800000", ConfigSource.DEFAULT_CONFIG.value)
 
 
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
+def test_admin_legacy_alter_configs(module_server, admin):
+    """librdkafka's alter_configs sends the legacy AlterConfigs: the configs given become the topic's whole set
+    of overrides, the ones left out revert to their defaults."""
+    topic = unique_topic("ck-legacy-configs")
+    create_topic(admin, topic, config={"segment.bytes": "10485760"})
+
+    def overrides() -> dict:
+        res = ConfigResource(ResourceType.TOPIC, topic)
+        cfg = admin.describe_configs([res], request_timeout=OP_TIMEOUT_S)[res].result(timeout=OP_TIMEOUT_S)
+        return {k: e.value for k, e in cfg.items() if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
+
+    def alter(configs: dict, **kw):
+        (fut,) = admin.alter_configs([ConfigResource(ResourceType.TOPIC, topic, set_config=configs)],
+                                     request_timeout=OP_TIMEOUT_S, **kw).values()
+        return fut
+
+    assert overrides() == {"segment.bytes": "10485760"}
+    assert alter({"retention.ms": "3600000"}, validate_only=True).result(timeout=OP_TIMEOUT_S) is None
+    assert overrides() == {"segment.bytes": "10485760"}
+    assert alter({"retention.ms": "3600000"}).result(timeout=OP_TIMEOUT_S) is None
+    assert overrides() == {"retention.ms": "3600000"}
+    assert future_error(alter({"retention.ms": "soon"})).code() == KafkaError.INVALID_CONFIG
+    assert overrides() == {"retention.ms": "3600000"}
+
+
 def test_admin_create_partitions(module_server, admin):
     topic = unique_topic("ck-parts")
     create_topic(admin, topic)

@@ -78,6 +78,12 @@ protocol; each test runs once per client kind (ids ``java-3.9.0``,
 * ``test_find_hanging_and_abort_with_java_admin``: a transaction whose
   coordinator state was lost (``__transaction_state`` removed while the broker
   was down) hangs; find-hanging reports it and the Admin abort clears it.
+* ``test_back_to_back_commit_and_abort_java4`` (Java 4.3, transactions V2): rounds of a commit
+  followed at once by an abort whose one record the client drops unsent (so its EndTxn(abort)
+  goes out with nothing open, milliseconds after the commit returned, while the commit's markers
+  are still being written), with the markers held 300 ms and without: no round fails (Kafka
+  answers CONCURRENT_TRANSACTIONS there and the retry bumps the epoch: KAFKA-18464), every
+  transaction ends with an epoch bump, and read_committed sees exactly the committed records.
 
 One broker (with a short abort-cleanup interval) and one harness process per
 client kind serve the whole module; every test uses its own topics,
@@ -592,7 +598,8 @@ def find_hanging(h: clients.HarnessProcess, topic: str, partitions: list[int]) -
 @pytest.mark.parametrize("kind", params(JAVA_KINDS))
 def test_kip664_tooling_with_java_admin(h, kind):
     """listTransactions, describeTransactions, describeProducers, find-hanging (none) and abortTransaction (the
-    Admin sends WriteTxnMarkers with the epochs DescribeProducers gave) of an open transaction."""
+    Admin sends WriteTxnMarkers with the epochs DescribeProducers gave) of an open transaction: refused
+    (INVALID_TXN_STATE), since its coordinator has it open there; its producer aborts it."""
     u = uid()
     topic, tid, handle = f"kip664-{kind.id}-{u}", f"kip664-{kind.id}-{u}", f"kip664-{u}"
     h.ok("create_topic", topic=topic, partitions=2)
@@ -614,12 +621,18 @@ def test_kip664_tooling_with_java_admin(h, kind):
             (0, 2, desc["producer_epoch"])
         assert find_hanging(h, topic, [0, 1]) == []          # the coordinator knows it: not hanging
         assert end_offsets(h, topic, [1], "read_committed") == {1: 0}
-        h.ok("abort_transaction", topic=topic, partition=1, producer_id=producer["producer_id"],
-             producer_epoch=producer["producer_epoch"], coordinator_epoch=producer["coordinator_epoch"] or 0)
+        refused = h.call("abort_transaction", topic=topic, partition=1, producer_id=producer["producer_id"],
+                         producer_epoch=producer["producer_epoch"],
+                         coordinator_epoch=producer["coordinator_epoch"] or 0)
+        assert refused["ok"] is False and "InvalidTxnStateException" in refused["error"], refused
+        (producer,) = [p for p in h.ok("describe_producers", topic=topic, partition=1)["producers"]
+                       if p["producer_id"] == desc["producer_id"]]
+        assert producer["txn_start_offset"] == 0
+        h.ok("abort_txn", handle=handle)
+        wait_lso(h, topic, {1: 4})                          # three records and the marker
         (producer,) = [p for p in h.ok("describe_producers", topic=topic, partition=1)["producers"]
                        if p["producer_id"] == desc["producer_id"]]
         assert producer["txn_start_offset"] is None
-        assert end_offsets(h, topic, [1], "read_committed") == {1: 4}       # three records and the marker
         rc = read_to_end(h, kind, topic, [1], "read_committed")
         assert rc["records"] == []
     finally:
@@ -652,3 +665,31 @@ def test_find_hanging_and_abort_with_java_admin(server):
         assert find_hanging(h, topic, [0]) == []
         assert end_offsets(h, topic, [0], "read_committed") == {0: 3}
         assert read_to_end(h, java_kind("4.3.0"), topic, [0], "read_committed")["records"] == []
+
+
+@pytest.mark.parametrize("rounds,marker_delay_ms", [
+    pytest.param(5, 300, marks=pytest.mark.server_config({"trireme.debug.transaction.marker.delay.ms": 300}),
+                 id="markers-held"),
+    pytest.param(30, 0, id="markers-at-once"),
+])
+def test_back_to_back_commit_and_abort_java4(server, rounds, marker_delay_ms):
+    clients.require_java("4.3.0")
+    u = uid()
+    topic, tid = f"b2b-{u}", f"b2b-{u}"
+    with clients.java_harness("4.3.0", server.bootstrap) as h:
+        h.ok("create_topic", topic=topic, partitions=1)
+        # linger.ms: the aborted transaction's record stays in the client until abortTransaction() drops it
+        h.ok("init_producer", handle="p", config={"transactional.id": tid, "acks": "all", "linger.ms": "5000"})
+        committed = []
+        for n in range(rounds):
+            h.ok("begin_txn", handle="p")
+            committed += produce_in_txn(h, "p", topic, keyed(f"c{n}", topic, 0, 1))
+            h.ok("commit_txn", handle="p")
+            h.ok("begin_txn", handle="p")
+            h.ok("send", handle="p", topic=topic, records=keyed(f"a{n}", topic, 0, 1))
+            aborted = h.call("abort_txn", handle="p")
+            assert aborted["ok"], f"round {n}: {aborted}\n{h.stderr_tail(30)}"
+        close_producers(h, "p")
+        got = read_to_end(h, java_kind("4.3.0"), topic, [0], "read_committed")
+        assert rows(got["records"]) == committed
+    assert describe_transaction(server.bootstrap, tid).producer_epoch == 2 * rounds   # each EndTxn bumped it

@@ -6,7 +6,8 @@ order, and no control records, and its position reaches the end offsets; read_un
 everything.  A zombie with the same transactional id is fenced.  A transaction left open is
 aborted by the coordinator's timeout and read_committed consumers move past it.  KIP-664
 tooling through kafka-python 3.0's admin client: list, describe, describe producers, find
-hanging and abort.  kcat reads read_committed.
+hanging, and an abort that the broker refuses because the coordinator has the transaction open
+(only a hanging one may be aborted with a marker).  kcat reads read_committed.
 """
 from __future__ import annotations
 
@@ -322,10 +323,12 @@ def test_kcat_reads_read_committed(module_server, kcat):
 
 def test_kip664_tooling_with_kafka_python_admin(module_server):
     """list/describe transactions, describe producers, find hanging, and an admin abort (WriteTxnMarkers sent by
-    the admin client with the producer's epoch and coordinator epoch read from DescribeProducers)."""
+    the admin client with the producer's epoch and coordinator epoch read from DescribeProducers) of a transaction
+    that is not hanging: refused (INVALID_TXN_STATE), as a marker would end it behind its coordinator's back."""
     from kafka import KafkaAdminClient
     from kafka import TopicPartition as KTP
     from kafka.admin import AbortTransactionSpec, TransactionState
+    from kafka.errors import InvalidTxnStateError
     bootstrap = module_server.bootstrap
     (topic,) = make_topics(bootstrap, "kip664")[:1]
     txn_id = "kip664-" + uuid.uuid4().hex[:6]
@@ -346,14 +349,18 @@ def test_kip664_tooling_with_kafka_python_admin(module_server):
         assert producer.producer_epoch == desc.producer_epoch
         # Open for seconds, not past the timeout plus the tool's 5 minutes of slack: not hanging.
         assert txn_id not in str(admin.find_hanging_transactions(max_transaction_timeout_ms=0))
-        # The admin abort writes the marker on the partition: the last stable offset moves past the transaction.
-        admin.abort_transaction(AbortTransactionSpec(KTP(topic, 1), producer.producer_id, producer.producer_epoch,
-                                                     producer.coordinator_epoch))
+        # The coordinator has this transaction open: an admin abort (a marker) is refused and changes nothing.
+        with pytest.raises(InvalidTxnStateError):
+            admin.abort_transaction(AbortTransactionSpec(KTP(topic, 1), producer.producer_id,
+                                                         producer.producer_epoch, producer.coordinator_epoch))
         state = admin.describe_producers([KTP(topic, 1)])[KTP(topic, 1)]
         (producer,) = [s for s in state.active_producers if s.producer_id == desc.producer_id]
-        assert producer.current_transaction_start_offset == -1
+        assert producer.current_transaction_start_offset == 0
+        open_txn.abort_transaction(30)                # its producer (or its timeout) ends it
     finally:
         admin.close()
+    # The coordinator's marker follows the producer's EndTxn: read once it is there.
+    wait_until(lambda: read_confluent(bootstrap, [(topic, 1)], "read_committed")[1][(topic, 1)][1] == 4,
+               what="the abort marker")
     committed, positions = read_confluent(bootstrap, [(topic, 1)], "read_committed")
     assert committed == {} and positions[(topic, 1)] == (4, 4)
-    del open_txn                      # the producer lived while its transaction was looked at and aborted

@@ -11,6 +11,10 @@
   the last stable offset; the next transaction runs at the new epoch with sequence 0.
 * TxnOffsetCommit v5 adds the group's offsets partition itself (no AddOffsetsToTxn); the offsets
   are visible after the commit.
+* An EndTxn v5 abort with nothing open, sent as soon as the commit before it returned (its markers
+  still going out, the epoch already bumped), is not fenced: Kafka answers CONCURRENT_TRANSACTIONS
+  until the commit completes and the retry bumps the epoch again (KAFKA-18464); the broker waits
+  for the markers itself and answers that.
 """
 from __future__ import annotations
 
@@ -162,3 +166,27 @@ def test_txn_offset_commit_v5_adds_the_offsets_partition(conn):
             message("OffsetFetchRequest").cls.OffsetFetchRequestTopic(name=topic, partition_indexes=[0])]))
         return r.topics[0].partitions[0].committed_offset
     wait_until(lambda: committed() == 42, timeout=10, what="the transaction's offsets")
+
+
+@pytest.mark.server_config({"trireme.debug.transaction.marker.delay.ms": 1500})
+def test_abort_right_after_a_commit_waits_for_its_markers(server):
+    with RawConn(server.bootstrap) as conn:
+        topic = unique("v2")
+        create_topic(conn, topic)
+        tid = unique("tx")
+        _, pid, epoch = init(conn, tid)
+        assert produce_v12(conn, tid, topic, 0, txn_batch(pid, epoch)).error_code == 0
+        assert end_v5(conn, tid, pid, epoch, True) == (0, pid, epoch + 1)     # markers held 1.5 s
+        assert lso(conn, topic) == 0
+        assert end_v5(conn, tid, pid, epoch + 1, False) == (0, pid, epoch + 2)
+        assert lso(conn, topic) == 2                                          # the commit completed first
+        wait_until(lambda: describe_state(conn, tid) == "CompleteAbort", timeout=10, what="the empty abort")
+        # The next transaction runs at the epoch the abort answered.
+        assert produce_v12(conn, tid, topic, 0, txn_batch(pid, epoch + 2, values=(b"n",))).error_code == 0
+        assert end_v5(conn, tid, pid, epoch + 2, True) == (0, pid, epoch + 3)
+        wait_until(lambda: lso(conn, topic) == 4, timeout=10, what="the last commit")
+
+
+def describe_state(conn: RawConn, tid: str) -> str:
+    r = conn.request("DescribeTransactions", 0, req("DescribeTransactions", transactional_ids=[tid]))
+    return r.transaction_states[0].transaction_state

@@ -20,7 +20,7 @@ from trireme.state.features import TRANSACTION_VERSION, FeatureLevels
 from trireme.state.log import AbortedTxn, PartitionLog
 from trireme.state.producer_ids import ProducerIdManager
 from trireme.state.producer_state import ProducerStateError, ProducerStateManager
-from trireme.state.storage import FileStorage, Storage
+from trireme.state.storage import FileStorage, Storage, out_of_space
 from trireme.state.topics import INTERNAL_TOPICS, BrokerMeta, Topic, TopicError, TopicRegistry
 from trireme.wire import error_codes as E
 from trireme.wire import records
@@ -55,6 +55,13 @@ SNAPSHOT_INTERVAL_BYTES = 64 * 1024 * 1024
 # One request must not be able to make the broker open millions of files.
 MAX_PARTITIONS_PER_TOPIC = 10000
 
+# A partition offline for want of space retries its failed write after this long, doubling up to the most (no
+# busy loop, whatever the disk does meanwhile), once the file system has at least STORAGE_RETRY_FREE_BYTES free: a
+# flush with nothing left to write would succeed on a full disk and bring the partition back only to fail again.
+STORAGE_RETRY_FIRST_S = 0.5
+STORAGE_RETRY_MAX_S = 5.0
+STORAGE_RETRY_FREE_BYTES = 1 << 20
+
 
 def _check_partition_count(count: int) -> None:
     if count > MAX_PARTITIONS_PER_TOPIC:
@@ -85,7 +92,8 @@ class Partition:
     log: PartitionLog
     producers: ProducerStateManager
     config: PartitionConfig
-    storage_error: str | None = None       # set when an fsync failed: the partition is offline
+    storage_error: str | None = None       # set when a write or an fsync failed: the partition is offline
+    storage_full: bool = False             # ... for want of space: back online once its failed write succeeds
     directory: str = ""
     snapshot_offset: int | None = None     # the producer state snapshot start-up began from (None: none)
     snapshot_size: int = 0                 # the log's size when the last snapshot was taken
@@ -156,6 +164,7 @@ class Broker:
         self._dirty_event = trio.Event()
         self._hw_event = trio.Event()
         self._wake_callbacks: set = set()       # call_on_next_wake
+        self._full_event = trio.Event()         # set when a partition goes offline for want of space
         self.advertised_host = config.advertised_host or config.listen_host
         self.advertised_port = config.advertised_port or config.listen_port
         started = time.perf_counter()
@@ -423,14 +432,76 @@ class Broker:
 
     def storage_failed(self, partition: Partition, error: BaseException) -> None:
         """A write or fsync failed: the partition goes offline until restart (Kafka's offline log dir).  Not for
-        want of descriptors: nothing was written then, and the partition works again once some are free."""
+        want of descriptors: nothing was written then, and the partition works again once some are free.  Not
+        for want of space either (a write, never an fsync, refused with ENOSPC/EDQUOT): see :meth:`_out_of_space`."""
         if out_of_descriptors(error):
             log.warning("out of file descriptors for partition %s-%d: %r", partition.topic.name, partition.index,
                         error)
             return
+        if out_of_space(error):
+            if partition.storage_error is None:
+                self._out_of_space(partition, error)
+            return                              # offline already (retrying, or until restart)
         partition.storage_error = repr(error)
+        partition.storage_full = False
         log.error("storage error, partition %s-%d is offline until restart: %r",
                   partition.topic.name, partition.index, error)
+        self._wake_waiters()
+
+    # --- disk full -----------------------------------------------------------------------------
+
+    def _out_of_space(self, partition: Partition, error: OSError) -> None:
+        """A write found no space: the partition goes offline (appends refused with KAFKA_STORAGE_ERROR, waiters
+        answered as after any storage error) until :meth:`run_storage_retry` makes its failed write succeed.
+
+        Safe because the write left nothing past the file's logical end (a short write is cut back) and no fsync
+        failed: the log is what it was before the write, plus bytes still in memory (write-behind) that the retry
+        writes.  What was acknowledged is durable already; what was appended but not yet durable was not
+        acknowledged, is kept, and becomes durable (and visible) with the retry."""
+        partition.storage_error = f"disk full: {error.strerror or error!r}"
+        partition.storage_full = True
+        log.error("partition %s-%d is offline: disk full (%s); writes refused with KAFKA_STORAGE_ERROR and retried "
+                  "until space returns", partition.topic.name, partition.index, error.strerror or repr(error))
+        self._full_event.set()
+        self._wake_waiters()
+
+    async def run_storage_retry(self) -> None:
+        """Bring partitions offline for want of space back: retry each one's failed write (its flush) with a
+        backoff; one log line when it is back, none per attempt."""
+        while True:
+            await self._full_event.wait()
+            self._full_event = trio.Event()
+            delay = STORAGE_RETRY_FIRST_S
+            while any(p.storage_full for p in self.partitions.values()):
+                await trio.sleep(delay)
+                for p in [p for p in self.partitions.values() if p.storage_full]:
+                    await self._retry_full(p)
+                delay = min(delay * 2, STORAGE_RETRY_MAX_S)
+
+    async def _retry_full(self, p: Partition) -> None:
+        """One retry of a full partition's write, once there is free space: flush what it holds; on success the
+        partition is back online and its coordinator, if any, resumes."""
+        if self.partitions.get((p.topic.name, p.index)) is not p:
+            return                              # deleted meanwhile
+        free = self.storage.available_bytes(p.directory)
+        if free is not None and free < STORAGE_RETRY_FREE_BYTES:
+            return
+        target = p.log.flush_begin()
+        try:
+            await trio.to_thread.run_sync(p.log.flush, target)
+        except OSError as e:
+            if p.storage_full and not out_of_space(e) and not out_of_descriptors(e) \
+                    and self.partitions.get((p.topic.name, p.index)) is p:
+                self.storage_failed(p, e)       # offline until restart (logged once there)
+            return
+        if not p.storage_full or self.partitions.get((p.topic.name, p.index)) is not p:
+            return                              # failed otherwise, or deleted, meanwhile
+        p.log.flush_done(target)
+        p.storage_full = False
+        p.storage_error = None
+        log.warning("partition %s-%d is back online: its writes succeed again", p.topic.name, p.index)
+        if p.runtime is not None:
+            p.runtime.storage_recovered()
         self._wake_waiters()
 
     def durable_or_lost(self, partition: Partition, offset: int) -> bool:
@@ -560,6 +631,7 @@ class Broker:
             if self.ack_before_flush and self.flush_interval_ms < 9223372036854775807:
                 nursery.start_soon(self.run_interval_flusher)
             nursery.start_soon(self.run_retention)
+            nursery.start_soon(self.run_storage_retry)
             await nursery.start(self.groups.run)
             await nursery.start(self.transactions.run)
             task_status.started()

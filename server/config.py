@@ -69,6 +69,9 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
            "`kafka-storage format --feature`): 0 classic, 1 flexible transaction-log records, 2 transactions "
            "V2 (KIP-890).  Later changes go through UpdateFeatures."),
     "transaction.two.phase.commit.enable": (False, "Allow two-phase-commit transactions (KIP-939)."),
+    "unstable.api.versions.enable": (
+        False, "Also serve and advertise the versions Kafka's definitions mark unstable (latestVersionUnstable: "
+               "InitProducerId v6, KIP-939 two-phase commit), as Kafka's internal property does."),
     "group.initial.rebalance.delay.ms": (3000, "Delay before the first rebalance of an empty group."),
     "group.min.session.timeout.ms": (6000, "Smallest session timeout a consumer may ask for."),
     "group.max.session.timeout.ms": (1800000, "Largest session timeout a consumer may ask for."),
@@ -88,6 +91,10 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
     "trireme.debug.transaction.marker.delay.ms": (
         0, "Fault injection for crash tests: wait this long before each WriteTxnMarkers request the "
            "coordinator sends, and send one partition per request.  0 (off) in production."),
+    "trireme.debug.transaction.marker.refuse": (
+        "", "Fault injection for tests of stuck transactions: the coordinator's own markers for these partitions "
+            "(a comma list of TOPIC-PARTITION) are answered TRANSACTION_COORDINATOR_FENCED instead of being sent; "
+            "an operator's `trireme transactions complete` is not affected.  Empty (off) in production."),
     "trireme.fsync.enable": (True, "fsync before answering acks=1/all produce requests. false trades "
                                    "crash safety of acknowledged data for speed (Kafka's own default)."),
     "trireme.fsync.threads": (4, "How many partitions a group commit fsyncs at once (1-64; 1: one after "
@@ -109,6 +116,8 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
 
 # Integer properties that only make sense within a range: (lowest, highest).
 RANGES = {"trireme.fsync.threads": (1, 64)}
+# String properties that hold a comma list of TOPIC-PARTITION (see :func:`partition_list`).
+PARTITION_LISTS = frozenset({"trireme.debug.transaction.marker.refuse"})
 
 
 class ConfigError(ValueError):
@@ -133,7 +142,21 @@ def _coerce(name: str, value: Any) -> Any:
         if not lowest <= number <= highest:
             raise ConfigError(f"{name} must be from {lowest} to {highest}, not {number}")
         return number
-    return str(value).strip()
+    text = str(value).strip()
+    if name in PARTITION_LISTS:
+        partition_list(text, name)
+    return text
+
+
+def partition_list(text: str, name: str = "value") -> frozenset[tuple[str, int]]:
+    """A comma list of TOPIC-PARTITION (``orders-0,orders-3``; empty: none) → {(topic, partition)}."""
+    out = set()
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        topic, sep, index = item.rpartition("-")
+        if not sep or not topic or not index.isdigit():
+            raise ConfigError(f"{name} must be a comma list of TOPIC-PARTITION, not {item!r}")
+        out.add((topic, int(index)))
+    return frozenset(out)
 
 
 def parse_properties(text: str) -> dict[str, str]:

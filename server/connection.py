@@ -226,6 +226,7 @@ class Connection:
         self.limits = broker.limits
         self.peer = peer
         self.principal = "User:ANONYMOUS"
+        self.unstable_api_versions = bool(broker.config["unstable.api.versions.enable"])
         self.client_id: str | None = None
         self.client_software_name: str | None = None
         self.client_software_version: str | None = None
@@ -376,11 +377,11 @@ class Connection:
         if legacy is not None and legacy.min_version <= api_version <= legacy.max_version:
             handler = legacy
         request_codec = handler.request
-        if not handler.min_version <= api_version <= handler.max_version:
+        if not handler.min_version <= api_version <= handler.enabled_max(self.unstable_api_versions):
             if api_key == headers.API_VERSIONS_KEY:
                 return self._api_versions_fallback(frame)
             raise CloseConnection(f"{handler.name} v{api_version} is not a version of this API that we "
-                                  f"serve ({handler.min_version}-{handler.max_version})")
+                                  f"serve ({handler.min_version}-{handler.enabled_max(self.unstable_api_versions)})")
         try:
             header = headers.decode_request_header(frame, request_codec.is_flexible(api_version))
         except CodecError as e:
@@ -496,7 +497,8 @@ class Connection:
         every version)."""
         correlation_id = INT32.unpack_from(frame, 4)[0]
         body = _API_VERSIONS.cls(error_code=E.UNSUPPORTED_VERSION.code,
-                                 api_keys=[e for e in api_version_entries(_API_VERSIONS.cls.ApiVersion)
+                                 api_keys=[e for e in api_version_entries(_API_VERSIONS.cls.ApiVersion,
+                                                                          self.unstable_api_versions)
                                            if e.api_key == headers.API_VERSIONS_KEY])
         return self._outgoing(correlation_id, 0, _API_VERSIONS.encode(body, 0), None, time.perf_counter())
 
@@ -656,6 +658,6 @@ def _consumed(views: list, first: int, sent: int) -> int:
     return first
 
 
-def api_version_entries(entry_cls) -> list:
+def api_version_entries(entry_cls, unstable_enabled: bool = False) -> list:
     return [entry_cls(api_key=key, min_version=low, max_version=high)
-            for key, (low, high) in dispatch.advertised_versions().items()]
+            for key, (low, high) in dispatch.advertised_versions(unstable_enabled).items()]

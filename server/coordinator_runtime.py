@@ -117,12 +117,23 @@ class CoordinatorRuntime:
             return
         plog = self.partition.log
         start = plog.log_end_offset
-        if live:
-            if self._append_batch(live, sync=True) is None:
-                return
-        else:
-            plog.sync(now_ms())
-        plog.delete_records(start)
+        try:
+            if live:
+                if self._append_batch(live, sync=True) is None:
+                    return
+            else:
+                plog.sync(now_ms())
+        except OSError as e:
+            # The snapshot stays appended (the same state again) and the log uncompacted; a full disk's retry
+            # makes it durable, any other error takes the partition offline as a failed write does.
+            log.warning("could not compact %s: %r", self.name, e)
+            self.durability.storage_failed(self.partition, e)
+            return
+        try:
+            plog.delete_records(start)
+        except OSError as e:
+            log.warning("could not compact %s (log start offset not moved): %r", self.name, e)
+            return
         log.info("compacted %s: %d records replayed, %d live keys kept", self.name, replayed, len(live))
 
     # --- appending -------------------------------------------------------------------------
@@ -245,6 +256,18 @@ class CoordinatorRuntime:
         if not records:
             return True
         return await self.complete(self.stage(records, **batch))
+
+    # --- a full disk -----------------------------------------------------------------------
+
+    def storage_recovered(self) -> None:
+        """The log's failed write succeeded after the disk was full (the broker's retry): records staged before
+        it failed are durable now and are replayed (their answers went out as retriable errors, so a client may
+        find them done when it retries, as after a timeout), then the coordinator resumes what they left to do."""
+        self._replay_durable()
+        self.resume_after_storage_error()
+
+    def resume_after_storage_error(self) -> None:
+        """Work a write failure left undone, for the coordinator to pick up again (none here)."""
 
     # --- reading after writes --------------------------------------------------------------
 

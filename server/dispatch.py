@@ -32,6 +32,12 @@ class Handler:
     response: MessageCodec
     advertised_min: int                   # may be below min_version (Produce 0-2, see produce.py)
     fast: Callable | None = None          # see fast_path
+    unstable_max: bool = False            # max_version is Kafka's "latestVersionUnstable" last version
+
+    def enabled_max(self, unstable_enabled: bool) -> int:
+        """The highest version served and advertised: as Kafka, a definition's unstable last version only
+        with ``unstable.api.versions.enable``."""
+        return self.max_version - 1 if self.unstable_max and not unstable_enabled else self.max_version
 
 
 @dataclasses.dataclass(slots=True)
@@ -46,6 +52,9 @@ class RequestContext:
     principal: str
     connection: Any                      # server.connection.Connection (client software, address)
     frame: bytearray                     # the request frame: record data in the request views it
+    # Kafka's ClusterAction (broker-to-broker requests such as the coordinator's WriteTxnMarkers): only requests
+    # this broker sends itself through server/local_peer.py; nothing a network client sends can set it.
+    cluster_action: bool = False
 
     def response(self, **fields):
         """A fresh response object of this API, with fields set."""
@@ -83,7 +92,9 @@ def handles(name: str, min_version: int, max_version: int, *, advertised_min: in
             raise ValueError(f"{name} {min_version}-{max_version} is outside its definition "
                              f"{request.min_version}-{request.max_version}")
         HANDLERS[key] = Handler(key, name, min_version, max_version, fn, request, response,
-                                min_version if advertised_min is None else advertised_min)
+                                min_version if advertised_min is None else advertised_min,
+                                unstable_max=request.spec.latest_version_unstable
+                                and max_version == request.max_version)
         return fn
     return register
 
@@ -118,10 +129,10 @@ def load_handlers() -> None:
         importlib.import_module(f"trireme.server.handlers.{info.name}")
 
 
-def advertised_versions() -> dict[int, tuple[int, int]]:
-    """API key → (min, max) as ApiVersions reports them."""
+def advertised_versions(unstable_enabled: bool = False) -> dict[int, tuple[int, int]]:
+    """API key → (min, max) as ApiVersions reports them (with ``unstable.api.versions.enable`` as given)."""
     load_handlers()
-    return {key: (h.advertised_min, h.max_version) for key, h in sorted(HANDLERS.items())}
+    return {key: (h.advertised_min, h.enabled_max(unstable_enabled)) for key, h in sorted(HANDLERS.items())}
 
 
 def implemented_versions() -> dict[int, tuple[int, int]]:

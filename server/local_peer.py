@@ -3,7 +3,9 @@
 The transaction coordinator writes markers (WriteTxnMarkers) and the produce path asks the
 coordinator to verify a transaction (AddPartitionsToTxn with VerifyOnly) through here, so that
 a broker-to-broker request is exercised exactly as it will be when coordinator and partition
-leader are different nodes: only a socket would be added.
+leader are different nodes: only a socket would be added.  Its requests carry Kafka's ClusterAction
+(``RequestContext.cluster_action``), as an authenticated broker's would: WriteTxnMarkers trusts
+only those with markers a client may not write (see server/handlers/write_txn_markers.py).
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ class LocalPeer:
         header = headers.decode_request_header(frame, handler.request.is_flexible(version))
         decoded, _ = handler.request.decode(memoryview(frame), version, header.size)
         ctx = dispatch.RequestContext(self.broker, handler.api_key, version, header.correlation_id, header.client_id,
-                                      "User:ANONYMOUS", None, frame)
+                                      "User:ANONYMOUS", None, frame, cluster_action=True)
         return handler, correlation_id, handler.fn(ctx, decoded)
 
     @staticmethod

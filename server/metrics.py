@@ -197,6 +197,8 @@ _PARTITION_GAUGES = (
      lambda p: p.log.high_watermark - p.last_stable_offset()),
     ("trireme_partition_producers", "Producer ids the partition's producer state knows.", lambda p: len(p.producers)),
     ("trireme_partition_size_bytes", "Bytes of the partition's log segments.", lambda p: p.log.size_bytes),
+    ("trireme_partition_offline", "1 while the partition refuses writes after a storage error (disk full: until its "
+     "retried write succeeds; any other error: until restart).", lambda p: int(p.storage_error is not None)),
 )
 
 
@@ -219,7 +221,8 @@ def _group_metrics(out: Exposition, broker) -> None:
 
 
 def _transaction_metrics(out: Exposition, broker, now: int) -> None:
-    """Transactions per coordinator state, the age of the oldest open one (what pins an LSO longest), hanging ones."""
+    """Transactions per coordinator state, the age of the oldest open one (what pins an LSO longest), hanging and
+    stuck ones, moot markers."""
     coordinator = broker.transactions.coordinator
     counts = {state: 0 for state in TxnState}
     oldest = 0
@@ -238,6 +241,13 @@ def _transaction_metrics(out: Exposition, broker, now: int) -> None:
     out.metric("trireme_hanging_transactions", "gauge",
                "Transactions open on a partition that the coordinator has no open transaction for (KIP-664).",
                sum(t.hanging for t in overview.open_transactions(broker)))
+    out.metric("trireme_transactions_stuck", "gauge",
+               "Transactions left in PrepareCommit/PrepareAbort because a partition refused a marker for good "
+               "(TRANSACTION_COORDINATOR_FENCED, ...): free each with trireme transactions complete.",
+               len(broker.transactions.stuck_transactions()))
+    out.metric("trireme_transaction_markers_moot_total", "counter",
+               "Markers refused with INVALID_PRODUCER_EPOCH (the partition had seen a newer producer epoch) and "
+               "counted as written.", broker.transactions.moot_markers)
 
 
 def routes(broker) -> Routes:

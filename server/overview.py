@@ -1,4 +1,4 @@
-"""What the broker holds, read for people and scrapers (the status page, the metrics): partitions and what pins their last stable offset, consumer group lag, hanging transactions.
+"""What the broker holds, read for people and scrapers (the status page, the metrics): partitions and what pins their last stable offset, consumer group lag, hanging and stuck transactions.
 
 Everything here only reads the broker's state, at the moment it is asked (a page view, a scrape),
 so the produce and fetch paths pay nothing for it.
@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from trireme.state.txn_records import TxnState
+from trireme.wire import error_codes as E
 
 # Coordinator states in which a transaction may still be open on its partitions (markers not all written).
 OPEN_STATES = (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
@@ -105,3 +106,33 @@ def groups(broker) -> list[GroupView]:
             out.append(GroupView(group_id, str(group.state), group.protocol_type or "", group.protocol_name or "",
                                  tuple(group.members.values()), tuple(offsets)))
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class StuckView:
+    """A prepared transaction a partition refused a marker for, for good: it waits for an operator."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    refused: tuple[tuple[str, int, str], ...]      # (topic, partition, error name)
+    since_ms: int
+
+    @property
+    def state(self) -> str:
+        return "PrepareCommit" if self.commit else "PrepareAbort"
+
+    def as_json(self) -> dict:
+        return {"transactional_id": self.transactional_id, "producer_id": self.producer_id,
+                "producer_epoch": self.producer_epoch, "transaction_state": self.state,
+                "partitions": ",".join(f"{t}-{p}:{error}" for t, p, error in self.refused),
+                "stuck_since_ms": self.since_ms}
+
+
+def stuck_transactions(broker) -> list[StuckView]:
+    """The transactions left prepared because a partition refused a marker for good, by transactional id."""
+    return [StuckView(s.job.transactional_id, s.job.producer_id, s.job.producer_epoch, s.job.commit,
+                      tuple((t, p, E.for_code(code).name) for (t, p), code in sorted(s.partitions.items())),
+                      s.since_ms)
+            for s in broker.transactions.stuck_transactions()]

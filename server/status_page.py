@@ -1,4 +1,4 @@
-"""The status page: one server-rendered HTML page showing partitions, groups, transactions and producers, with opt-in actions that abort transactions.
+"""The status page: one server-rendered HTML page showing partitions, groups, transactions and producers, with opt-in actions that abort or complete transactions.
 
 Served on ``trireme.status.listen`` by :mod:`trireme.server.web`.  What it shows is read from the
 broker's state when the page is asked for (:mod:`trireme.server.overview`).  Actions are off
@@ -13,6 +13,13 @@ browser sends an Origin, come from the page's own origin.  Aborting follows Kafk
   that partition at the coordinator) gets an ABORT marker through WriteTxnMarkers, sent through
   :class:`~trireme.server.local_peer.LocalPeer` as an admin client's abort would send it, with the
   producer epoch and coordinator epoch of the partition's producer state.
+
+A *stuck* transaction (prepared, but a partition refused its marker for good, e.g. with
+TRANSACTION_COORDINATOR_FENCED) is completed with its prepared result by the coordinator
+(:meth:`~trireme.server.transactions.TransactionService.complete_stuck`).  ``trireme transactions
+stuck`` and ``complete`` use this page too: ``GET /stuck-transactions`` (JSON: the stuck
+transactions, and the actions token when actions are on) and the same POST with
+``Accept: text/plain``, which answers with a line of text (200 done, 409 not done) instead of a redirect.
 """
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ import collections
 import hashlib
 import hmac
 import html
+import json
 import logging
 import secrets
 import time
@@ -32,12 +40,15 @@ from trireme.wire.codec import message
 
 from . import overview
 from .clock import now_ms
+from .transactions import NotStuck
 from .web import Request, Response, Routes
 
 log = logging.getLogger("trireme.status")
 
 ABORT_PATH = "/actions/abort-transaction"
 ABORT_HANGING_PATH = "/actions/abort-hanging-transaction"
+COMPLETE_PATH = "/actions/complete-transaction"
+STUCK_PATH = "/stuck-transactions"
 MAX_PRODUCER_ROWS = 500
 MAX_MEMBERS_SHOWN = 6
 _MARKERS = message("WriteTxnMarkersRequest").cls
@@ -123,7 +134,8 @@ class StatusPage:
 
     def routes(self) -> Routes:
         return {("GET", "/"): self.page, ("POST", ABORT_PATH): self.abort,
-                ("POST", ABORT_HANGING_PATH): self.abort_hanging}
+                ("POST", ABORT_HANGING_PATH): self.abort_hanging, ("POST", COMPLETE_PATH): self.complete,
+                ("GET", STUCK_PATH): self.stuck_json}
 
     # --- the page ------------------------------------------------------------------------------
 
@@ -140,10 +152,12 @@ class StatusPage:
         ongoing = sorted((m for m in coordinator.transactions.values() if m.state in overview.OPEN_STATES),
                          key=lambda m: (m.value.start_timestamp_ms, m.transactional_id))
         hanging = [t for t in open_txns if t.hanging]
+        stuck = overview.stuck_transactions(broker)
         cards = [("topics", len(broker.topics.all()), "partitions"),
                  ("partitions", len(broker.partitions), "partitions"),
                  ("consumer groups", len(groups), "groups"), ("open transactions", len(ongoing), "transactions"),
-                 ("hanging transactions", len(hanging), "hanging"), ("connections", broker.limits.admission.count, "")]
+                 ("hanging transactions", len(hanging), "hanging"), ("stuck transactions", len(stuck), "stuck"),
+                 ("connections", broker.limits.admission.count, "")]
         parts = [
             "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
             f"<title>Trireme · node {_e(broker.node_id)}</title>",
@@ -156,13 +170,14 @@ class StatusPage:
             f"<span>as of {_e(time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(now / 1000)))}</span></header>",
             "<main>",
             '<div class="cards">' + "".join(
-                f'<a class="card{" bad" if label.startswith("hanging") and n else ""}" href="#{anchor}"><b>{n}</b>'
+                f'<a class="card{" bad" if anchor in ("hanging", "stuck") and n else ""}" href="#{anchor}"><b>{n}</b>'
                 f'{_e(label)}</a>' for label, n, anchor in cards) + "</div>",
             self._actions_section(),
             self._partitions_section(pins),
             self._groups_section(groups),
             self._transactions_section(ongoing, pins, now),
             self._hanging_section(hanging, now),
+            self._stuck_section(stuck, now),
             self._producers_section(now),
             "<footer>" + ("Actions are <b>on</b> (<code>trireme.status.actions.enable</code>)." if self.actions_enabled
                           else "Actions are off; set <code>trireme.status.actions.enable=true</code> to abort "
@@ -194,7 +209,8 @@ class StatusPage:
                         f"from offset {_e(pin.first_offset)} ({_e(hw - lso)} behind)")
             name = _e(topic) + (' <span class="tag">internal</span>' if p.topic.is_internal else "")
             if p.storage_error:
-                name += ' <span class="tag bad">offline</span>'
+                name += f' <span class="tag bad" title="{_e(p.storage_error)}">' \
+                        f'{"offline: disk full" if p.storage_full else "offline"}</span>'
             rows.append([name, _e(index), _e(p.log.log_start_offset), _e(hw), _e(lso), held,
                          f'<span title="{_e(p.log.size_bytes)} bytes">{_e(_size(p.log.size_bytes))}</span>',
                          _e(len(p.producers))])
@@ -274,6 +290,21 @@ class StatusPage:
                          "none: every transaction open on a partition is known to the coordinator")
                 + "</section>")
 
+    def _stuck_section(self, stuck, now: int) -> str:
+        rows = []
+        for t in stuck:
+            row = [_e(t.transactional_id), _e(t.producer_id), _e(t.producer_epoch), _e(t.state),
+                   ", ".join(f'{_tp(topic, p)} <span class="tag bad">{_e(error)}</span>' for topic, p, error in t.refused),
+                   _e(_age(now - t.since_ms))]
+            if self.actions_enabled:
+                row.append(self._form(COMPLETE_PATH, "Complete", transactional_id=t.transactional_id))
+            rows.append(row)
+        columns = ["transactional id", "producer id#", "epoch#", "state", "refused by", "stuck for#"]
+        return ('<section id="stuck"><h2>Stuck transactions</h2>'
+                + _table(columns + (["action"] if self.actions_enabled else []), rows,
+                         "none: no partition refused a marker for good")
+                + "</section>")
+
     def _producers_section(self, now: int) -> str:
         rows = []
         total = 0
@@ -312,9 +343,29 @@ class StatusPage:
             return Response.text(403, "refused: missing or wrong token (reload the page)\n")
         return None
 
-    def _done(self, text: str) -> Response:
+    def _done(self, text: str, request: Request | None = None, ok: bool = True) -> Response:
+        """Note an action's result; a browser is sent back to the page, a client asking for text gets the result."""
         self.recent.append((now_ms(), text))
+        if request is not None and "text/html" not in request.headers.get("accept", "text/html"):
+            return Response(200 if ok else 409, (text + "\n").encode(), headers=dict(HEADERS))
         return Response(303, b"", headers={"Location": "/#actions", **HEADERS})
+
+    def stuck_json(self, request: Request) -> Response:
+        body = {"stuck": [t.as_json() for t in overview.stuck_transactions(self.broker)],
+                "token": self.token if self.actions_enabled else None}
+        return Response(200, json.dumps(body).encode(), "application/json", dict(HEADERS))
+
+    async def complete(self, request: Request) -> Response:
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        txn_id = request.form().get("transactional_id", "")
+        log.warning("status page: completing stuck transaction %s", txn_id)
+        try:
+            done = await self.broker.transactions.complete_stuck(txn_id)
+        except NotStuck as e:
+            return self._done(f"completion of {txn_id}: not done, {e}", request, ok=False)
+        return self._done(done, request)
 
     async def abort(self, request: Request) -> Response:
         refused = self._refused(request)

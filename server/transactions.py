@@ -3,13 +3,17 @@
 Every operation follows the runtime's order: the coordinator returns records, they are appended
 and made durable, replayed, and only then is the client answered.  After a PREPARE record is
 durable the markers go out as real WriteTxnMarkers requests through
-:class:`~trireme.server.local_peer.LocalPeer` (encode → handler → decode), retried until every
-partition has its marker; then a COMPLETE record ends the transaction.  On start-up, transactions
-a crash left prepared get their markers written again.  Open transactions past their timeout are
+:class:`~trireme.server.local_peer.LocalPeer` (encode → handler → decode) until every partition
+has its marker (retriable errors with a bounded backoff; a refusal for a newer producer epoch is
+moot); then a COMPLETE record ends the transaction.  Any other refusal leaves the transaction
+*stuck* (prepared, listed in :attr:`TransactionService.stuck`) until an operator completes it
+(:meth:`TransactionService.complete_stuck`).  On start-up, transactions a crash left prepared get
+their markers written again.  Open transactions past their timeout are
 aborted (with an epoch bump that fences the producer), and idle transactional ids expire.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -18,23 +22,47 @@ import trio
 
 from trireme.state.topics import Topic
 from trireme.state.transactions import MarkerJob, TransactionCoordinator, TxnConfig, TxnOutcome
-from trireme.state.txn_records import decode_txn_key
+from trireme.state.txn_records import TxnState, decode_txn_key
 from trireme.wire import error_codes as E
 from trireme.wire.codec import message
 
 from .clock import now_ms
+from .config import partition_list
 from .coordinator_runtime import CoordinatorRuntime, Durability
 
 log = logging.getLogger("trireme.transactions")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 TRANSACTION_STATE_TOPIC_ID = uuid.UUID(int=2)
-MARKER_RETRY_BACKOFF_S = 0.1
+MARKER_RETRY_BACKOFF_S = 0.1          # the first retry of a retriable marker error; doubles up to the maximum
+MARKER_RETRY_MAX_BACKOFF_S = 5.0
+MARKER_LOG_INTERVAL_S = 60.0          # a transaction's markers still being retried are logged at most this often
 CONCURRENT_WAIT_S = 5.0
-# A marker for these is not written, and never will be: the partition is gone.
-_GONE = {E.UNKNOWN_TOPIC_OR_PARTITION.code}
+# Kafka's TransactionMarkerRequestCompletionHandler retries these (the partition may come back) ...
+RETRIABLE = frozenset(e.code for e in (E.NOT_LEADER_OR_FOLLOWER, E.NOT_ENOUGH_REPLICAS,
+                                       E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, E.REQUEST_TIMED_OUT, E.KAFKA_STORAGE_ERROR))
+# ... and drops these partitions from the transaction: the partition is gone (Kafka drops a deleted partition when
+# it queues the retry) or cannot hold a marker, so the producer cannot have written there.
+_GONE = frozenset(e.code for e in (E.UNKNOWN_TOPIC_OR_PARTITION, E.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                                   E.UNSUPPORTED_VERSION))
+# INVALID_PRODUCER_EPOCH is moot (the partition has seen a newer producer epoch).  Every other error, among them
+# TRANSACTION_COORDINATOR_FENCED (Kafka: "permanently failed", the transaction stays prepared), leaves it stuck.
 
 _MARKERS = message("WriteTxnMarkersRequest").cls
+_PRODUCERS = message("DescribeProducersRequest").cls
+
+
+class NotStuck(Exception):
+    """An operator's completion could not be done (the id is not stuck, or a marker was refused again)."""
+
+
+@dataclasses.dataclass
+class StuckTxn:
+    """A prepared transaction whose markers a partition refused for good: it waits for an operator."""
+
+    job: MarkerJob
+    partitions: dict[tuple[str, int], int]          # refused partition → error code
+    since_ms: int
 
 
 class TransactionService(CoordinatorRuntime):
@@ -54,11 +82,17 @@ class TransactionService(CoordinatorRuntime):
         partition = open_internal_partition(topic, 0, segment_bytes=100 * 1024 * 1024)
         super().__init__(TRANSACTION_STATE_TOPIC, partition, durability, coordinator)
         self._changed = trio.Event()         # set whenever a transaction record was made durable
+        self._not_durable: set[str] = set()  # ids whose records could not be made durable (disk full)
+        self._id_block_failed = False        # the last producer id block reservation failed (logged)
         started = time.perf_counter()
         loaded = self.load()
         self.compact(self.coordinator.compact_records(), loaded)
         self._resume = self.coordinator.loaded()
         self._orphans: list[MarkerJob] = []
+        self.stuck: dict[str, StuckTxn] = {}          # transactional id → its stuck transaction
+        self.moot_markers = 0                         # markers counted as written: the partition saw a newer epoch
+        # Fault injection (tests of stuck transactions): partitions whose coordinator markers are refused.
+        self._refuse_markers = partition_list(config["trireme.debug.transaction.marker.refuse"])
         log.info("loaded transaction coordinator records=%d transactional_ids=%d prepared=%d in %.3fs", loaded,
                  len(self.coordinator.transactions), len(self._resume), time.perf_counter() - started)
 
@@ -85,6 +119,7 @@ class TransactionService(CoordinatorRuntime):
         durable = await self.complete(staged)
         if not durable:
             self.coordinator.abandon(outcome.transactional_id)
+            self._not_durable.add(outcome.transactional_id)
         self._signal_change()
         return durable
 
@@ -101,11 +136,39 @@ class TransactionService(CoordinatorRuntime):
         deadline = trio.current_time() + CONCURRENT_WAIT_S
         while True:
             changed = self._changed
-            outcome = await self.run_operation(attempt(), answer_when_staged=answer_when_staged)
+            outcome = await self.run_operation(self._attempt(attempt), answer_when_staged=answer_when_staged)
             if outcome.error != E.CONCURRENT_TRANSACTIONS.code or trio.current_time() >= deadline:
                 return outcome
             with trio.move_on_at(deadline):
                 await changed.wait()
+
+    def _attempt(self, attempt) -> TxnOutcome:
+        """``attempt()``; if it needed a new block of producer ids and the block could not be reserved on disk (the
+        disk full or failing; the coordinator's state is unchanged then) → COORDINATOR_NOT_AVAILABLE, retriable, as
+        for a record that cannot be written.  Logged once until an attempt succeeds again."""
+        try:
+            outcome = attempt()
+        except OSError as e:
+            if not self._id_block_failed:
+                log.error("cannot reserve producer ids (answering COORDINATOR_NOT_AVAILABLE until it can): %r", e)
+            self._id_block_failed = True
+            return TxnOutcome(error=E.COORDINATOR_NOT_AVAILABLE.code)
+        self._id_block_failed = False
+        return outcome
+
+    def resume_after_storage_error(self) -> None:
+        """``__transaction_state`` is writable again after a full disk: a transaction left prepared by an operation
+        whose records could not be made durable gets its markers written, as at start-up.  Its PREPARE became
+        durable with the retry (the operation answered COORDINATOR_NOT_AVAILABLE and started no markers), or its
+        COMPLETE was refused (which ended the marker task).  Either way no marker task runs for it; any other
+        prepared transaction still has its own."""
+        not_durable, self._not_durable = self._not_durable, set()
+        for job in self.coordinator.loaded():
+            if job.transactional_id in not_durable:
+                log.info("resuming markers of prepared transaction %s (%s)", job.transactional_id,
+                         "commit" if job.commit else "abort")
+                self.start_soon(self._write_markers, job)
+        self._signal_change()
 
     async def init_producer_id(self, transactional_id: str, timeout_ms: int, **kwargs) -> TxnOutcome:
         await self.wait_replayed()
@@ -154,38 +217,165 @@ class TransactionService(CoordinatorRuntime):
             self._orphans.append(job)
 
     async def _write_markers(self, job: MarkerJob) -> None:
-        """WriteTxnMarkers for every partition of a prepared transaction until each is written; then COMPLETE."""
-        await self._send_markers(job)
-        await self.wait_replayed()
-        await self.run_operation(self.coordinator.markers_written(
-            job.transactional_id, job.producer_id, job.producer_epoch, now_ms()))
+        """WriteTxnMarkers for every partition of a prepared transaction until each is written; then COMPLETE.
+        A refusal that no retry can change leaves the transaction prepared and listed in :attr:`stuck`."""
+        refused = await self._send_markers(job)
+        if refused:
+            log.error("transaction %s: %s marker refused for good on %s; not retrying: it stays %s until an operator "
+                      "completes it (trireme transactions complete --transactional-id %s)", job.transactional_id,
+                      "commit" if job.commit else "abort", _partition_errors_text(refused),
+                      "PrepareCommit" if job.commit else "PrepareAbort", job.transactional_id)
+            self.stuck[job.transactional_id] = StuckTxn(job, refused, now_ms())
+            return
+        await self._complete(job)
 
-    async def _send_markers(self, job: MarkerJob) -> None:
-        """WriteTxnMarkers for every partition of ``job`` until each is written."""
+    async def _abort_orphan(self, job: MarkerJob) -> None:
+        """The ABORT marker of a transaction the coordinator never recorded (:meth:`abort_orphans`)."""
+        refused = await self._send_markers(job)
+        if refused:
+            log.error("transaction %s: the abort marker of producer id %d's unrecorded transaction was refused for "
+                      "good on %s; not retrying: abort it as a hanging transaction (trireme transactions "
+                      "find-hanging, abort)", job.transactional_id, job.producer_id, _partition_errors_text(refused))
+
+    async def _complete(self, job: MarkerJob) -> TxnOutcome:
+        await self.wait_replayed()
+        outcome = await self.run_operation(self.coordinator.markers_written(
+            job.transactional_id, job.producer_id, job.producer_epoch, now_ms()))
+        stuck = self.stuck.get(job.transactional_id)
+        if stuck is not None and stuck.job == job:
+            del self.stuck[job.transactional_id]
+        return outcome
+
+    async def _marker_round(self, job: MarkerJob, partitions, coordinator_epoch: int, *,
+                            by_operator: bool = False) -> dict[tuple[str, int], int]:
+        """One WriteTxnMarkers request for ``partitions`` of ``job`` → error code per partition.
+        ``trireme.debug.transaction.marker.refuse`` answers TRANSACTION_COORDINATOR_FENCED for its partitions
+        without sending; not ``by_operator`` (:meth:`complete_stuck`): the injected fault stands for a partition
+        that refuses the coordinator's epoch, and the operator's resend carries the epoch the partition reports."""
+        injected = {} if by_operator else {tp: E.TRANSACTION_COORDINATOR_FENCED.code
+                                           for tp in partitions if tp in self._refuse_markers}
+        topics: dict[str, list[int]] = {}
+        for topic, index in sorted(set(partitions) - set(injected)):
+            topics.setdefault(topic, []).append(index)
+        if not topics:
+            return injected
+        request = _MARKERS(markers=[_MARKERS.WritableTxnMarker(
+            producer_id=job.producer_id, producer_epoch=job.producer_epoch, transaction_result=job.commit,
+            topics=[_MARKERS.WritableTxnMarker.WritableTxnMarkerTopic(name=t, partition_indexes=p)
+                    for t, p in topics.items()],
+            coordinator_epoch=coordinator_epoch, transaction_version=job.transaction_version)])
+        response = await self.peer.call("WriteTxnMarkers", 2 if job.transaction_version >= 2 else 1, request)
+        return {**{(t.name, p.partition_index): p.error_code
+                   for marker in response.markers for t in marker.topics for p in t.partitions}, **injected}
+
+    def _settle(self, job: MarkerJob, errors: dict[tuple[str, int], int]) -> tuple[set, dict]:
+        """Sort one round's answers as Kafka's TransactionMarkerRequestCompletionHandler does → (partitions to retry,
+        {partition: error} refused for good).  Written, gone and moot partitions are done; each gone or moot one
+        is logged once."""
+        retry, refused = set(), {}
+        for (topic, index), code in sorted(errors.items()):
+            what = "commit" if job.commit else "abort"
+            if code == 0:
+                continue
+            if code in RETRIABLE:
+                retry.add((topic, index))
+            elif code in _GONE:
+                log.info("transaction %s: %s marker for %s-%d not written (%s): the partition will not get one",
+                         job.transactional_id, what, topic, index, E.for_code(code).name)
+            elif code == E.INVALID_PRODUCER_EPOCH.code:
+                self.moot_markers += 1
+                log.warning("transaction %s: %s marker for %s-%d refused with INVALID_PRODUCER_EPOCH: the partition "
+                            "has seen a newer epoch of producer id %d than %d, which can no longer write there, so "
+                            "the marker is moot: counted as written", job.transactional_id, what, topic, index,
+                            job.producer_id, job.producer_epoch)
+            else:
+                refused[(topic, index)] = code
+        return retry, refused
+
+    async def _send_markers(self, job: MarkerJob) -> dict[tuple[str, int], int]:
+        """WriteTxnMarkers for every partition of ``job`` until each is written, gone or moot, retrying retriable
+        errors with a bounded backoff → the partitions refused for good (no retry can change them), with errors."""
         remaining = set(job.partitions)
+        refused: dict[tuple[str, int], int] = {}
         delay_ms = self.config["trireme.debug.transaction.marker.delay.ms"]
+        backoff = MARKER_RETRY_BACKOFF_S
+        logged_at = None
         while remaining:
-            topics: dict[str, list[int]] = {}
-            for topic, index in sorted(remaining)[:1] if delay_ms else sorted(remaining):
-                topics.setdefault(topic, []).append(index)
             if delay_ms:
                 await trio.sleep(delay_ms / 1000)
-            request = _MARKERS(markers=[_MARKERS.WritableTxnMarker(
-                producer_id=job.producer_id, producer_epoch=job.producer_epoch, transaction_result=job.commit,
-                topics=[_MARKERS.WritableTxnMarker.WritableTxnMarkerTopic(name=t, partition_indexes=p)
-                        for t, p in topics.items()],
-                coordinator_epoch=job.coordinator_epoch, transaction_version=job.transaction_version)])
-            response = await self.peer.call("WriteTxnMarkers", 2 if job.transaction_version >= 2 else 1, request)
-            for marker in response.markers:
-                for t in marker.topics:
-                    for p in t.partitions:
-                        if p.error_code == 0 or p.error_code in _GONE:
-                            remaining.discard((t.name, p.partition_index))
-                        else:
-                            log.warning("marker for %s %s-%d failed with %s; retrying", job.transactional_id,
-                                        t.name, p.partition_index, E.for_code(p.error_code).name)
-            if remaining and not delay_ms:
-                await trio.sleep(MARKER_RETRY_BACKOFF_S)
+            batch = sorted(remaining)[:1] if delay_ms else sorted(remaining)
+            errors = await self._marker_round(job, batch, job.coordinator_epoch)
+            retry, failed = self._settle(job, errors)
+            remaining -= set(batch) - retry
+            refused.update(failed)
+            if not retry:
+                continue
+            # Retriable errors (a partition offline): back off, and say so at most once per MARKER_LOG_INTERVAL_S.
+            now = trio.current_time()
+            if logged_at is None or now - logged_at >= MARKER_LOG_INTERVAL_S:
+                logged_at = now
+                log.warning("transaction %s: markers for %s not written yet (%s); retrying every %.1fs at most",
+                            job.transactional_id, ", ".join(f"{t}-{i}" for t, i in sorted(retry)),
+                            ", ".join(sorted({E.for_code(errors[tp]).name for tp in retry})), MARKER_RETRY_MAX_BACKOFF_S)
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, MARKER_RETRY_MAX_BACKOFF_S)
+        return refused
+
+    async def complete_stuck(self, transactional_id: str) -> str:
+        """An operator's completion of a stuck transaction (one a partition refused a marker for) with its prepared
+        result → what was done, for people.  The refused markers are sent again with the coordinator epoch the
+        partition has seen for the producer (DescribeProducers), so a TRANSACTION_COORDINATOR_FENCED refusal cannot
+        recur; then the COMPLETE record.  Raises :class:`NotStuck` when the id is not stuck (any more)."""
+        await self.wait_replayed()
+        stuck = self.stuck.pop(transactional_id, None)       # one completion at a time: taken while it runs
+        if stuck is None or not self._still_prepared(stuck.job):
+            raise NotStuck(f"transactional id {transactional_id!r} has no stuck transaction")
+        job = stuck.job
+        try:
+            seen = await self._coordinator_epochs(job.producer_id, list(stuck.partitions))
+            for tp in sorted(stuck.partitions):
+                epoch = max(job.coordinator_epoch, seen.get(tp, -1))
+                errors = await self._marker_round(job, [tp], epoch, by_operator=True)
+                retry, refused = self._settle(job, errors)
+                if retry or refused:
+                    raise NotStuck(f"the marker for {tp[0]}-{tp[1]} was refused again "
+                                   f"({E.for_code(errors[tp]).name}); the transaction is still stuck")
+                log.warning("transaction %s: %s marker written on %s-%d by an operator, with coordinator epoch %d",
+                            transactional_id, "commit" if job.commit else "abort", tp[0], tp[1], epoch)
+                del stuck.partitions[tp]
+        except BaseException:
+            self.stuck.setdefault(transactional_id, stuck)
+            raise
+        outcome = await self._complete(job)
+        if outcome.error:
+            self.stuck.setdefault(transactional_id, stuck)        # its markers are written: only COMPLETE is left
+            raise NotStuck(f"writing the COMPLETE record failed: {E.for_code(outcome.error).name}")
+        return (f"Completed the transaction of {transactional_id!r} "
+                f"({'commit' if job.commit else 'abort'}, producer id {job.producer_id} epoch {job.producer_epoch}).")
+
+    def _still_prepared(self, job: MarkerJob) -> bool:
+        meta = self.coordinator.transactions.get(job.transactional_id)
+        return meta is not None and meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT) \
+            and (meta.producer_id, meta.producer_epoch) == (job.producer_id, job.producer_epoch)
+
+    def stuck_transactions(self) -> list[StuckTxn]:
+        """The stuck transactions still prepared, by transactional id."""
+        for transactional_id, stuck in list(self.stuck.items()):
+            if not self._still_prepared(stuck.job):
+                del self.stuck[transactional_id]
+        return [self.stuck[t] for t in sorted(self.stuck)]
+
+    async def _coordinator_epochs(self, producer_id: int, partitions) -> dict[tuple[str, int], int]:
+        """The latest coordinator epoch each partition has seen for ``producer_id`` (DescribeProducers, as an admin
+        client reads it; -1 where the partition does not know the producer)."""
+        topics: dict[str, list[int]] = {}
+        for topic, index in sorted(partitions):
+            topics.setdefault(topic, []).append(index)
+        response = await self.peer.call("DescribeProducers", 0, _PRODUCERS(topics=[
+            _PRODUCERS.TopicRequest(name=t, partition_indexes=p) for t, p in topics.items()]))
+        return {(t.name, p.partition_index): s.coordinator_epoch
+                for t in response.topics for p in t.partitions for s in p.active_producers
+                if s.producer_id == producer_id}
 
     # --- background work -------------------------------------------------------------------
 
@@ -198,7 +388,7 @@ class TransactionService(CoordinatorRuntime):
                 self.start_soon(self._write_markers, job)
             self._resume = []
             for job in self._orphans:
-                self.start_soon(self._send_markers, job)
+                self.start_soon(self._abort_orphan, job)
             self._orphans = []
             nursery.start_soon(self._run_timeouts)
             nursery.start_soon(self._run_id_expiry)
@@ -224,6 +414,10 @@ class TransactionService(CoordinatorRuntime):
                 for key, _ in records:
                     self.coordinator.abandon(decode_txn_key(key))
             self._signal_change()            # an operation waiting on an expiring id tries again
+
+
+def _partition_errors_text(errors: dict[tuple[str, int], int]) -> str:
+    return ", ".join(f"{t}-{i} ({E.for_code(c).name})" for (t, i), c in sorted(errors.items()))
 
 
 def error_for_version(code: int, version: int, fenced_since: int) -> int:

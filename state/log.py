@@ -786,12 +786,13 @@ class PartitionLog:
     def flush_begin(self) -> int:
         """Plan a flush of everything appended so far; returns its target offset."""
         target = self.log_end_offset
+        txn_error = None
         for seg in self._txn_pending:  # retry failed txnindex writes; may create a file (dir sync)
             if seg.txn_unwritten and not seg.deleted:
                 try:
                     self._write_txns(seg)
-                except OSError:
-                    pass  # the plan records it and its flush fails
+                except OSError as e:
+                    txn_error = txn_error or e  # the plan records it and its flush fails with it
         if self._unsafe:
             self._drop_settled_txn_pending()
             return target
@@ -805,7 +806,7 @@ class PartitionLog:
         planned = tuple(files[b] for b in sorted(files))
         self._plans[target] = _FlushPlan(
             target=target,
-            write_error=self._write_tails(planned),
+            write_error=self._write_tails(planned) or txn_error,
             files=planned,
             txn_files=tuple((seg, seg.txn_handle, seg.txn_written, seg.txn_count)
                             for seg in sorted(self._txn_pending, key=lambda s: s.base_offset)),

@@ -62,6 +62,11 @@ class ProducerIdManager:
         self._next += 1
         return producer_id
 
+    def handed_out(self, producer_id: int) -> bool:
+        """Whether :meth:`next_id` may ever have returned ``producer_id`` on this storage (ids are handed out in
+        increasing order; after a restart allocation resumes above every id handed out before)."""
+        return 0 <= producer_id < self._next
+
     def _load(self) -> int:
         try:
             data = self._storage.read_all(self._path)

@@ -226,11 +226,14 @@ class ProducerStateManager:
 
         As Kafka: refused only for an older producer epoch (INVALID_PRODUCER_EPOCH; under transaction
         version 2, whose markers carry the bumped epoch, it must be strictly newer) or an older coordinator
-        epoch (TRANSACTION_COORDINATOR_FENCED).  A producer this partition does not know gets its marker.
+        epoch (TRANSACTION_COORDINATOR_FENCED).  A producer this partition does not know is checked as one with
+        no epoch and no coordinator epoch yet (-1), as Kafka checks it: so an epoch or coordinator epoch below
+        -1 is refused here, before anything is appended (:meth:`commit_end_txn` would refuse it after).  A
+        producer id below 0 names no producer, so there is nothing a marker could end: INVALID_REQUEST.
         """
-        entry = self._producers.get(producer_id)
-        if entry is None:
-            return 0, ""
+        if producer_id < 0:
+            return E.INVALID_REQUEST.code, f"marker for no producer id ({producer_id})"
+        entry = self._producers.get(producer_id) or ProducerEntry(producer_id)
         if producer_epoch < entry.producer_epoch:
             return (int(Outcome.INVALID_PRODUCER_EPOCH),
                     f"marker epoch {producer_epoch} is older than the producer's epoch {entry.producer_epoch}")
@@ -241,6 +244,14 @@ class ProducerStateManager:
             return (E.TRANSACTION_COORDINATOR_FENCED.code,
                     f"coordinator epoch {coordinator_epoch} is older than {entry.coordinator_epoch}")
         return 0, ""
+
+    def marker_applied(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether a transaction version 2 marker at ``producer_epoch`` has nothing left to do here: the producer is
+        at that epoch with no transaction open, so a marker at that epoch was written already (a copy of the
+        coordinator's own, or the coordinator's after its fsync failed) — :meth:`check_marker` refuses it as not
+        strictly newer."""
+        entry = self._producers.get(producer_id)
+        return entry is not None and entry.producer_epoch == producer_epoch and entry.current_txn_first_offset is None
 
     def commit_end_txn(self, producer_id: int, producer_epoch: int, offset: int,
                        timestamp: int, coordinator_epoch: int = -1) -> int | None:

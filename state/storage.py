@@ -14,6 +14,19 @@ TEMP_SUFFIX = ".tmp"  # `write_atomic` stages data in `path + TEMP_SUFFIX`; left
 # Errors that mean "out of descriptors (or kernel memory for them)", not a broken disk: never sticky,
 # never a reason to take a log offline; retried once descriptors are free.
 DESCRIPTOR_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+# Errors that mean "no space (or quota) left": a write refused before anything past the logical end counted.
+SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+class SyncFailed(OSError):
+    """An fsync (of a file or a directory) failed: what the page cache held is not known to be on disk, and a
+    later fsync may report success without writing it (Linux drops the dirty pages), so it is never retried."""
+
+
+def out_of_space(error: BaseException) -> bool:
+    """Whether ``error`` is a write refused for want of space or quota, not a failed fsync: the write left nothing
+    past the file's logical end, so it can simply be tried again once space returns."""
+    return isinstance(error, OSError) and not isinstance(error, SyncFailed) and error.errno in SPACE_ERRNOS
 
 
 class ReadFile(ABC):
@@ -60,16 +73,18 @@ class AppendFile(ReadFile):
         """Cut the file to `n` bytes (not durable until `sync`)."""
 
     def sync(self) -> None:
-        """Make everything written so far durable (fsync). Raises OSError on failure, forever after."""
+        """Make everything written so far durable (fsync). Raises OSError on failure (SyncFailed for a device
+        failure, whatever its errno), forever after."""
         if self._sync_failed is not None:
-            raise OSError(errno.EIO, f"an earlier fsync of {self.path} failed: {self._sync_failed}")
+            raise SyncFailed(errno.EIO, f"an earlier fsync of {self.path} failed: {self._sync_failed}")
         try:
             self._fsync()
         except OSError as exc:
             # Syncing a closed file, or finding no descriptor to reopen it with, is not a device failure.
-            if exc.errno != errno.EBADF and exc.errno not in DESCRIPTOR_ERRNOS:
-                self._sync_failed = exc
-            raise
+            if exc.errno == errno.EBADF or exc.errno in DESCRIPTOR_ERRNOS:
+                raise
+            self._sync_failed = exc
+            raise SyncFailed(exc.errno, f"fsync of {self.path} failed: {exc.strerror or exc}") from exc
 
     @abstractmethod
     def _fsync(self) -> None:
@@ -129,7 +144,12 @@ class Storage(ABC):
 
     @abstractmethod
     def sync_dir(self, directory: str) -> None:
-        """Make the creations, renames and removals of entries in `directory` durable."""
+        """Make the creations, renames and removals of entries in `directory` durable (SyncFailed if the device
+        failed it)."""
+
+    def available_bytes(self, path: str) -> int | None:
+        """Bytes an unprivileged writer could still write under `path` (None: not known)."""
+        return None
 
 
 # --- real files ------------------------------------------------------------------------------
@@ -418,9 +438,22 @@ class FileStorage(Storage):
                 done += os.write(fd, view[done:])
             if durable:
                 os.fsync(fd)
+        except OSError:
+            try:            # a disk-full leftover would hold on to the space it took
+                os.remove(temp)
+            except OSError:
+                pass
+            raise
         finally:
             os.close(fd)
-        os.replace(temp, target)
+        try:
+            os.replace(temp, target)
+        except OSError:
+            try:
+                os.remove(temp)
+            except OSError:
+                pass
+            raise
         if durable:
             self.sync_dir(posixpath.dirname(path))
 
@@ -428,8 +461,18 @@ class FileStorage(Storage):
         fd = self._open(directory or ".", os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(fd)
+        except OSError as exc:
+            raise SyncFailed(exc.errno, f"fsync of directory {directory or '.'} failed: {exc.strerror or exc}") \
+                from exc
         finally:
             os.close(fd)
+
+    def available_bytes(self, path: str) -> int | None:
+        try:
+            st = os.statvfs(self._abs(path))
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize
 
 
 # --- the in-memory, crash-simulating twin ----------------------------------------------------
@@ -537,6 +580,7 @@ class MemoryStorage(Storage):
         self._dirs: set[str] = {""}
         self._write_faults = self._writes_before_fault = 0
         self._sync_faults = self._syncs_before_fault = 0
+        self.full = False  # while set, every file write fails as on a full disk (ENOSPC)
         self.syncs = 0  # completed file fsyncs, for tests
         self.dir_syncs = 0
 
@@ -553,6 +597,8 @@ class MemoryStorage(Storage):
             self._sync_faults, self._syncs_before_fault = count, after
 
     def _take_write_fault(self) -> bool:
+        if self.full:
+            return True
         if self._write_faults > 0:
             if self._writes_before_fault > 0:
                 self._writes_before_fault -= 1
@@ -665,9 +711,9 @@ class MemoryStorage(Storage):
         path = self._norm(path)
         with self._lock:
             self._check_parent(path)
-            temp = self._files[path + TEMP_SUFFIX] = _Inode()
+            self._files[path + TEMP_SUFFIX] = temp = _Inode()
             if self._take_write_fault():
-                temp.data[:] = data[: len(data) // 2]
+                del self._files[path + TEMP_SUFFIX]     # as FileStorage, which removes what it could not write
                 raise OSError(errno.ENOSPC, f"injected write failure on {path}{TEMP_SUFFIX}")
             temp.data[:] = data
             if durable:
@@ -677,10 +723,16 @@ class MemoryStorage(Storage):
             if durable:
                 self.sync_dir(posixpath.dirname(path))
 
+    def available_bytes(self, path: str) -> int | None:
+        return 0 if self.full else None
+
     def sync_dir(self, directory: str) -> None:
         directory = self._norm(directory)
         with self._lock:
-            self._take_sync_fault(directory)
+            try:
+                self._take_sync_fault(directory)
+            except OSError as exc:
+                raise SyncFailed(exc.errno, str(exc)) from exc
             for path in [p for p in self._durable_files if posixpath.dirname(p) == directory]:
                 if path not in self._files:
                     del self._durable_files[path]

@@ -114,6 +114,59 @@ class MarkerJob:
     transaction_version: int = 0
 
 
+@dataclass(frozen=True)
+class ProducerTransaction:
+    """What the coordinator holds for one producer id, read to check a marker for it that it did not send itself.
+
+    ``prepared``: (commit, producer epoch) of its durable PrepareCommit/PrepareAbort, or None;
+    ``open_partitions``: the partitions of its open transaction (Ongoing or Prepare*), adds still being written
+    included (a partition's produce may already rely on one); ``max_epoch``: the highest epoch the coordinator has
+    given this producer id.
+    """
+
+    transactional_id: str
+    prepared: tuple[bool, int] | None
+    open_partitions: frozenset[tuple[str, int]]
+    max_epoch: int
+
+    def check_marker(self, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                     partition: tuple[str, int]) -> tuple[int, str]:
+        """Whether a COMMIT/ABORT marker for this producer id may be written to ``partition`` → (error code,
+        message); (0, "") to write it.
+
+        On a partition of the open transaction only the coordinator's own marker: its prepared result, epoch and
+        coordinator epoch (a marker while the transaction is Ongoing would end it behind the coordinator's back).
+        Elsewhere, the partition's open transaction of this producer id (if any) is not the coordinator's (a
+        hanging transaction, KIP-664): an ABORT at an epoch the coordinator gave the producer, with a coordinator
+        epoch not above the coordinator's, may end it (higher ones would fence the producer, or the coordinator's
+        own markers, on that partition); a COMMIT would publish records the coordinator never committed.
+        """
+        tid = self.transactional_id
+        if partition in self.open_partitions:
+            if self.prepared is None:
+                return E.INVALID_TXN_STATE.code, f"the transaction of {tid!r} on this partition is not prepared"
+            prepared_commit, prepared_epoch = self.prepared
+            if commit != prepared_commit:
+                return (E.INVALID_TXN_STATE.code, f"the transaction of {tid!r} is prepared to "
+                        f"{'commit' if prepared_commit else 'abort'}")
+            if producer_epoch != prepared_epoch:
+                return (E.INVALID_PRODUCER_EPOCH.code,
+                        f"the transaction of {tid!r} was prepared at epoch {prepared_epoch}, not {producer_epoch}")
+            if coordinator_epoch != COORDINATOR_EPOCH:
+                return (E.TRANSACTION_COORDINATOR_FENCED.code,
+                        f"coordinator epoch {coordinator_epoch} is not the coordinator's {COORDINATOR_EPOCH}")
+            return NONE, ""
+        if commit:
+            return E.INVALID_TXN_STATE.code, f"{tid!r} has no transaction on this partition to commit"
+        if producer_epoch > self.max_epoch:
+            return (E.INVALID_PRODUCER_EPOCH.code,
+                    f"epoch {producer_epoch} is above the epoch {self.max_epoch} the coordinator gave {tid!r}")
+        if coordinator_epoch > COORDINATOR_EPOCH:        # it would fence the coordinator's later markers there
+            return (E.TRANSACTION_COORDINATOR_FENCED.code,
+                    f"coordinator epoch {coordinator_epoch} is above the coordinator's {COORDINATOR_EPOCH}")
+        return NONE, ""
+
+
 @dataclass
 class TxnOutcome:
     """An operation's answer: an error, or records to make durable (then the answer holds) and markers to write."""
@@ -286,10 +339,12 @@ class TransactionCoordinator:
         """Add partitions to the producer's transaction, starting it if none is open.  ``implicit``: added by a
         Produce v12+ or TxnOffsetCommit v5+ of a transactions V2 client, which the transaction then records."""
         partitions = tuple(partitions)
-        meta, error = self._check_producer(transactional_id, producer_id, producer_epoch)
+        if not transactional_id:
+            return self._all_failed(partitions, E.INVALID_REQUEST.code)
+        meta, error = self._check_producer(transactional_id, producer_id, producer_epoch, busy_first=True)
         if error:
             return self._all_failed(partitions, error)
-        if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
+        if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):           # (in flight: answered above)
             return self._all_failed(partitions, E.CONCURRENT_TRANSACTIONS.code)
         if meta.state not in (EMPTY, ONGOING, COMPLETE_COMMIT, COMPLETE_ABORT):
             return self._all_failed(partitions, E.INVALID_TXN_STATE.code)
@@ -321,11 +376,16 @@ class TransactionCoordinator:
         current = set(meta.value.partitions)
         return {tp: NONE if tp in current else E.INVALID_TXN_STATE.code for tp in partitions}
 
-    def _check_producer(self, transactional_id: str, producer_id: int,
-                        producer_epoch: int, *, staged: bool = False) -> tuple[TxnMetadata | None, int]:
+    def _check_producer(self, transactional_id: str, producer_id: int, producer_epoch: int, *,
+                        staged: bool = False, busy_first: bool = False) -> tuple[TxnMetadata | None, int]:
+        """The producer checks of AddPartitionsToTxn (``busy_first``: a transition in flight answers before the
+        producer id and epoch, as Kafka 4.x's handleAddPartitionsToTransaction does) and of the verification
+        (Kafka's handleVerifyPartitionsInTransaction: producer id, epoch, then whether it is busy)."""
         if self.loading:
             return None, E.COORDINATOR_LOAD_IN_PROGRESS.code
         meta, busy = self._current(transactional_id, staged=staged)
+        if busy and busy_first:
+            return None, E.CONCURRENT_TRANSACTIONS.code
         if meta is None or meta.client_identity[0] != producer_id:
             return None, E.INVALID_PRODUCER_ID_MAPPING.code
         if producer_epoch != meta.client_identity[1]:
@@ -339,6 +399,35 @@ class TransactionCoordinator:
         return TxnOutcome(error=error, partition_errors={tp: error for tp in partitions})
 
     # --- EndTxn ----------------------------------------------------------------------------------
+    #
+    # Kafka 4.x's order of checks (TransactionCoordinator.handleEndTransaction / handleAddPartitionsToTransaction);
+    # the first that matches answers.  "In flight" is Kafka's pendingTransitionInProgress (see _current): a record
+    # being written, or the markers of a prepared transaction.  The server waits out CONCURRENT_TRANSACTIONS (up to
+    # 5 s, TransactionService._when_settled) and tries again, so the client gets what Kafka answers its retry.
+    #
+    #  AddPartitionsToTxn (v0-3, the coordinator form v4+, and the implicit add of Produce v12 / TxnOffsetCommit v5)
+    #   1 empty transactional id → INVALID_REQUEST; 2 loading → COORDINATOR_LOAD_IN_PROGRESS; 3 in flight →
+    #   CONCURRENT_TRANSACTIONS (KAFKA-18660: before the producer id, which an exhausted epoch may be changing);
+    #   4 unknown id / another producer id → INVALID_PRODUCER_ID_MAPPING; 5 another epoch → PRODUCER_FENCED;
+    #   6 PrepareX → CONCURRENT_TRANSACTIONS (only while in flight: answered at 3); 7 Ongoing with every partition
+    #   in it → NONE, nothing written; 8 else → Ongoing with them added.
+    #  EndTxn v0-4 (classic)
+    #   1 empty id → INVALID_REQUEST; 2 loading; 3 unknown id / another producer id → INVALID_PRODUCER_ID_MAPPING;
+    #   4 another epoch → PRODUCER_FENCED; 5 in flight → CONCURRENT_TRANSACTIONS; 6 by state:
+    #     Ongoing → Prepare<result>; CompleteCommit: commit NONE, abort INVALID_TXN_STATE; CompleteAbort: abort
+    #     NONE, commit INVALID_TXN_STATE; PrepareX (only while in flight: answered at 5); Empty → INVALID_TXN_STATE
+    #  EndTxn v5 (transactions V2)
+    #   1 empty id; 2 loading; 3 in flight → CONCURRENT_TRANSACTIONS (KAFKA-18464: before the epoch, so an EndTxn
+    #     right after the previous one returned — its markers still going out, the epoch already bumped — waits
+    #     instead of being fenced; KAFKA-18660: before the producer id); 4 unknown id, or another producer id that
+    #     is not retryOnOverflow → INVALID_PRODUCER_ID_MAPPING; 5 an epoch not valid for the state → PRODUCER_FENCED
+    #     (Ongoing/Empty: the current epoch; Complete*: the current one, retryOnEpochBump (the epoch before the
+    #     bump) or retryOnOverflow (the old producer id at the last epoch, the new id at epoch 0)); 6 by state:
+    #                       abort: retry  current   commit: retry  current
+    #       Empty                  (5)    bump             (5)     INVALID_TXN_STATE
+    #       CompleteAbort          NONE   bump             ITS     ITS
+    #       CompleteCommit         ITS    bump             NONE    ITS
+    #     Ongoing → Prepare<result> with the epoch bumped (a new producer id at the last epoch).
 
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
                 now_ms: int, *, epoch_bump: bool = False,
@@ -347,13 +436,19 @@ class TransactionCoordinator:
 
         ``epoch_bump``: EndTxn v5+ (transactions V2), where ending a transaction bumps the producer epoch
         (a new producer id from ``allocate_producer_id`` when it is exhausted) and the answer names it."""
+        if not transactional_id:
+            return _error(E.INVALID_REQUEST.code)
         if self.loading:
             return _error(E.COORDINATOR_LOAD_IN_PROGRESS.code)
         meta, busy = self._current(transactional_id)
         # A prepared 2PC transaction kept for its external coordinator (KIP-939) ends as a classic one.
         kept_2pc = meta is not None and meta.state is ONGOING and meta.value.next_producer_epoch != NO_PRODUCER_EPOCH
-        if epoch_bump and meta is not None and not kept_2pc:
-            return self._end_txn_v2(meta, busy, producer_id, producer_epoch, commit, now_ms, allocate_producer_id)
+        if epoch_bump and not kept_2pc:
+            if busy:
+                return _error(E.CONCURRENT_TRANSACTIONS.code)
+            if meta is None:
+                return _error(E.INVALID_PRODUCER_ID_MAPPING.code)
+            return self._end_txn_v2(meta, producer_id, producer_epoch, commit, now_ms, allocate_producer_id)
         if meta is None or meta.client_identity[0] != producer_id:
             return _error(E.INVALID_PRODUCER_ID_MAPPING.code)
         if producer_epoch != meta.client_identity[1]:
@@ -374,17 +469,14 @@ class TransactionCoordinator:
         if state is COMPLETE_ABORT:
             return _error(E.INVALID_TXN_STATE.code) if commit \
                 else TxnOutcome(producer_id=producer_id, producer_epoch=producer_epoch)
-        if state is PREPARE_COMMIT:
-            return _error(E.CONCURRENT_TRANSACTIONS.code if commit else E.INVALID_TXN_STATE.code)
-        if state is PREPARE_ABORT:
-            return _error(E.INVALID_TXN_STATE.code if commit else E.CONCURRENT_TRANSACTIONS.code)
         return _error(E.INVALID_TXN_STATE.code)         # Empty (nothing to end), Dead
 
-    def _end_txn_v2(self, meta: TxnMetadata, busy: bool, producer_id: int, producer_epoch: int, commit: bool,
+    def _end_txn_v2(self, meta: TxnMetadata, producer_id: int, producer_epoch: int, commit: bool,
                     now_ms: int, allocate_producer_id) -> TxnOutcome:
-        """Kafka's EndTxn for transactions V2: the PREPARE record carries the bumped epoch, so a retry names the
-        epoch before it (``retry_on_bump``), or after an exhausted epoch the previous producer id at the last
-        epoch (``retry_on_overflow``); the same epoch as the state's means the next transaction's EndTxn."""
+        """Kafka's EndTxn for transactions V2, from its step 4 (nothing in flight): the PREPARE record carries the
+        bumped epoch, so a retry names the epoch before it (``retry_on_bump``), or after an exhausted epoch the
+        previous producer id at the last epoch (``retry_on_overflow``); the same epoch as the state's means the
+        next transaction's EndTxn."""
         v = meta.value
         retry_on_overflow = v.previous_producer_id == producer_id and producer_epoch == MAX_PRODUCER_EPOCH - 1 \
             and v.producer_epoch == 0
@@ -392,16 +484,12 @@ class TransactionCoordinator:
         if v.producer_id != producer_id and not retry_on_overflow:
             return _error(E.INVALID_PRODUCER_ID_MAPPING.code)
         state = meta.state
-        if state in (PREPARE_COMMIT, PREPARE_ABORT):
-            valid = retry_on_bump
-        elif state in (COMPLETE_COMMIT, COMPLETE_ABORT):
+        if state in (COMPLETE_COMMIT, COMPLETE_ABORT):
             valid = retry_on_bump or retry_on_overflow or producer_epoch == v.producer_epoch
         else:
             valid = producer_epoch == v.producer_epoch
         if not valid:
             return _error(E.PRODUCER_FENCED.code)
-        if busy:
-            return _error(E.CONCURRENT_TRANSACTIONS.code)
         is_retry = retry_on_bump or retry_on_overflow
         done = TxnOutcome(producer_id=v.producer_id, producer_epoch=v.producer_epoch)
         if state is ONGOING:
@@ -415,13 +503,9 @@ class TransactionCoordinator:
             if commit:
                 return _error(E.INVALID_TXN_STATE.code)
             return done if is_retry else self._prepare_v2(meta, False, now_ms, allocate_producer_id)
-        if state is PREPARE_COMMIT:
-            return _error(E.CONCURRENT_TRANSACTIONS.code if commit else E.INVALID_TXN_STATE.code)
-        if state is PREPARE_ABORT:
-            return _error(E.INVALID_TXN_STATE.code if commit else E.CONCURRENT_TRANSACTIONS.code)
         if state is EMPTY and not commit:
             return self._prepare_v2(meta, False, now_ms, allocate_producer_id)
-        return _error(E.INVALID_TXN_STATE.code)
+        return _error(E.INVALID_TXN_STATE.code)         # commit in Empty; PrepareX only while in flight
 
     def _prepare_v2(self, meta: TxnMetadata, commit: bool, now_ms: int, allocate_producer_id) -> TxnOutcome:
         """PREPARE with the epoch bumped; an abort with no transaction open (Empty, Complete*) has no partitions.
@@ -541,6 +625,30 @@ class TransactionCoordinator:
     def describe(self, transactional_id: str) -> TxnMetadata | None:
         return self.transactions.get(transactional_id)
 
+    def producer_transactions(self, producer_ids: Iterable[int]) -> dict[int, ProducerTransaction]:
+        """For each of ``producer_ids`` that a transactional id has (as its producer id, or the next one a KIP-939
+        or exhausted-epoch transaction hands over to), durable or being written: what a marker for it is checked
+        against.  One pass over the transactional ids."""
+        wanted = set(producer_ids)
+        found: dict[int, dict] = {}
+        values = [(tid, m.value, True) for tid, m in self.transactions.items()]
+        values += [(tid, value, False) for tid, (_, value) in self.pending.items() if value is not None]
+        for tid, value, durable in values:
+            for pid, epoch in ((value.producer_id, value.producer_epoch),
+                               (value.next_producer_id, value.next_producer_epoch)):
+                if pid not in wanted or pid == NO_PRODUCER_ID:
+                    continue
+                entry = found.setdefault(pid, {"tid": tid, "prepared": None, "open": set(), "max_epoch": epoch})
+                entry["max_epoch"] = max(entry["max_epoch"], epoch)
+                if pid != value.producer_id:
+                    continue
+                if value.state in (ONGOING, PREPARE_COMMIT, PREPARE_ABORT):
+                    entry["open"].update(value.partitions)
+                if durable and value.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                    entry["prepared"] = (value.state is PREPARE_COMMIT, value.producer_epoch)
+        return {pid: ProducerTransaction(e["tid"], e["prepared"], frozenset(e["open"]), e["max_epoch"])
+                for pid, e in found.items()}
+
     def list(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
              duration_filter_ms: int = -1, now_ms: int = 0) -> list[TxnMetadata]:
         """ListTransactions with its filters (state names, producer ids, v1+ minimum age); the v2+ id pattern is
@@ -562,11 +670,14 @@ class TransactionCoordinator:
     # --- helpers ---------------------------------------------------------------------------------
 
     def _current(self, transactional_id: str, *, staged: bool = False) -> tuple[TxnMetadata | None, bool]:
-        """(the state an operation builds on, whether a transition still being written forbids it).  ``staged``:
-        a read-only check (produce verification) may also rely on a staged Ongoing value."""
+        """(the state an operation builds on, whether a transition still in flight forbids it: Kafka's
+        ``pendingTransitionInProgress``).  In flight: a record being written, or the markers of a durable
+        PrepareCommit/PrepareAbort being written (Kafka holds a pending CompleteCommit/CompleteAbort from the
+        moment it answers EndTxn until the COMPLETE record is written).  ``staged``: a read-only check (produce
+        verification) may also rely on a staged Ongoing value."""
         durable = self.transactions.get(transactional_id)
         if transactional_id not in self.pending:
-            return durable, False
+            return durable, durable is not None and durable.state in (PREPARE_COMMIT, PREPARE_ABORT)
         value = self.pending[transactional_id][1]
         if value is not None and (value.state in (COMPLETE_COMMIT, COMPLETE_ABORT)
                                   or staged and value.state is ONGOING):

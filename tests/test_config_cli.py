@@ -73,3 +73,12 @@ def test_bad_config_exits_with_message(tmp_path):
                            "--set", "num.partitions=x"], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "num.partitions must be an integer" in proc.stderr
+
+
+def test_marker_refuse_injection_is_a_list_of_partitions(tmp_path):
+    from trireme.server.config import partition_list
+    name = "trireme.debug.transaction.marker.refuse"
+    assert _config(tmp_path)[name] == ""
+    assert partition_list(_config(tmp_path, "--set", f"{name}=a-b-3, c-0")[name]) == {("a-b", 3), ("c", 0)}
+    with pytest.raises(ConfigError, match="TOPIC-PARTITION"):
+        _config(tmp_path, "--set", f"{name}=orders")

@@ -848,6 +848,21 @@ def test_transactional_commit_validation():
     assert txn_commit(s, [("t", 0, 1, -1, "x" * 5000)])[0].error == E.OFFSET_METADATA_TOO_LARGE.code
 
 
+def test_transactional_commit_during_a_rebalance_is_never_rebalance_in_progress():
+    """A worker's TxnOffsetCommit while its group rebalances (another member joining): accepted with the current
+    generation, ILLEGAL_GENERATION with an older one, as Kafka's; never REBALANCE_IN_PROGRESS, which librdkafka's
+    send_offsets_to_transaction does not retry (docs/transactions.md, "A worker stuck in
+    send_offsets_to_transaction")."""
+    s = Server()
+    first, = stable_group(s, 1)
+    generation = s.group().generation
+    s.join_new()                                                       # a second worker: the group rebalances
+    assert s.group().state == PREPARING_REBALANCE
+    assert txn_commit(s, [("t", 0, 5, -1, "")], generation=generation, member_id=first)[0].error == NONE
+    assert txn_commit(s, [("t", 0, 5, -1, "")], generation=generation - 1, member_id=first)[0].error == \
+        E.ILLEGAL_GENERATION.code
+
+
 def test_deleting_a_group_drops_pending_transactional_offsets():
     s = Server()
     s.commit([("t", 0, 1, -1, "")])

@@ -105,3 +105,31 @@ def test_pytest_finds_the_plugin_of_the_installed_wheel(installed, tmp_path):
                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "1 passed" in out.stdout
+
+
+def test_fixture_and_testing_module_start_a_broker_with_warnings_as_errors(installed, tmp_path):
+    """An application's suite that runs with ``-W error`` (or ``filterwarnings = error``) can use the fixture:
+    loading the message definitions must not import kafka-python, whose modules call deprecated APIs."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\nfilterwarnings =\n    error\n")
+    (tmp_path / "test_app.py").write_text(textwrap.dedent("""
+        import socket
+        import sys
+
+        import pytest
+        from trireme.testing import TriremeBroker
+
+        @pytest.mark.trireme(topics={"orders": 2})
+        def test_fixture(trireme_bootstrap):
+            host, port = trireme_bootstrap.rsplit(":", 1)
+            socket.create_connection((host, int(port)), timeout=10).close()
+            assert "kafka" not in sys.modules
+
+        def test_without_pytest_fixture():
+            with TriremeBroker(topics={"audit": 1}) as broker:
+                host, port = broker.bootstrap.rsplit(":", 1)
+                socket.create_connection((host, int(port)), timeout=10).close()
+    """))
+    out = subprocess.run([str(installed / "bin" / "python"), "-W", "error", "-m", "pytest", "-q",
+                          "-p", "no:cacheprovider"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "2 passed" in out.stdout

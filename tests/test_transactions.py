@@ -231,15 +231,17 @@ def test_init_fences_ongoing_transaction(h):
     assert out.markers == MarkerJob(TID, pid, epoch + 1, False, tuple(sorted([P1, P3])))
     h.durable(out)
     assert h.state() is PREPARE_ABORT
-    # The old producer is fenced at once.
+    # The old producer's EndTxn is fenced at once; its AddPartitionsToTxn waits for the abort's markers first
+    # (Kafka 4.x checks a transition in flight before the epoch there).
     assert h.coord.end_txn(TID, pid, epoch, True, h.tick()).error == E.PRODUCER_FENCED.code
-    assert h.coord.add_partitions(TID, pid, epoch, [P2], h.tick()).error == E.PRODUCER_FENCED.code
+    assert h.coord.add_partitions(TID, pid, epoch, [P2], h.tick()).error == E.CONCURRENT_TRANSACTIONS.code
     # The retry finds the abort still being written, then (markers done) gets the epoch bumped again.
     retry = h.coord.init_producer_id(TID, TIMEOUT, h.tick(), h.alloc)
     assert retry.error == E.CONCURRENT_TRANSACTIONS.code
     no_change(retry)
     done = h.complete(TID, pid, epoch + 1)
     assert only_record(done)[1].state is COMPLETE_ABORT
+    assert h.coord.add_partitions(TID, pid, epoch, [P2], h.tick()).error == E.PRODUCER_FENCED.code
     retry = h.init()
     assert (retry.error, retry.producer_id, retry.producer_epoch) == (NONE, pid, epoch + 2)
     assert h.allocated == [1000]
@@ -619,16 +621,17 @@ def test_end_txn_ongoing_prepares(h, commit):
     assert TID not in h.coord.pending
 
 
-# (state the transaction is in, commit?) → expected error
+# (state the transaction is in, commit?) → expected error.  A prepared transaction's markers are still being
+# written: Kafka holds a pending Complete* transition until they are, and checks it before the state.
 END_TXN_TABLE = [
     (COMPLETE_COMMIT, True, NONE),
     (COMPLETE_COMMIT, False, E.INVALID_TXN_STATE.code),
     (COMPLETE_ABORT, False, NONE),
     (COMPLETE_ABORT, True, E.INVALID_TXN_STATE.code),
     (PREPARE_COMMIT, True, E.CONCURRENT_TRANSACTIONS.code),
-    (PREPARE_COMMIT, False, E.INVALID_TXN_STATE.code),
+    (PREPARE_COMMIT, False, E.CONCURRENT_TRANSACTIONS.code),
     (PREPARE_ABORT, False, E.CONCURRENT_TRANSACTIONS.code),
-    (PREPARE_ABORT, True, E.INVALID_TXN_STATE.code),
+    (PREPARE_ABORT, True, E.CONCURRENT_TRANSACTIONS.code),
     (EMPTY, True, E.INVALID_TXN_STATE.code),
     (EMPTY, False, E.INVALID_TXN_STATE.code),
 ]
@@ -737,8 +740,11 @@ def test_abort_timed_out_only_ongoing_past_own_timeout(h):
     # Pending: a second sweep does not abort it again.
     assert h.coord.abort_timed_out(10_001_002) == []
     h.durable(out)
-    # The timed-out producer is fenced.
+    # The timed-out producer is fenced (its AddPartitionsToTxn once the abort's markers are written).
     assert h.coord.end_txn("short", short.producer_id, 0, True, h.tick()).error == E.PRODUCER_FENCED.code
+    assert h.coord.add_partitions("short", short.producer_id, 0, [P1], h.tick()).error == \
+        E.CONCURRENT_TRANSACTIONS.code
+    h.complete("short", short.producer_id, 1)
     assert h.coord.add_partitions("short", short.producer_id, 0, [P1], h.tick()).error == E.PRODUCER_FENCED.code
     outcomes = h.coord.abort_timed_out(10_005_001)
     assert [o.transactional_id for o in outcomes] == ["long"]
@@ -1138,7 +1144,7 @@ def test_v2_retry_gets_the_same_new_epoch_back():
     again = end_v2(h, pid, epoch, True)
     assert again.error == E.CONCURRENT_TRANSACTIONS.code
     no_change(again)
-    assert end_v2(h, pid, epoch, False).error == E.INVALID_TXN_STATE.code
+    assert end_v2(h, pid, epoch, False).error == E.CONCURRENT_TRANSACTIONS.code
     h.complete(TID, pid, epoch + 1)
     retry = end_v2(h, pid, epoch, True)
     assert (retry.error, retry.producer_id, retry.producer_epoch) == (NONE, first.producer_id, first.producer_epoch)
@@ -1219,6 +1225,128 @@ def test_transaction_version_level_follows_update_features():
     h.coord.transaction_version = 2
     assert h.init(tid="other").records[0][1][:2] == (1).to_bytes(2, "big")
 
+
+# --- Kafka 4.x's order of checks (see the table above TransactionCoordinator.end_txn) -----------------------------
+
+def v2_prepared(h: Harness, commit: bool = True) -> tuple[int, int]:
+    """A V2 transaction whose EndTxn was answered (PREPARE durable) while its markers are still being written;
+    → (producer id, the bumped epoch the client now has)."""
+    pid, epoch = v2_ongoing(h)
+    out = h.durable(end_v2(h, pid, epoch, commit))
+    assert (out.error, out.producer_epoch) == (NONE, epoch + 1)
+    return pid, epoch + 1
+
+
+def test_order_v2_abort_right_after_a_commit_waits_instead_of_being_fenced():
+    """KAFKA-18464: the client's abort (nothing open, the bumped epoch) arrives while the commit's markers are still
+    going out: CONCURRENT_TRANSACTIONS, not PRODUCER_FENCED; once they are written it bumps the epoch again."""
+    h = Harness(transaction_version=2)
+    pid, epoch = v2_prepared(h)
+    out = end_v2(h, pid, epoch, False)
+    assert out.error == E.CONCURRENT_TRANSACTIONS.code
+    no_change(out)
+    h.complete(TID, pid, epoch)
+    out = h.durable(end_v2(h, pid, epoch, False))
+    assert (out.error, out.producer_id, out.producer_epoch, h.state()) == (NONE, pid, epoch + 1, PREPARE_ABORT)
+
+
+def test_order_v2_commit_before_its_produce_is_seen_waits():
+    """The next transaction's commit (the bumped epoch) before the previous one's markers are written:
+    CONCURRENT_TRANSACTIONS (before: PRODUCER_FENCED); with its partition added meanwhile it commits."""
+    h = Harness(transaction_version=2)
+    pid, epoch = v2_prepared(h, commit=False)
+    assert end_v2(h, pid, epoch, True).error == E.CONCURRENT_TRANSACTIONS.code
+    h.complete(TID, pid, epoch)
+    assert h.durable(h.coord.add_partitions(TID, pid, epoch, [P3], h.tick(), implicit=True)).error == NONE
+    out = h.durable(end_v2(h, pid, epoch, True))
+    assert (out.error, out.producer_epoch, h.state()) == (NONE, epoch + 1, PREPARE_COMMIT)
+
+
+@pytest.mark.parametrize("who", ["older-epoch", "newer-epoch", "other-producer-id"])
+def test_order_v2_in_flight_answers_before_the_producer_checks(who):
+    """In flight comes first in V2's EndTxn: a stale, unknown-epoch or other-producer EndTxn waits too, and gets its
+    error from the state after the transition."""
+    h = Harness(transaction_version=2)
+    pid, epoch = v2_prepared(h)
+    ask_pid, ask_epoch, after = {
+        "older-epoch": (pid, epoch - 2, E.PRODUCER_FENCED.code),
+        "newer-epoch": (pid, epoch + 1, E.PRODUCER_FENCED.code),
+        "other-producer-id": (pid + 7, epoch, E.INVALID_PRODUCER_ID_MAPPING.code),
+    }[who]
+    assert end_v2(h, ask_pid, ask_epoch, True).error == E.CONCURRENT_TRANSACTIONS.code
+    h.complete(TID, pid, epoch)
+    assert end_v2(h, ask_pid, ask_epoch, True).error == after
+
+
+def test_order_v2_exhausted_epoch_new_producer_id_waits_for_the_markers():
+    """KAFKA-18660: after an EndTxn that ran out of epochs the client has the new producer id at epoch 0, which the
+    transaction takes only with its COMPLETE record: until then CONCURRENT_TRANSACTIONS (not
+    INVALID_PRODUCER_ID_MAPPING), for EndTxn and AddPartitionsToTxn alike."""
+    h = Harness(transaction_version=2)
+    _force(h, TID, producer_id=500, producer_epoch=MAX_PRODUCER_EPOCH - 1, state=ONGOING, partitions=(P1,),
+           start_timestamp_ms=T0, client_transaction_version=2)
+    out = h.durable(end_v2(h, 500, MAX_PRODUCER_EPOCH - 1, True))
+    assert (out.producer_id, out.producer_epoch) == (1000, 0)
+    assert end_v2(h, 1000, 0, False).error == E.CONCURRENT_TRANSACTIONS.code
+    assert h.coord.add_partitions(TID, 1000, 0, [P2], h.tick(), implicit=True).error == E.CONCURRENT_TRANSACTIONS.code
+    h.complete(TID, 500, MAX_PRODUCER_EPOCH)
+    out = h.durable(end_v2(h, 1000, 0, False))
+    assert (out.error, out.producer_id, out.producer_epoch) == (NONE, 1000, 1)
+
+
+def test_order_v2_new_id_whose_init_is_in_flight():
+    """A V2 EndTxn for an id whose first InitProducerId record is still being written: in flight first."""
+    h = Harness(transaction_version=2)
+    h.coord.init_producer_id(TID, TIMEOUT, h.tick(), h.alloc)         # staged, not yet durable
+    assert end_v2(h, 1000, 0, False).error == E.CONCURRENT_TRANSACTIONS.code
+    assert h.coord.end_txn(TID, 1000, 0, False, h.tick()).error == E.INVALID_PRODUCER_ID_MAPPING.code   # classic
+
+
+@pytest.mark.parametrize("state", [PREPARE_COMMIT, PREPARE_ABORT], ids=lambda s: s.kafka_name)
+def test_order_classic_producer_checks_come_before_in_flight(h, state):
+    """Classic EndTxn keeps Kafka's older order: producer id, epoch, then in flight, then the state."""
+    pid, epoch = h.to_state(state)
+    assert h.coord.end_txn(TID, pid + 1, epoch, True, h.tick()).error == E.INVALID_PRODUCER_ID_MAPPING.code
+    assert h.coord.end_txn(TID, pid, epoch - 1, True, h.tick()).error == E.PRODUCER_FENCED.code
+    for commit in (True, False):
+        assert h.coord.end_txn(TID, pid, epoch, commit, h.tick()).error == E.CONCURRENT_TRANSACTIONS.code
+
+
+@pytest.mark.parametrize("implicit", [False, True], ids=["classic", "implicit"])
+def test_order_add_partitions_in_flight_comes_first(h, implicit):
+    """KAFKA-18660: AddPartitionsToTxn answers a transition in flight before the producer id and epoch checks."""
+    pid, epoch = h.to_state(PREPARE_ABORT)
+    for ask_pid, ask_epoch in ((pid, epoch), (pid + 1, epoch), (pid, epoch - 1), (pid, epoch + 1)):
+        out = h.coord.add_partitions(TID, ask_pid, ask_epoch, [P3], h.tick(), implicit=implicit)
+        assert out.partition_errors == {P3: E.CONCURRENT_TRANSACTIONS.code}
+    h.complete(TID, pid, epoch)
+    assert h.coord.add_partitions(TID, pid + 1, epoch, [P3], h.tick()).error == E.INVALID_PRODUCER_ID_MAPPING.code
+    assert h.coord.add_partitions(TID, pid, epoch + 1, [P3], h.tick()).error == E.PRODUCER_FENCED.code
+
+
+def test_order_verification_keeps_producer_checks_first(h):
+    """Kafka's handleVerifyPartitionsInTransaction checks the producer id and epoch before anything else."""
+    pid, epoch = h.to_state(PREPARE_COMMIT, partitions=[P1])
+    assert h.coord.verify_partitions(TID, pid + 1, epoch, [P1]) == {P1: E.INVALID_PRODUCER_ID_MAPPING.code}
+    assert h.coord.verify_partitions(TID, pid, epoch + 1, [P1]) == {P1: E.PRODUCER_FENCED.code}
+    assert h.coord.verify_partitions(TID, pid, epoch, [P1]) == {P1: E.CONCURRENT_TRANSACTIONS.code}
+
+
+def test_order_empty_transactional_id_is_invalid_request(h):
+    assert h.coord.end_txn("", 1, 0, True, h.tick()).error == E.INVALID_REQUEST.code
+    assert end_v2(h, 1, 0, False, tid="").error == E.INVALID_REQUEST.code
+    assert h.coord.add_partitions("", 1, 0, [P1], h.tick()).partition_errors == {P1: E.INVALID_REQUEST.code}
+
+
+def test_order_a_staged_complete_record_is_built_on():
+    """Once the markers are written the COMPLETE record is only staged: the next EndTxn builds on it (its own record
+    follows it in the log) — the answer Kafka gives the client's retry once COMPLETE is written."""
+    h = Harness(transaction_version=2)
+    pid, epoch = v2_prepared(h)
+    staged = h.coord.markers_written(TID, pid, epoch, h.tick())
+    assert staged.error == NONE and TID in h.coord.pending
+    out = end_v2(h, pid, epoch, False)
+    assert (out.error, out.producer_epoch) == (NONE, epoch + 1)
 
 def test_list_duration_filter_means_running_longer_than_it():
     """ListTransactions v1 DurationFilter, as Kafka's TransactionStateManager: excluded when now - start <= filter."""

@@ -362,14 +362,15 @@ class TxnMachine(RuleBasedStateMachine):
         tid = client.tid
         state = self.expected_state(tid)
         out = self.coord.add_partitions(tid, client.pid, client.epoch, [tp], self.tick())
+        if state in (PREPARE_COMMIT, PREPARE_ABORT):
+            # markers still being written: Kafka answers this before the producer checks
+            assert out.error == E.CONCURRENT_TRANSACTIONS.code and out.records == [], out
+            return False
         if not self.is_current(client):
             assert out.error == E.PRODUCER_FENCED.code and out.records == [], out
             note("add partitions fenced")
             if client is self.clients[tid]:          # it learns it was fenced: a new instance takes over
                 self.replace_client(tid, Client(tid))
-            return False
-        if state in (PREPARE_COMMIT, PREPARE_ABORT):
-            assert out.error == E.CONCURRENT_TRANSACTIONS.code and out.records == [], out
             return False
         assert out.error == NONE and out.partition_errors == {tp: NONE}, out
         txn = self.coord_txn.get(tid) if state is ONGOING else None
@@ -500,8 +501,9 @@ class TxnMachine(RuleBasedStateMachine):
         assert client.txn is None
         expected = {
             (EMPTY, True): E.INVALID_TXN_STATE.code, (EMPTY, False): E.INVALID_TXN_STATE.code,
-            (PREPARE_COMMIT, True): E.CONCURRENT_TRANSACTIONS.code, (PREPARE_COMMIT, False): E.INVALID_TXN_STATE.code,
-            (PREPARE_ABORT, False): E.CONCURRENT_TRANSACTIONS.code, (PREPARE_ABORT, True): E.INVALID_TXN_STATE.code,
+            # markers still being written: Kafka's pending Complete* transition, checked before the state
+            (PREPARE_COMMIT, True): E.CONCURRENT_TRANSACTIONS.code, (PREPARE_COMMIT, False): E.CONCURRENT_TRANSACTIONS.code,
+            (PREPARE_ABORT, False): E.CONCURRENT_TRANSACTIONS.code, (PREPARE_ABORT, True): E.CONCURRENT_TRANSACTIONS.code,
             (COMPLETE_COMMIT, True): NONE, (COMPLETE_COMMIT, False): E.INVALID_TXN_STATE.code,
             (COMPLETE_ABORT, False): NONE, (COMPLETE_ABORT, True): E.INVALID_TXN_STATE.code,
         }[(state, commit)]

@@ -1,7 +1,8 @@
 """Golden vectors under tests/vectors/: bytes made by other implementations, checked against our codec.
 
 Every ``tests/vectors/<ApiName>/v<N>_<case>_<request|response>.hex`` file present is tested (the
-"basic" case comes from tools/make_vectors.py, encoded by kafka-python; other cases, e.g.
+"basic" case comes from tools/make_vectors.py, encoded by kafka-python; "handmade" from
+tools/make_handmade_vectors.py for the definitions kafka-python lacks; other cases, e.g.
 ``librdkafka``, are captured from real clients).  For each: our decoder reads the whole body, our
 encoder re-creates the same bytes from what it decoded, and where a ``v<N>_<case>.json`` sidecar
 holds the field values, the decoded object equals them and the object rebuilt from them encodes

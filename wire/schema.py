@@ -6,13 +6,17 @@ tag and default; nothing here restates a message layout by hand.
 from __future__ import annotations
 
 import dataclasses
-import importlib.resources
+import importlib.util
 import json
 import re
 from functools import lru_cache
+from pathlib import Path
 
-KAFKA_SCHEMA_PACKAGE = "kafka.protocol.schemas.resources"
-LOCAL_SCHEMA_PACKAGE = "trireme.wire.definitions"
+# Where kafka-python keeps Kafka's JSON definitions, inside its package directory.  The files are read
+# from there without importing kafka-python: importing it would run its modules (and their deprecated
+# importlib.resources calls, which warn in a user's test run) for nothing but a directory's path.
+KAFKA_SCHEMA_DIR = ("protocol", "schemas", "resources")
+LOCAL_SCHEMA_DIR = Path(__file__).with_name("definitions")
 
 INFINITY = 1 << 30
 
@@ -96,6 +100,7 @@ class MessageSpec:
     valid: Versions
     flexible: Versions | None
     fields: list[FieldSpec]
+    latest_version_unstable: bool = False    # Kafka's "latestVersionUnstable": the last version is off by default
 
     def is_flexible(self, version: int) -> bool:
         return _contains(self.flexible, version)
@@ -105,11 +110,30 @@ def _strip_comments(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
 
 
+@lru_cache(maxsize=None)
+def _kafka_schema_dir() -> Path | None:
+    """The directory of Kafka's JSON definitions in the installed kafka-python, found without importing it."""
+    spec = importlib.util.find_spec("kafka")       # a top-level name: finding it imports nothing
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        folder = Path(location, *KAFKA_SCHEMA_DIR)
+        if folder.is_dir():
+            return folder
+    return None
+
+
+def _schema_dirs() -> list[Path]:
+    """Where definitions are looked up, ours first (layouts Kafka no longer ships, or ships wrong)."""
+    kafka = _kafka_schema_dir()
+    return [LOCAL_SCHEMA_DIR] + ([kafka] if kafka is not None else [])
+
+
 def _read_json(name: str) -> dict:
-    for package in (LOCAL_SCHEMA_PACKAGE, KAFKA_SCHEMA_PACKAGE):
+    for folder in _schema_dirs():
         try:
-            text = importlib.resources.files(package).joinpath(name + ".json").read_text("utf-8")
-        except (FileNotFoundError, ModuleNotFoundError):
+            text = (folder / (name + ".json")).read_text("utf-8")
+        except FileNotFoundError:
             continue
         return json.loads(_strip_comments(text))
     raise KeyError(f"no message definition named {name}")
@@ -186,6 +210,7 @@ def load_message(name: str) -> MessageSpec:
         valid=Versions.parse(data["validVersions"]),
         flexible=Versions.parse(data.get("flexibleVersions")),
         fields=_build_fields(data["fields"], common),
+        latest_version_unstable=bool(data.get("latestVersionUnstable", False)),
     )
 
 
@@ -193,12 +218,8 @@ def load_message(name: str) -> MessageSpec:
 def api_names() -> dict[int, str]:
     """API key → API name (``0`` → ``"Produce"``) for every request definition available."""
     names = {}
-    for package in (KAFKA_SCHEMA_PACKAGE, LOCAL_SCHEMA_PACKAGE):
-        try:
-            files = list(importlib.resources.files(package).iterdir())
-        except ModuleNotFoundError:
-            continue
-        for entry in files:
+    for folder in reversed(_schema_dirs()):          # Kafka's names first, as before
+        for entry in sorted(folder.iterdir()):
             if entry.name.endswith("Request.json"):
                 data = json.loads(_strip_comments(entry.read_text("utf-8")))
                 if data.get("apiKey") is not None:

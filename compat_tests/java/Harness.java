@@ -40,6 +40,9 @@
 //       -> results [[topic, partition, error | null]]  (null replicas = cancel)
 //   describe_client_quotas {user?} -> entries [{entity: {type: name}, values: {key: value}}]
 //       (no user: every entity; a user: that user's quotas)
+//   describe_metadata_quorum -> leader, high_watermark, voters [{id, log_end_offset}], observers [ids]
+//   alter_replica_log_dirs {moves: [[topic, partition, broker, path]]} -> results [[topic, partition, error | null]]
+//   create_delegation_token -> error (the exception's simple name, or null)
 //   produce {topic, records, config?, txn?: commit|abort, handle?}
 //       records: [{partition|null, key_b64, value_b64, headers: [[k, v_b64]], timestamp|null}]
 //       -> offsets [[partition, offset]] (record order), timestamps; on failure
@@ -54,6 +57,9 @@
 //   begin_txn {handle} | commit_txn {handle} | abort_txn {handle}
 //       beginTransaction / commitTransaction / abortTransaction on a kept
 //       producer (the transaction's records: produce {handle, ...}).
+//   send {handle, topic, records}   send() on a kept producer without
+//       waiting (no flush): what an application does right before
+//       abortTransaction(), which then drops the batches not yet sent.
 //   send_offsets_to_txn {handle, consumer?, offsets?: [[topic, partition, offset, metadata?]]}
 //       sendOffsetsToTransaction(offsets, consumer.groupMetadata()) with the
 //       group consumer "consumer" (default "default"); offsets default to
@@ -235,12 +241,16 @@ public class Harness {
             case "list_reassignments": return listReassignments(c);
             case "alter_reassignments": return alterReassignments(c);
             case "describe_client_quotas": return describeClientQuotas(c);
+            case "describe_metadata_quorum": return describeMetadataQuorum(c);
+            case "alter_replica_log_dirs": return alterReplicaLogDirs(c);
+            case "create_delegation_token": return createDelegationToken(c);
             case "produce": return produce(c);
             case "close_producer": return closeProducer(c);
             case "init_producer": return initProducer(c);
             case "begin_txn": keptProducer(c).beginTransaction(); return obj("ok", true);
             case "commit_txn": keptProducer(c).commitTransaction(); return obj("ok", true);
             case "abort_txn": keptProducer(c).abortTransaction(); return obj("ok", true);
+            case "send": return send(c);
             case "send_offsets_to_txn": return sendOffsetsToTxn(c);
             case "positions": return positions(c);
             case "consume": return consume(c);
@@ -713,6 +723,49 @@ public class Harness {
         return obj("ok", true, "entries", entries);
     }
 
+    Map<String, Object> describeMetadataQuorum(Map<String, Object> c) throws Exception {
+        QuorumInfo q = get(admin().describeMetadataQuorum().quorumInfo());
+        List<Object> voters = new ArrayList<>();
+        for (QuorumInfo.ReplicaState r : q.voters())
+            voters.add(obj("id", r.replicaId(), "log_end_offset", r.logEndOffset()));
+        List<Object> observers = new ArrayList<>();
+        for (QuorumInfo.ReplicaState r : q.observers()) observers.add(r.replicaId());
+        return obj("ok", true, "leader", q.leaderId(), "high_watermark", q.highWatermark(), "voters", voters,
+                "observers", observers);
+    }
+
+    Map<String, Object> alterReplicaLogDirs(Map<String, Object> c) throws Exception {
+        Map<org.apache.kafka.common.TopicPartitionReplica, String> moves = new LinkedHashMap<>();
+        for (Object o : (List<?>) c.get("moves")) {
+            List<?> row = (List<?>) o;
+            moves.put(new org.apache.kafka.common.TopicPartitionReplica((String) row.get(0),
+                    ((Number) row.get(1)).intValue(), ((Number) row.get(2)).intValue()), (String) row.get(3));
+        }
+        Map<org.apache.kafka.common.TopicPartitionReplica, KafkaFuture<Void>> futures =
+                admin().alterReplicaLogDirs(moves).values();
+        List<Object> results = new ArrayList<>();
+        for (org.apache.kafka.common.TopicPartitionReplica r : moves.keySet()) {
+            String error = null;
+            try {
+                get(futures.get(r));
+            } catch (ExecutionException e) {
+                error = unwrap(e).getClass().getSimpleName();
+            }
+            results.add(Arrays.asList(r.topic(), r.partition(), error));
+        }
+        return obj("ok", true, "results", results);
+    }
+
+    Map<String, Object> createDelegationToken(Map<String, Object> c) throws Exception {
+        String error = null;
+        try {
+            get(admin().createDelegationToken().delegationToken());
+        } catch (ExecutionException e) {
+            error = unwrap(e).getClass().getSimpleName();
+        }
+        return obj("ok", true, "error", error);
+    }
+
     // -------------------------------------------------------------- produce
 
     Map<String, Object> produce(Map<String, Object> c) throws Exception {
@@ -852,6 +905,20 @@ public class Harness {
         if (producers.containsKey(handle)) throw new BadCommand("producer \"" + handle + "\" already exists");
         producers.put(handle, newProducer(c));
         return obj("ok", true);
+    }
+
+    Map<String, Object> send(Map<String, Object> c) {
+        KafkaProducer<byte[], byte[]> producer = keptProducer(c);
+        List<?> records = (List<?>) c.get("records");
+        if (records == null) throw new BadCommand("missing records");
+        for (Object o : records) {
+            @SuppressWarnings("unchecked")
+            Map<String, Object> r = (Map<String, Object>) o;
+            Integer partition = r.get("partition") == null ? null : ((Number) r.get("partition")).intValue();
+            producer.send(new ProducerRecord<>(str(c, "topic", null), partition,
+                    b64d((String) r.get("key_b64")), b64d((String) r.get("value_b64"))));
+        }
+        return obj("ok", true, "sent", records.size());
     }
 
     KafkaProducer<byte[], byte[]> keptProducer(Map<String, Object> c) {

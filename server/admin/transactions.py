@@ -1,4 +1,4 @@
-"""``trireme transactions``: list and describe transactions, describe producers, find and abort hanging ones, as kafka-transactions.sh does.
+"""``trireme transactions``: list and describe transactions, describe producers, find and abort hanging ones, as kafka-transactions.sh does; list and complete stuck ones.
 
   trireme transactions list [--duration-filter MS] [--transactional-id-pattern REGEX]
   trireme transactions describe --transactional-id ID
@@ -7,6 +7,8 @@
   trireme transactions abort --topic T --partition P (--start-offset N |
                              --producer-id ID --producer-epoch E --coordinator-epoch C)
   trireme transactions force-terminate --transactional-id ID
+  trireme transactions stuck --status-server HOST:PORT
+  trireme transactions complete --transactional-id ID --status-server HOST:PORT
 
 list asks every broker (ListTransactions); describe asks the transactional id's coordinator
 (FindCoordinator, DescribeTransactions); describe-producers asks the partition's leader
@@ -21,15 +23,27 @@ transaction, which no coordinator will finish.  A transaction its coordinator kn
 through the coordinator by force-terminate (Kafka 4.1's forceTerminateTransaction): InitProducerId
 for the transactional id, which aborts the open transaction as a timeout would and fences the
 producer.
+
+stuck and complete are Trireme's own (Kafka has no way to free a transaction whose marker a
+partition refused for good, e.g. with TRANSACTION_COORDINATOR_FENCED: it stays prepared).  They
+talk to the broker's status page (``trireme.status.listen``; complete also needs
+``trireme.status.actions.enable``), the same opt-in, token-checked action its Complete button
+posts, not to the Kafka port: stuck reads ``GET /stuck-transactions``, complete posts
+``/actions/complete-transaction``, and the coordinator writes the refused markers again with the
+coordinator epoch the partition has seen, then the COMPLETE record (docs/transactions.md).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 
 from trireme.wire import error_codes as E
 
-from .client import TRANSACTION, AdminError, Client, check, request, request_class
+from .client import TRANSACTION, AdminError, Client, check, parse_host_port, request, request_class
 from .output import Report, Table
 
 HELP = "list, describe, find and abort transactions; describe producers (kafka-transactions.sh)"
@@ -69,6 +83,17 @@ def add_arguments(parser: argparse.ArgumentParser, nested) -> None:
     p = command("force-terminate", _force_terminate,
                 "abort a transactional id's open transaction through its coordinator and fence its producer")
     p.add_argument("--transactional-id", required=True)
+    p = command("stuck", _stuck, "list transactions stuck in PrepareCommit/PrepareAbort (a marker refused for good)")
+    _status_argument(p)
+    p = command("complete", _complete,
+                "complete a stuck transaction with its prepared result (writes its refused markers, then COMPLETE)")
+    p.add_argument("--transactional-id", required=True)
+    _status_argument(p)
+
+
+def _status_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--status-server", required=True, metavar="HOST:PORT",
+                   help="the broker's status page address (trireme.status.listen)")
 
 
 def _partition_arguments(p: argparse.ArgumentParser, required: bool) -> None:
@@ -257,3 +282,47 @@ def _force_terminate(client: Client, args) -> Report:
                          f"now at epoch {response.producer_epoch}."],
                   data={"transactional_id": transactional_id, "producer_id": response.producer_id,
                         "producer_epoch": response.producer_epoch})
+
+
+# --- stuck transactions (the status page) -------------------------------------------------------
+
+def _status_call(args, path: str, form: dict | None = None) -> tuple[int, bytes]:
+    """GET (or with ``form``, POST) ``path`` on the status page → (HTTP status, body)."""
+    host, port = parse_host_port(args.status_server)
+    url = f"http://{host}:{port}{path}"
+    data = None if form is None else urllib.parse.urlencode(form).encode()
+    req = urllib.request.Request(url, data=data, headers={"Accept": "text/plain, application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=args.timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except (urllib.error.URLError, OSError) as e:
+        raise AdminError(f"cannot reach the status page at {url}: {getattr(e, 'reason', e)}") from None
+
+
+def _stuck_document(args) -> dict:
+    from trireme.server.status_page import STUCK_PATH
+    status, body = _status_call(args, STUCK_PATH)
+    if status != 200:
+        raise AdminError(f"the status page answered {status} to {STUCK_PATH}: {body.decode(errors='replace').strip()}")
+    return json.loads(body)
+
+
+def _stuck(client: Client, args) -> Report:
+    rows = [(t["transactional_id"], t["producer_id"], t["producer_epoch"], t["transaction_state"], t["partitions"],
+             t["stuck_since_ms"]) for t in _stuck_document(args)["stuck"]]
+    return Report([Table(("TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState", "Partitions",
+                          "StuckSinceMs"), rows)])
+
+
+def _complete(client: Client, args) -> Report:
+    from trireme.server.status_page import COMPLETE_PATH
+    token = _stuck_document(args)["token"]
+    if token is None:
+        raise AdminError("the broker's status page actions are off: set trireme.status.actions.enable=true")
+    status, body = _status_call(args, COMPLETE_PATH, {"token": token, "transactional_id": args.transactional_id})
+    text = body.decode(errors="replace").strip()
+    if status != 200:
+        raise AdminError(text or f"the status page answered {status}")
+    return Report(notes=[text], data={"transactional_id": args.transactional_id, "completed": True})

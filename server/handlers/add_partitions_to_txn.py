@@ -12,6 +12,11 @@ Behaviour / version notes:
   or a transaction being committed/aborted → CONCURRENT_TRANSACTIONS (the client retries); a
   topic or partition that does not exist → UNKNOWN_TOPIC_OR_PARTITION for it and
   OPERATION_NOT_ATTEMPTED for the others, as Kafka.  v4+ put per-transaction errors in each result.
+- The client form (v0-3) may not add an internal topic (``__consumer_offsets``, ``__transaction_state``):
+  Kafka leaves them out of the topics a client is authorized to write, so they get
+  TOPIC_AUTHORIZATION_FAILED (before any existence check) and the others OPERATION_NOT_ATTEMPTED.
+  A client adds the offsets partition with AddOffsetsToTxn; the broker form (v4+) adds it for
+  TxnOffsetCommit v5.
 - Adding partitions starts the transaction (Empty/Complete → Ongoing, the start time is set).
 - Answered once the record is staged, not once it is durable (data partitions; the offsets
   partition of TxnOffsetCommit v5 waits): produce verification accepts a staged add, the
@@ -23,6 +28,7 @@ from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.server.groups import OFFSETS_TOPIC
 from trireme.server.transactions import error_for_version
+from trireme.state.topics import INTERNAL_TOPICS
 from trireme.wire import error_codes as E
 
 FENCED_SINCE = 2
@@ -41,17 +47,21 @@ def add_partitions_to_txn(ctx, request):
             pcls(partition_index=p, partition_error_code=error_for_version(errors[(t.name, p)], version, FENCED_SINCE))
             for p in t.partitions]) for t in topics]
 
-    def unknown(topics) -> dict | None:
-        missing = {(t.name, p) for t in topics for p in t.partitions if broker.partition(t.name, p) is None}
-        if not missing:
+    def unknown(topics, *, client: bool = False) -> dict | None:
+        """Errors for partitions that cannot be added (and OPERATION_NOT_ATTEMPTED for the rest), or None."""
+        def refused(topic: str, index: int) -> int:
+            if client and topic in INTERNAL_TOPICS:
+                return E.TOPIC_AUTHORIZATION_FAILED.code
+            return E.UNKNOWN_TOPIC_OR_PARTITION.code if broker.partition(topic, index) is None else 0
+        errors = {(t.name, p): refused(t.name, p) for t in topics for p in t.partitions}
+        if not any(errors.values()):
             return None
-        return {(t.name, p): E.UNKNOWN_TOPIC_OR_PARTITION.code if (t.name, p) in missing
-                else E.OPERATION_NOT_ATTEMPTED.code for t in topics for p in t.partitions}
+        return {tp: error or E.OPERATION_NOT_ATTEMPTED.code for tp, error in errors.items()}
 
     txns = broker.transactions
     if version <= 3:
         topics = request.v3_and_below_topics
-        errors = unknown(topics)
+        errors = unknown(topics, client=True)
         if errors is not None:
             response.results_by_topic_v3_and_below = results(topics, errors)
             return response

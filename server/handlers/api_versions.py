@@ -4,6 +4,9 @@ Behaviour / version notes:
 - v0-4.  The response header is always v0 (no tagged fields), even for v3+.
 - A version we don't know is answered in v0 layout with UNSUPPORTED_VERSION and, as Kafka, only
   ApiVersions' own range (see server/connection.py), so the client retries at a version we have.
+- A version Kafka's definition marks unstable (InitProducerId v6) is listed, and served, only with
+  ``unstable.api.versions.enable`` (Kafka's internal property of that name); without it a request at
+  that version closes the connection, as Kafka does with a version that is not enabled.
 - v3+ carries the client's software name and version; they must match Kafka's pattern, else
   INVALID_REQUEST; they are remembered on the connection for the logs.
 - v3+ list the features this node supports (``transaction.version`` 0-2) and the finalized levels
@@ -35,7 +38,7 @@ def api_versions(ctx, request):
                 and _SOFTWARE.fullmatch(request.client_software_version or "")):
             response.error_code = E.INVALID_REQUEST.code
             return response
-    response.api_keys = api_version_entries(type(response).ApiVersion)
+    response.api_keys = api_version_entries(type(response).ApiVersion, ctx.connection.unstable_api_versions)
     if ctx.api_version >= 3:
         cls = type(response)
         response.supported_features = [

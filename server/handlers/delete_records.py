@@ -9,12 +9,17 @@ Behaviour / version notes:
 - A topic whose cleanup.policy lacks "delete" (compact only) → POLICY_VIOLATION, as Kafka.
 - An internal topic (`__consumer_offsets`, `__transaction_state`) → INVALID_TOPIC_EXCEPTION, as Kafka.
 - Unknown topic or partition → UNKNOWN_TOPIC_OR_PARTITION.
+- The new start offset cannot be checkpointed (disk full) → KAFKA_STORAGE_ERROR; nothing changes.
 """
 from __future__ import annotations
+
+import logging
 
 from trireme.server.dispatch import handles
 from trireme.state.log import OffsetOutOfRange
 from trireme.wire import error_codes as E
+
+log = logging.getLogger("trireme.handlers")
 
 
 @handles("DeleteRecords", 0, 2)
@@ -44,4 +49,7 @@ def delete_records(ctx, request):
                 result.low_watermark = partition.log.delete_records(p.offset)
             except OffsetOutOfRange:
                 result.error_code = E.OFFSET_OUT_OF_RANGE.code
+            except OSError as e:        # the log start checkpoint could not be written (disk full): nothing moved
+                result.error_code = E.KAFKA_STORAGE_ERROR.code
+                log.warning("DeleteRecords on %s-%d not done: %r", t.name, p.partition_index, e)
     return response

@@ -28,6 +28,11 @@ def _volume(path: str) -> tuple[int, int]:
     return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 
+def log_dir(broker) -> str:
+    """The one log directory's absolute path, as DescribeLogDirs reports it."""
+    return os.path.abspath(os.path.join(broker.config.data_dir, "logs"))
+
+
 @handles("DescribeLogDirs", 1, 5)
 def describe_log_dirs(ctx, request):
     broker = ctx.broker
@@ -45,9 +50,9 @@ def describe_log_dirs(ctx, request):
         topics.setdefault(name, []).append(pcls(
             partition_index=index, partition_size=log.size_bytes,
             offset_lag=max(log.high_watermark - log.log_end_offset, 0), is_future_key=False))
-    log_dir = os.path.abspath(os.path.join(broker.config.data_dir, "logs"))
-    total, usable = _volume(log_dir if os.path.isdir(log_dir) else broker.config.data_dir)
-    response.results = [rcls(error_code=0, log_dir=log_dir, total_bytes=total, usable_bytes=usable,
+    path = log_dir(broker)
+    total, usable = _volume(path if os.path.isdir(path) else broker.config.data_dir)
+    response.results = [rcls(error_code=0, log_dir=path, total_bytes=total, usable_bytes=usable,
                              is_cordoned=False,
                              topics=[tcls(name=name, partitions=parts) for name, parts in topics.items()])]
     return response

@@ -12,10 +12,13 @@ Behaviour / version notes:
   uses for its next transaction.  A retry names the epoch before the bump and gets the same new id
   and epoch back (NONE); an abort with no transaction open is allowed (it bumps the epoch).  Kafka's
   retry rules apply: the epoch the state already has is the next transaction's EndTxn.
-- Errors: INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED (v2+; INVALID_PRODUCER_EPOCH below v2),
-  CONCURRENT_TRANSACTIONS while the previous one's markers are still being written (after waiting up
-  to 5 s for them), INVALID_TXN_STATE for the opposite result of a prepared/completed transaction or
-  for committing an Empty one.  Errors answer producer id and epoch -1.
+- Errors, checked in Kafka 4.x's order (docs/transactions.md, "Order of checks"): INVALID_REQUEST
+  (empty id), INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED (v2+; INVALID_PRODUCER_EPOCH below v2),
+  CONCURRENT_TRANSACTIONS while a transition of the id is in flight, its previous transaction's
+  markers included (v5: before the producer checks, so an EndTxn sent as soon as the previous one
+  returned waits instead of being fenced; the broker waits up to 5 s and tries again before
+  answering it), INVALID_TXN_STATE for the opposite result of a completed transaction or for
+  committing an Empty one.  Errors answer producer id and epoch -1.
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles

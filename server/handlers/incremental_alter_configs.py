@@ -14,6 +14,7 @@ Behaviour / version notes:
 - BROKER (4): INVALID_REQUEST — broker configs are static here (read from the config file at
   start; there are no dynamic broker configs).  Other resource types → INVALID_REQUEST.
 - validate_only: every check, the same answer, nothing changed.
+- The legacy AlterConfigs (alter_configs.py) goes through the same checks (alter_resources).
 """
 from __future__ import annotations
 
@@ -23,14 +24,17 @@ from trireme.wire import error_codes as E
 
 from .describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC, RESOURCE_TYPE_NAMES
 
+OP_SET = 0
 OP_DELETE = 1
 
 
-def _alter(broker, resource, validate_only: bool) -> None:
-    names = [c.name for c in resource.configs]
+def _alter(broker, resource, ops, validate_only: bool, whole_set: bool) -> None:
+    """Check one resource's ``(name, op, value)`` operations as Kafka does, then apply them (or only check).
+    ``whole_set`` (AlterConfigs): the configs given replace the topic's overrides, the others are deleted."""
+    names = [name for name, _, _ in ops]
     if len(set(names)) != len(names):
         raise TopicError(E.INVALID_REQUEST.code, "Error due to duplicate config keys")
-    nulls = [c.name for c in resource.configs if c.config_operation != OP_DELETE and c.value is None]
+    nulls = [name for name, op, value in ops if op != OP_DELETE and value is None]
     if nulls:
         raise TopicError(E.INVALID_REQUEST.code, "Null value not supported for : " + ", ".join(nulls))
     if resource.resource_type == RESOURCE_BROKER:
@@ -43,14 +47,17 @@ def _alter(broker, resource, validate_only: bool) -> None:
     problem = validate_topic_name(name)
     if problem is not None:
         raise TopicError(E.INVALID_TOPIC_EXCEPTION.code, problem)
-    if name not in broker.topics:
+    topic = broker.topics.get(name)
+    if topic is None:
         raise TopicError(E.UNKNOWN_TOPIC_OR_PARTITION.code, f"The topic '{name}' does not exist.")
-    ops = [(c.name, c.config_operation, c.value) for c in resource.configs]
+    if whole_set:
+        ops = ops + [(key, OP_DELETE, None) for key in sorted(topic.configs) if key not in names]
     broker.alter_topic_configs(name, ops, validate_only=validate_only)
 
 
-@handles("IncrementalAlterConfigs", 0, 1)
-def incremental_alter_configs(ctx, request):
+def alter_resources(ctx, request, ops_of, whole_set: bool = False) -> object:
+    """The answer to IncrementalAlterConfigs or AlterConfigs (``whole_set``): each resource checked and changed
+    on its own, in request order; ``ops_of(resource)`` gives its ``(name, op, value)`` operations."""
     response = ctx.response()
     rcls = type(response).AlterConfigsResourceResponse
     seen: dict[tuple[int, str], int] = {}
@@ -66,7 +73,12 @@ def incremental_alter_configs(ctx, request):
             result.error_message = "Each resource must appear at most once."
             continue
         try:
-            _alter(ctx.broker, r, request.validate_only)
+            _alter(ctx.broker, r, ops_of(r), request.validate_only, whole_set)
         except TopicError as refused:
             result.error_code, result.error_message = refused.code, refused.message
     return response
+
+
+@handles("IncrementalAlterConfigs", 0, 1)
+def incremental_alter_configs(ctx, request):
+    return alter_resources(ctx, request, lambda r: [(c.name, c.config_operation, c.value) for c in r.configs])

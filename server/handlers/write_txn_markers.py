@@ -2,14 +2,38 @@
 
 Behaviour / version notes:
 - v1-2 (Kafka 4 serves no v0).  The one way markers are written: the transaction coordinator sends
-  these through the same encode → handler → decode path as a network peer (server/local_peer.py),
-  and admin clients send them to abort a hanging transaction (KIP-664), with the producer id,
-  epoch and coordinator epoch they read from DescribeProducers.
-- Per partition: unknown → UNKNOWN_TOPIC_OR_PARTITION; offline → KAFKA_STORAGE_ERROR.  Refused
-  only for an older producer epoch (INVALID_PRODUCER_EPOCH) or an older coordinator epoch
-  (TRANSACTION_COORDINATOR_FENCED).  v2's TransactionVersion >= 2 means the marker carries the
-  bumped epoch, which must then be strictly newer than the producer's.  A marker for a producer
-  the partition does not know (its state expired) is written: that is what lets an admin abort work.
+  these through the same encode → handler → decode path as a network peer (server/local_peer.py,
+  whose requests carry ClusterAction: ``ctx.cluster_action``), and admin clients send them to abort
+  a hanging transaction (KIP-664), with the producer id, epoch and coordinator epoch they read from
+  DescribeProducers.
+- Per partition: unknown → UNKNOWN_TOPIC_OR_PARTITION; offline → KAFKA_STORAGE_ERROR.  The
+  partition's checks are Kafka's: an older producer epoch → INVALID_PRODUCER_EPOCH, an older
+  coordinator epoch → TRANSACTION_COORDINATOR_FENCED; v2's TransactionVersion >= 2 means the marker
+  carries the bumped epoch, which must then be strictly newer than the producer's.  A producer the
+  partition does not know (its state expired) counts as one at epoch -1 and coordinator epoch -1,
+  as on Kafka: its marker is written (that is what lets an admin abort work), but an epoch or
+  coordinator epoch below -1 is refused, and a producer id below 0 is INVALID_REQUEST — all before
+  anything is appended.
+- A marker that does not come from this broker (a client's) is also checked against the
+  transaction coordinator (Kafka without an authorizer lets any client tear a transaction here;
+  with one, WriteTxnMarkers needs ClusterAction):
+  * into ``__consumer_offsets`` / ``__transaction_state``: CLUSTER_AUTHORIZATION_FAILED, always;
+  * for a producer id the coordinator has a transaction for
+    (:meth:`~trireme.state.transactions.TransactionCoordinator.producer_transactions`): on a
+    partition of its open transaction only the coordinator's own marker — its prepared result
+    (a marker while the transaction is Ongoing, or of the other result: INVALID_TXN_STATE), its
+    producer epoch (INVALID_PRODUCER_EPOCH), its coordinator epoch (TRANSACTION_COORDINATOR_FENCED);
+    on any other partition only an ABORT (a COMMIT: INVALID_TXN_STATE) at an epoch the coordinator
+    gave the producer (above it: INVALID_PRODUCER_EPOCH) and a coordinator epoch not above its own
+    (TRANSACTION_COORDINATOR_FENCED), which ends a hanging transaction there;
+  * for a producer id this broker never handed out: UNKNOWN_PRODUCER_ID (no transaction can be open
+    under it, and a marker would leave an epoch or coordinator epoch for a producer yet to get it);
+  * for any other producer id the coordinator does not know, nothing more (KIP-664's admin abort).
+  The coordinator's own markers (its transactions, and the ABORTs of ``abort_orphans`` for
+  transactions it never recorded on a partition) skip this check: they are what it checks against.
+  A coordinator's V2 marker that finds the producer at its epoch with nothing open (a client's exact
+  copy came first, or an fsync failed after the append) is answered as written once the partition is
+  durable, instead of INVALID_PRODUCER_EPOCH, which would leave the transaction prepared for good.
 - A marker completes the producer's transaction in producer state (the last stable offset moves),
   and an ABORT adds the transaction to the partition's aborted-transaction index, which
   read_committed fetches return.  In a coordinator's own log (``__consumer_offsets``) the marker goes
@@ -20,6 +44,7 @@ Behaviour / version notes:
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.state.log import AbortedTxn
+from trireme.state.topics import INTERNAL_TOPICS
 from trireme.wire import error_codes as E
 from trireme.wire import records
 
@@ -33,6 +58,10 @@ def write_txn_markers(ctx, request):
     pcls = tcls.WritableTxnMarkerPartitionResult
     waits = []          # (result, awaitable returning durable?)
     now = ctx.now_ms()
+    trusted = ctx.cluster_action
+    # What the coordinator holds for the producer ids of a client's markers: one pass over its transactions.
+    known = {} if trusted else broker.transactions.coordinator.producer_transactions(
+        {m.producer_id for m in request.markers})
     for marker in request.markers:
         out = mcls(producer_id=marker.producer_id)
         response.markers.append(out)
@@ -43,6 +72,9 @@ def write_txn_markers(ctx, request):
             for index in t.partition_indexes:
                 result = pcls(partition_index=index)
                 out_topic.partitions.append(result)
+                if t.name in INTERNAL_TOPICS and not trusted:
+                    result.error_code = E.CLUSTER_AUTHORIZATION_FAILED.code
+                    continue
                 partition = broker.partitions.get((t.name, index))
                 if partition is None:
                     result.error_code = E.UNKNOWN_TOPIC_OR_PARTITION.code
@@ -52,6 +84,18 @@ def write_txn_markers(ctx, request):
                     continue
                 error, _ = partition.producers.check_marker(marker.producer_id, marker.producer_epoch,
                                                             marker.coordinator_epoch, strict_epoch=strict)
+                if not error and not trusted and not broker.producer_ids.handed_out(marker.producer_id):
+                    error = E.UNKNOWN_PRODUCER_ID.code
+                txn = known.get(marker.producer_id)
+                if not error and txn is not None:
+                    error, _ = txn.check_marker(marker.producer_epoch, marker.transaction_result,
+                                                marker.coordinator_epoch, (t.name, index))
+                if error and trusted and strict and partition.runtime is None \
+                        and partition.producers.marker_applied(marker.producer_id, marker.producer_epoch):
+                    # The coordinator's V2 marker is already there (a client sent an exact copy of it first, or an
+                    # fsync failed after the append): written, once what the partition holds is durable.
+                    waits.append((result, _durable_through(broker, partition, partition.log.log_end_offset - 1)))
+                    continue
                 if error:
                     result.error_code = error
                     continue
@@ -69,6 +113,13 @@ def write_txn_markers(ctx, request):
                 result.error_code = E.KAFKA_STORAGE_ERROR.code
         return response
     return Deferred(wait_durable)
+
+
+def _durable_through(broker, partition, offset: int):
+    """An async callable: True once ``partition`` is durable through ``offset``."""
+    async def wait():
+        return await broker.wait_durable(partition, offset)
+    return wait
 
 
 def _append_marker(broker, partition, marker, now: int):
@@ -95,9 +146,7 @@ def _append_marker(broker, partition, marker, now: int):
             broker.storage_failed(partition, e)
             return None
         broker.appended(partition)
-
-        async def wait():
-            return await broker.wait_durable(partition, offset)
+        wait = _durable_through(broker, partition, offset)
     first_offset = partition.producers.commit_end_txn(marker.producer_id, marker.producer_epoch, offset, now,
                                                       marker.coordinator_epoch)
     if not commit and first_offset is not None:
