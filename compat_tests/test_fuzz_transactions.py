@@ -13,7 +13,7 @@ picks up an id's new producer id and epoch so the frames keep reaching deep stat
   commits within WEDGE_TIMEOUT_S, and a read_committed consumer sees it;
 - the read_committed data written before the fuzz is unchanged.
 
-TRIREME_FUZZ_FRAMES (default 1,500: about half a minute, in the normal suite) and TRIREME_FUZZ_SEED
+TRIREME_FUZZ_FRAMES (default 5,000: a few seconds, in the normal suite) and TRIREME_FUZZ_SEED
 (default 20) set the run; ``make fuzz`` runs 20,000 frames.  A failure names the seed and the frames sent
 just before each traceback, so the run can be replayed.
 """
@@ -30,14 +30,14 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from compat_tests.python_clients import create_topics
-from compat_tests.test_bad_input import Closed, LogWatch, RawConn, unique
+from compat_tests.test_bad_input import Closed, LogWatch, RawConn, decode_response, unique
 from compat_tests.test_bad_transactions import init
-from compat_tests.txn_fuzz import Scene, mutate, templates
+from compat_tests.txn_fuzz import API_KEYS, Scene, mutate, templates
 from trireme.wire import error_codes as E
-from trireme.wire import headers
+from trireme.wire import headers, records
 from trireme.wire.codec import message
 
-FRAMES = int(os.environ.get("TRIREME_FUZZ_FRAMES", "1500"))
+FRAMES = int(os.environ.get("TRIREME_FUZZ_FRAMES", "5000"))
 SEED = int(os.environ.get("TRIREME_FUZZ_SEED", "20"))
 ANSWER_TIMEOUT_S = 15.0
 WEDGE_TIMEOUT_S = 60.0
@@ -112,6 +112,7 @@ class Fuzzer:
         self.seconds: collections.Counter = collections.Counter()     # time spent per API, to see where it goes
         self.busy: dict[str, int] = {}          # id → InitProducerId answered CONCURRENT_TRANSACTIONS in a row
         self.retired: list[str] = []            # ids reported wedged and replaced
+        self.accepted: collections.deque = collections.deque(maxlen=2000)   # (producer id, accepted write)
         self._log_size = 0
 
     def refresh(self, index: int) -> None:
@@ -131,8 +132,11 @@ class Fuzzer:
         elif err == E.CONCURRENT_TRANSACTIONS.code:
             self.busy[tid] = self.busy.get(tid, 0) + 1
             if self.busy[tid] >= BUSY_REFRESHES:
-                self.findings.append(f"wedged {tid}: CONCURRENT_TRANSACTIONS to {BUSY_REFRESHES} InitProducerId in a "
-                                     f"row (by frame #{index}); frames before:\n  " + "\n  ".join(self.recent))
+                pid = self.scene.producers[tid][0]
+                writes = [w for p, w in self.accepted if p == pid][-6:]
+                self.findings.append(f"wedged {tid} (producer id {pid}): CONCURRENT_TRANSACTIONS to {BUSY_REFRESHES} "
+                                     f"InitProducerId in a row (by frame #{index}); the last writes accepted for its "
+                                     f"producer id:\n  " + "\n  ".join(writes))
                 self.retired.append(tid)
                 del self.scene.producers[tid], self.busy[tid]
                 fresh = unique("fz-r")
@@ -163,7 +167,7 @@ class Fuzzer:
             if _acks_zero(data):
                 self.stats["acks=0"] += 1
                 return
-            self.conn.read_frame(timeout=ANSWER_TIMEOUT_S)
+            self._note_accepted(data, self.conn.read_frame(timeout=ANSWER_TIMEOUT_S))
             self.stats["answered"] += 1
         except (Closed, BrokenPipeError, ConnectionResetError):
             self.stats["closed"] += 1
@@ -173,6 +177,31 @@ class Fuzzer:
             self.findings.append(f"no answer within {ANSWER_TIMEOUT_S}s to {self.recent[-1]}")
             self.conn.close()
             self.conn = None
+
+    def _note_accepted(self, data: bytes, answer: bytes) -> None:
+        """Remember a WriteTxnMarkers or transactional Produce the broker accepted (error 0): when an id wedges, the
+        report names the ones about its producer id, the likely cause."""
+        try:
+            api_key, version = struct.unpack_from(">hh", data, 4)
+            api = {v: k for k, v in API_KEYS.items()}.get(api_key)
+            if api not in ("WriteTxnMarkers", "Produce"):
+                return
+            codec = message(api + "Request")
+            head = headers.decode_request_header(data[4:], codec.is_flexible(version))
+            request = codec.decode(memoryview(data[4:]), version, head.size)[0]
+            response = decode_response(api, version, answer)[1]
+        except Exception:  # noqa: BLE001 - whatever cannot be read back is not an accepted write
+            return
+        if api == "WriteTxnMarkers":
+            for m, r in zip(request.markers, response.markers):
+                if any(p.error_code == 0 for t in r.topics for p in t.partitions):
+                    self.accepted.append((m.producer_id, f"{self.recent[-1]}\n    accepted: {m}"))
+        elif any(p.error_code == 0 for t in response.responses for p in t.partition_responses):
+            for t in request.topic_data:
+                for part in t.partition_data:
+                    header = records.parse_batch_header(bytes(part.records or b""))
+                    self.accepted.append((header.producer_id, f"{self.recent[-1]}\n    accepted produce of producer "
+                                                              f"{header.producer_id} epoch {header.producer_epoch}"))
 
     def _one_shot(self, data: bytes) -> None:
         with RawConn(self.bootstrap, timeout=ANSWER_TIMEOUT_S) as c:
