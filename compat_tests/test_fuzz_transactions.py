@@ -39,6 +39,7 @@ from trireme.wire.codec import message
 
 FRAMES = int(os.environ.get("TRIREME_FUZZ_FRAMES", "5000"))
 SEED = int(os.environ.get("TRIREME_FUZZ_SEED", "20"))
+NAMES = {key: name for name, key in API_KEYS.items()}
 ANSWER_TIMEOUT_S = 15.0
 WEDGE_TIMEOUT_S = 60.0
 FUZZ_IDS = 4
@@ -179,12 +180,14 @@ class Fuzzer:
             self.conn = None
 
     def _note_accepted(self, data: bytes, answer: bytes) -> None:
-        """Remember a WriteTxnMarkers or transactional Produce the broker accepted (error 0): when an id wedges, the
-        report names the ones about its producer id, the likely cause."""
+        """Follow what the broker accepted: an InitProducerId (or a transaction version 2 EndTxn) that gave an id a new
+        producer id or epoch updates the scene, so the next frames reach the states past it; a WriteTxnMarkers or
+        transactional Produce accepted is remembered: when an id wedges, the report names the ones about its
+        producer id, the likely cause."""
         try:
             api_key, version = struct.unpack_from(">hh", data, 4)
-            api = {v: k for k, v in API_KEYS.items()}.get(api_key)
-            if api not in ("WriteTxnMarkers", "Produce"):
+            api = NAMES.get(api_key)
+            if api not in ("WriteTxnMarkers", "Produce", "InitProducerId", "EndTxn", "AddPartitionsToTxn"):
                 return
             codec = message(api + "Request")
             head = headers.decode_request_header(data[4:], codec.is_flexible(version))
@@ -192,14 +195,28 @@ class Fuzzer:
             response = decode_response(api, version, answer)[1]
         except Exception:  # noqa: BLE001 - whatever cannot be read back is not an accepted write
             return
+        if api in ("InitProducerId", "EndTxn"):
+            tid = request.transactional_id
+            if response.error_code == 0 and tid in self.scene.producers and response.producer_id >= 0 \
+                    and (api == "InitProducerId" or version >= 5):
+                self.scene.producers[tid] = (response.producer_id, response.producer_epoch)
+            self.stats[f"{api} ok" if response.error_code == 0 else f"{api} error"] += 1
+            return
+        if api == "AddPartitionsToTxn":
+            codes = [p.partition_error_code for t in response.results_by_topic_v3_and_below
+                     for p in t.results_by_partition] if version <= 3 else []
+            self.stats["AddPartitionsToTxn ok" if codes and not any(codes) else "AddPartitionsToTxn other"] += 1
+            return
         if api == "WriteTxnMarkers":
             for m, r in zip(request.markers, response.markers):
                 if any(p.error_code == 0 for t in r.topics for p in t.partitions):
+                    self.stats["WriteTxnMarkers accepted"] += 1
                     self.accepted.append((m.producer_id, f"{self.recent[-1]}\n    accepted: {m}"))
         elif any(p.error_code == 0 for t in response.responses for p in t.partition_responses):
             for t in request.topic_data:
                 for part in t.partition_data:
                     header = records.parse_batch_header(bytes(part.records or b""))
+                    self.stats["Produce accepted"] += 1
                     self.accepted.append((header.producer_id, f"{self.recent[-1]}\n    accepted produce of producer "
                                                               f"{header.producer_id} epoch {header.producer_epoch}"))
 
