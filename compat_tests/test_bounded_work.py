@@ -229,5 +229,6 @@ def test_repeated_transaction_ids_and_partitions_are_described_once(module_serve
         r = conn.request("DescribeTransactions", 0, req("DescribeTransactions", transactional_ids=[tid] * REPEATS))
         assert [(t.transactional_id, t.error_code) for t in r.transaction_states] == [(tid, 0)]
         pcls = message("DescribeProducersRequest").cls
-        r = conn.request("DescribeProducers", 0, pcls(topics=[pcls.TopicRequest(name=topic, partition_indexes=[0] * REPEATS)]))
+        r = conn.request("DescribeProducers", 0, pcls(topics=[pcls.TopicRequest(name=topic,
+                                                                                partition_indexes=[0] * REPEATS)]))
         assert [[p.partition_index for p in t.partitions] for t in r.topics] == [[0]]

@@ -317,5 +317,6 @@ def test_transactional_fuzz(server):
         w.startswith(tid + ":") for w in wedged)]
     assert read_committed(bootstrap, committed, ends) == before, "read_committed data from before the fuzz changed"
     fuzzer.check_log()
-    problems = fuzzer.findings + [f"wedged {w}" for w in wedged] + [f"committed but not visible to read_committed: {m}" for m in missing]
+    problems = (fuzzer.findings + [f"wedged {w}" for w in wedged]
+                + [f"committed but not visible to read_committed: {m}" for m in missing])
     assert not problems, f"seed {SEED}: {len(problems)} problem(s):\n\n" + "\n\n".join(problems)[:20000]

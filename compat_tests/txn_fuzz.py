@@ -177,7 +177,8 @@ def mutate_fields(api: str, version: int, obj: Any, scene: Scene, rnd: random.Ra
     return frame(api, version, obj, correlation_id)
 
 
-def mutate(api: str, version: int, obj: Any, scene: Scene, rnd: random.Random, correlation_id: int) -> tuple[str, bytes]:
+def mutate(api: str, version: int, obj: Any, scene: Scene, rnd: random.Random,
+           correlation_id: int) -> tuple[str, bytes]:
     """(kind, frame): the valid frame, a field mutation, or a byte-level one."""
     kind = rnd.choices(("valid", "fields", "flip", "truncate", "splice", "resize"), (3, 8, 3, 1, 1, 1))[0]
     if kind == "fields":

@@ -23,9 +23,10 @@ Behaviour / version notes:
 - Other resource types (GROUP, CLIENT_METRICS, BROKER_LOGGER, unknown) → INVALID_REQUEST
   "Unsupported resource type: ...".
 - A resource asked for a second time (same type, name and configuration_keys) → INVALID_REQUEST
-  "Duplicate resource" for the repeat (Kafka describes it again).  Each repeat of the broker resource cost 8.5 KiB of answer
-  for 5 bytes of request: a 1 MiB request built a 1.7 GB response on the event loop.  No client
-  sends repeats (the Java admin client keys resources in a map, librdkafka refuses them).
+  "Duplicate resource" for the repeat (Kafka describes it again).  Each repeat of the broker
+  resource cost 8.5 KiB of answer for 5 bytes of request: a 1 MiB request built a 1.7 GB response
+  on the event loop.  Clients do not repeat a resource (librdkafka even refuses a second BROKER
+  resource in one call: "Only one ConfigResource of type BROKER is allowed per call").
 """
 from __future__ import annotations
 
