@@ -13,6 +13,9 @@
 #                   connector is at hand (../shared/spark-connector), PySpark (the
 #                   `spark` extra) is installed into .cache/spark/venv and
 #                   the tests run against it; without it they skip, saying why.
+#   make fuzz     - the transactional fuzzer's long run against a trireme serve: FUZZ_FRAMES
+#                   mutated transactional requests (default 20000), seed FUZZ_SEED (default 20);
+#                   `make test` runs a short seeded one (compat_tests/test_fuzz_transactions.py)
 #   make compat   - the compatibility suite's client x feature matrix (tools/compat.py) against
 #                   BOOTSTRAP=host:port (and BOOTSTRAP2=host:port side by side), or against a
 #                   trireme serve of its own; COMPAT_ARGS=--quick, --clients ..., see compat_tests/README.md
@@ -45,9 +48,9 @@ JS_STAMP      := $(JS_DIR)/node_modules/.trireme-installed
 
 # Modules the test suite imports; used to accept an already-complete venv
 # when pip cannot reach the index (offline re-runs).
-VENV_IMPORTS := trio, crc32c, cramjam, kafka, pytest, xdist, pytest_timeout, hypothesis, confluent_kafka, aiokafka, lz4, zstandard, snappy, trireme.server
+VENV_IMPORTS := trio, re2, crc32c, cramjam, kafka, pytest, xdist, pytest_timeout, hypothesis, confluent_kafka, aiokafka, lz4, zstandard, snappy, trireme.server
 
-.PHONY: venv clients sysdeps java-clients js-clients serve test test-spark spark-venv compat clean-clients
+.PHONY: venv clients sysdeps java-clients js-clients serve test test-spark spark-venv compat clean-clients fuzz
 
 # ---------------------------------------------------------------- venv
 
@@ -119,6 +122,18 @@ serve: venv
 test: venv clients
 	$(PY) -m pytest -p no:cacheprovider -n 2 -q --ignore-glob='$(SPARK_TESTS)'
 	@$(MAKE) --no-print-directory test-spark
+
+# ------------------------------------------------------------------ fuzz
+
+FUZZ_FRAMES ?= 20000
+FUZZ_SEED   ?= 20
+
+# The long run of the transactional fuzzer (and its codec-level half with as many frames); the timeout
+# scales with the frames.
+fuzz: venv
+	TRIREME_FUZZ_FRAMES=$(FUZZ_FRAMES) TRIREME_FUZZ_SEED=$(FUZZ_SEED) $(PY) -m pytest -p no:cacheprovider -q -rA \
+	    --timeout=$$(( 600 + $(FUZZ_FRAMES) / 10 )) compat_tests/test_fuzz_transactions.py \
+	    tests/test_codec_fuzz.py::test_transactional_frames_mutated_decode_or_raise_codec_error
 
 # ----------------------------------------------------------------- Spark
 

@@ -371,9 +371,13 @@ class Broker:
         self._open_new_partitions(topic, range(topic.partitions))
         try:
             topic = self.topics.create(name, partitions, configs or {}, topic.topic_id)
-        except BaseException:
+        except BaseException as e:
             for index in range(topic.partitions):
                 self.partitions.pop((name, index)).log.delete()
+            if isinstance(e, OSError):          # topics.json not written (disk full): nothing was registered
+                log.error("could not register topic %s: %r", name, e)
+                raise TopicError(E.KAFKA_STORAGE_ERROR.code,
+                                 f"could not write the topic registry: {e.strerror or e}") from None
             raise
         for index in range(topic.partitions):
             self.partitions[(name, index)].topic = topic
@@ -386,13 +390,16 @@ class Broker:
             self.create_topic(name, partitions, configs)
 
     def auto_create(self, name: str) -> Topic | None:
-        """Create a topic a client asked for by name, if auto.create.topics.enable allows it."""
+        """Create a topic a client asked for by name, if auto.create.topics.enable allows it; None if refused.  A
+        storage failure (disk full) raises its TopicError (KAFKA_STORAGE_ERROR): the client should ask again."""
         if not self.config["auto.create.topics.enable"]:
             return None
         try:
             return self.create_topic(name, -1)
         except TopicError as refused:
             log.warning("not auto-creating topic %s: %s", name, refused.message)
+            if refused.code == E.KAFKA_STORAGE_ERROR.code:
+                raise
             return None
 
     def delete_topic(self, name: str) -> None:

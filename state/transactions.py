@@ -650,19 +650,20 @@ class TransactionCoordinator:
                 for pid, e in found.items()}
 
     def list(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
-             duration_filter_ms: int = -1, now_ms: int = 0, pattern=None) -> list[TxnMetadata]:
-        """ListTransactions with its filters (state names, producer ids, v1+ minimum age, v2+ id pattern)."""
+             duration_filter_ms: int = -1, now_ms: int = 0) -> list[TxnMetadata]:
+        """ListTransactions with its filters (state names, producer ids, v1+ minimum age); the v2+ id pattern is
+        matched by the handler, off the event loop."""
         states, producer_ids = set(states), set(producer_ids)
         out = []
         for meta in self.transactions.values():
+            if meta.state is DEAD:                      # as Kafka: an id being expired is not listed
+                continue
             if states and meta.state.kafka_name not in states:
                 continue
             if producer_ids and meta.producer_id not in producer_ids:
                 continue
-            if duration_filter_ms >= 0 and now_ms - meta.value.start_timestamp_ms < duration_filter_ms:
-                continue                                # as Kafka: running for at least that long (-1: not started)
-            if pattern is not None and not pattern.fullmatch(meta.transactional_id):
-                continue
+            if duration_filter_ms >= 0 and now_ms - meta.value.start_timestamp_ms <= duration_filter_ms:
+                continue                                # as Kafka: running for longer than that (-1: not started)
             out.append(meta)
         return out
 

@@ -664,3 +664,18 @@ def test_golden_produce_request_v3_null_records():
     part.records = b"\x01\x02\x03"
     _check_golden("ProduceRequest", 9, obj,
                   "00" "ffff" "000003e8" "02" "0274" "02" "00000000" "04010203" "00" "00" "00")
+
+
+def test_compact_strings_over_32767_bytes_are_refused():
+    """As Kafka's generated readers: a string field is at most 0x7fff bytes, compact (flexible) ones included."""
+    from trireme.wire.primitives import CodecError, read_compact_nullable_string, read_compact_string, write_uvarint
+    for n, ok in ((0x7FFF, True), (0x8000, False), (40000, False)):
+        buf = bytearray()
+        write_uvarint(buf, n + 1)
+        buf += b"x" * n
+        for reader in (read_compact_string, read_compact_nullable_string):
+            if ok:
+                assert reader(bytes(buf), 0) == ("x" * n, len(buf))
+            else:
+                with pytest.raises(CodecError, match="over the 32767-byte limit"):
+                    reader(bytes(buf), 0)

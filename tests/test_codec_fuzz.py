@@ -206,3 +206,31 @@ def test_request_header_fuzz():
             H.peek_api(buf)
         except CodecError:
             pass
+
+
+def test_transactional_frames_mutated_decode_or_raise_codec_error():
+    """The transactional fuzzer's frames (compat_tests/txn_fuzz.py: every transactional API at several versions,
+    fields set to boundary values and other ids, byte flips, truncations, splices) through the header and body
+    decoders: CodecError or a request that re-encodes to a fixed point.  The broker side is
+    compat_tests/test_fuzz_transactions.py."""
+    from compat_tests.txn_fuzz import API_KEYS, Scene, mutate, templates
+    scene = Scene({"fz-a": (1000, 0), "fz-b": (1001, 32766)}, ["fz-t"], ["committed"], "fz-group")
+    rng = random.Random(int(os.environ.get("TRIREME_FUZZ_SEED", "20")))
+    decoded = 0
+    for i in range(int(os.environ.get("TRIREME_FUZZ_FRAMES", "3000"))):
+        api, version, obj = rng.choice(templates(scene, rng))
+        _, data = mutate(api, version, obj, scene, rng, i)
+        body = data[4:]
+        if len(body) < 4:
+            continue
+        api_key, api_version = struct.unpack_from(">hh", body)
+        codec = message(api + "Request")
+        if api_key != API_KEYS[api] or not codec.min_version <= api_version <= codec.max_version:
+            continue                        # a flipped key or version: the broker refuses the header
+        try:
+            head = H.decode_request_header(body, codec.is_flexible(api_version))
+        except CodecError:
+            continue
+        if check_decode(api + "Request", api_version, bytes(body[head.size:])) is not None:
+            decoded += 1
+    assert decoded > 100                    # most field mutations stay decodable

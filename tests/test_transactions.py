@@ -1347,3 +1347,13 @@ def test_order_a_staged_complete_record_is_built_on():
     assert staged.error == NONE and TID in h.coord.pending
     out = end_v2(h, pid, epoch, False)
     assert (out.error, out.producer_epoch) == (NONE, epoch + 1)
+
+def test_list_duration_filter_means_running_longer_than_it():
+    """ListTransactions v1 DurationFilter, as Kafka's TransactionStateManager: excluded when now - start <= filter."""
+    h = Harness()
+    pid, epoch = h.init().producer_id, 0
+    h.add(TID, pid, epoch, [P1])
+    start = h.meta().value.start_timestamp_ms
+    assert [m.transactional_id for m in h.coord.list(duration_filter_ms=10, now_ms=start + 10)] == []
+    assert [m.transactional_id for m in h.coord.list(duration_filter_ms=10, now_ms=start + 11)] == [TID]
+    assert [m.transactional_id for m in h.coord.list(duration_filter_ms=-1, now_ms=start)] == [TID]

@@ -145,7 +145,7 @@ def read_compact_string(buf, pos):
     n, pos = read_compact_length(buf, pos)
     if n < 0:
         raise CodecError("null where a non-nullable string is required")
-    raw, pos = _take(buf, pos, n, "string")
+    raw, pos = _take(buf, pos, _string_length(n), "string")
     return _decode_utf8(raw), pos
 
 
@@ -153,8 +153,20 @@ def read_compact_nullable_string(buf, pos):
     n, pos = read_compact_length(buf, pos)
     if n < 0:
         return None, pos
-    raw, pos = _take(buf, pos, n, "string")
+    raw, pos = _take(buf, pos, _string_length(n), "string")
     return _decode_utf8(raw), pos
+
+
+MAX_STRING_BYTES = 0x7FFF
+
+
+def _string_length(n: int) -> int:
+    """A compact string's length, refused over 32,767 bytes as Kafka's generated readers refuse it ("string field
+    … had invalid length"): a classic string cannot be longer, and the records that store one (a transactional id
+    in ``__transaction_state``'s key) could not hold it."""
+    if n > MAX_STRING_BYTES:
+        raise CodecError(f"string of {n} bytes is over the {MAX_STRING_BYTES}-byte limit")
+    return n
 
 
 def read_bytes(buf, pos):

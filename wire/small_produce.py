@@ -61,7 +61,7 @@ def read_small_produce(frame, pos: int, version: int) -> SmallProduce | None:
         pos += 8
         if version < FIRST_TOPIC_ID:
             n, pos = read_compact_length(view, pos)
-            if n < 0:
+            if not 0 <= n <= 0x7FFF:                      # null, or too long (the codec refuses it)
                 return None
             topic, topic_id = str(view[pos:pos + n], "utf-8"), None
             pos += n

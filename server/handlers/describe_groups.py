@@ -4,6 +4,8 @@ Behaviour / version notes:
 - v0-6.  An unknown group is reported in state "Dead" (v6+: with GROUP_ID_NOT_FOUND, KIP-1043).
   v3+ authorized operations when asked: everything is allowed for now; v4+ group instance ids.
   Member metadata and the protocol name are shown only while the group is Stable, as Kafka does.
+- A group named twice is described once: each repeat of a big group (members' metadata and
+  assignments) would add its whole description to the response (clients never repeat one).
 """
 from trireme.server.dispatch import handles
 
@@ -16,7 +18,7 @@ def _describe_groups(ctx, request):
     response = ctx.response()
     gcls = type(response).DescribedGroup
     mcls = gcls.DescribedGroupMember
-    for g in coordinator.describe_groups(list(request.groups), ctx.api_version):
+    for g in coordinator.describe_groups(list(dict.fromkeys(request.groups)), ctx.api_version):
         out = gcls(error_code=g.error, group_id=g.group_id, group_state=g.state,
                    protocol_type=g.protocol_type or "", protocol_data=g.protocol_name or "")
         out.members = [mcls(member_id=m.member_id, group_instance_id=m.group_instance_id,

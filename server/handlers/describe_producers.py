@@ -6,6 +6,8 @@ Behaviour / version notes:
   first offset of its open transaction (CurrentTxnStartOffset, -1 when none).  An admin's abort of
   a hanging transaction sends WriteTxnMarkers with these values.
 - Unknown topic or partition → UNKNOWN_TOPIC_OR_PARTITION for it.  Internal topics are described too.
+- A partition named twice is described once (a repeat of one with many producers would add all of
+  them again; the Java admin client asks for each partition once).
 """
 from trireme.server.dispatch import handles
 from trireme.wire import error_codes as E
@@ -18,10 +20,14 @@ def describe_producers(ctx, request):
     tcls = type(response).TopicResponse
     pcls = tcls.PartitionResponse
     scls = pcls.ProducerState
+    seen = set()
     for t in request.topics:
         out = tcls(name=t.name)
         response.topics.append(out)
         for index in t.partition_indexes:
+            if (t.name, index) in seen:
+                continue
+            seen.add((t.name, index))
             partition = broker.partitions.get((t.name, index))
             if partition is None:
                 out.partitions.append(pcls(partition_index=index, error_code=E.UNKNOWN_TOPIC_OR_PARTITION.code,

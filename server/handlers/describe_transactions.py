@@ -5,6 +5,8 @@ Behaviour / version notes:
   CompleteCommit, CompleteAbort, Dead, PrepareEpochFence), timeout, start time (-1 when no
   transaction was started), producer id and epoch, and the partitions of the transaction.
   Unknown id → TRANSACTIONAL_ID_NOT_FOUND.  Answers after every staged coordinator write is replayed.
+- An id named twice is described once: each repeat of a transaction holding thousands of
+  partitions would add all of them to the response again (clients never repeat an id).
 """
 from trireme.server.dispatch import handles
 from trireme.wire import error_codes as E
@@ -18,7 +20,7 @@ def describe_transactions(ctx, request):
     dcls = scls.TopicData
 
     def answer():
-        for transactional_id in request.transactional_ids:
+        for transactional_id in dict.fromkeys(request.transactional_ids):
             meta = txns.coordinator.describe(transactional_id)
             if meta is None:
                 response.transaction_states.append(scls(

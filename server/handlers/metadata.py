@@ -6,18 +6,23 @@ Behaviour / version notes:
   an unknown id gets UNKNOWN_TOPIC_ID.
 - Unknown names are created when auto.create.topics.enable and AllowAutoTopicCreation (v4+;
   always allowed before v4) are both true; creation is immediate, so the same response already
-  lists the new partitions (Kafka answers LEADER_NOT_AVAILABLE first; clients handle both).
+  lists the new partitions (Kafka answers LEADER_NOT_AVAILABLE first; clients handle both).  A
+  creation the storage fails (disk full) answers that topic KAFKA_STORAGE_ERROR, as Kafka's
+  auto-creation passes its CreateTopics error on; nothing of the topic is kept, a retry creates it
+  once space is free.
 - Leader epochs come from the topic registry and never go down, also across restarts.
 - The coordinators' internal topics (`__consumer_offsets`, `__transaction_state`, one partition
   each) are listed with is_internal = true, as on Kafka (aiokafka's and the Java consumer's
   exclude-internal-topics options rely on the flag); naming one never auto-creates it.  Clients
   still cannot write to them (Produce answers INVALID_TOPIC_EXCEPTION).
 - Authorized operations are reported when asked for: everything is allowed for now.
+- A topic named (or id given) more than once is answered once, as Kafka answers the set of the
+  names: the response's size depends on the topics, not on the request's repeats.
 """
 import uuid
 
 from trireme.server.dispatch import handles
-from trireme.state.topics import validate_topic_name
+from trireme.state.topics import TopicError, validate_topic_name
 from trireme.wire import error_codes as E
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -25,6 +30,19 @@ ZERO_UUID = uuid.UUID(int=0)
 TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 # CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE
 CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+
+
+def _distinct(entries):
+    """The requested topics without repeats (first occurrence kept), as Kafka makes a set of them: a request naming
+    one big topic a million times gets its partitions once, not a response a million times its size."""
+    seen = set()
+    out = []
+    for entry in entries:
+        key = entry.name if entry.name is not None else entry.topic_id
+        if key not in seen:
+            seen.add(key)
+            out.append(entry)
+    return out
 
 
 @handles("Metadata", 0, 13)
@@ -43,7 +61,7 @@ def metadata(ctx, request):
         topics = [(t.name, t) for t in broker.described_topics()]
         requested = None
     else:
-        requested = request.topics
+        requested = _distinct(request.topics)
         topics = []
     for entry in requested or ():
         if entry.name is None and entry.topic_id != ZERO_UUID:
@@ -60,7 +78,11 @@ def metadata(ctx, request):
                 topics.append((name, E.INVALID_TOPIC_EXCEPTION.code, ZERO_UUID))
                 continue
             if auto_create:
-                topic = broker.auto_create(name)
+                try:
+                    topic = broker.auto_create(name)
+                except TopicError as failed:            # the disk is full: retriable, the client asks again
+                    topics.append((name, failed.code, ZERO_UUID))
+                    continue
             if topic is None:
                 topics.append((name, E.UNKNOWN_TOPIC_OR_PARTITION.code, ZERO_UUID))
                 continue

@@ -6,6 +6,8 @@ Behaviour / version notes:
   commit still pending answers UNSTABLE_OFFSET_COMMIT (the client retries); v8+ several groups
   in one request, each with its own error; v10 names topics by id.
 - A partition without a committed offset answers offset -1, metadata "" and no error.
+- v8+: a group named twice is answered once (its first entry): a repeat of a group asking for every
+  committed offset would multiply the response (clients key the groups in a map and never repeat).
 - COORDINATOR_LOAD_IN_PROGRESS while __consumer_offsets is being replayed at start-up.
 """
 from trireme.server.dispatch import handles
@@ -37,7 +39,11 @@ def _offset_fetch(ctx, request):
     gcls = type(response).OffsetFetchResponseGroup
     tcls = gcls.OffsetFetchResponseTopics
     pcls = tcls.OffsetFetchResponsePartitions
+    seen = set()
     for g in request.groups:
+        if g.group_id in seen:          # a repeat is answered once: the response's size must not grow with repeats
+            continue
+        seen.add(g.group_id)
         out = gcls(group_id=g.group_id)
         response.groups.append(out)
         if g.topics is None:
