@@ -157,6 +157,12 @@ class TransactionService(CoordinatorRuntime):
         self._id_block_failed = False
         return outcome
 
+    def idempotent_producer_id(self) -> int | None:
+        """A new producer id for a non-transactional InitProducerId; None when it needs a block of ids that cannot be
+        reserved on disk (logged as for :meth:`_attempt`: the caller answers COORDINATOR_NOT_AVAILABLE)."""
+        outcome = self._attempt(lambda: TxnOutcome(producer_id=self.allocate_producer_id()))
+        return None if outcome.error else outcome.producer_id
+
     def resume_after_storage_error(self) -> None:
         """``__transaction_state`` is writable again after a full disk: a transaction left prepared by an operation
         whose records could not be made durable gets its markers written, as at start-up.  Its PREPARE became

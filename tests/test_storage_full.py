@@ -202,6 +202,26 @@ def test_a_producer_id_block_that_cannot_be_reserved_is_coordinator_not_availabl
     run_with_broker(broker, body)
 
 
+def test_an_idempotent_producers_id_block_that_cannot_be_reserved_is_coordinator_not_available(caplog):
+    """A non-transactional InitProducerId that needs a new block on a full disk: a retriable error and one log line,
+    not an OSError out of the handler (a traceback every 1,000 producers)."""
+    storage = MemoryStorage()
+    broker = _broker(storage)
+    request = message("InitProducerIdRequest").cls(transactional_id=None, transaction_timeout_ms=-1,
+                                                   producer_id=-1, producer_epoch=-1)
+
+    async def body(b):
+        storage.full = True
+        for _ in range(2):
+            answer = await b.local_peer.call("InitProducerId", 4, request)
+            assert (answer.error_code, answer.producer_id) == (E.COORDINATOR_NOT_AVAILABLE.code, -1)
+        storage.full = False
+        answer = await b.local_peer.call("InitProducerId", 4, request)
+        assert answer.error_code == 0 and answer.producer_id >= 0
+    run_with_broker(broker, body)
+    assert sum("cannot reserve producer ids" in r.getMessage() for r in caplog.records) == 1
+
+
 def test_delete_records_on_a_full_disk_is_a_storage_error_and_changes_nothing():
     storage = MemoryStorage()
     broker = _broker(storage)

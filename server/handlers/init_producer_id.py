@@ -27,6 +27,7 @@ Behaviour / version notes:
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.server.transactions import error_for_version
+from trireme.wire import error_codes as E
 
 MAX_EPOCH = 32767
 FENCED_SINCE = 4
@@ -57,6 +58,9 @@ def init_producer_id(ctx, request):
         response.producer_id = request.producer_id
         response.producer_epoch = request.producer_epoch + 1
         return response
-    response.producer_id = broker.producer_ids.next_id()
-    response.producer_epoch = 0
+    producer_id = broker.transactions.idempotent_producer_id()
+    if producer_id is None:                 # a new block of ids could not be reserved (disk full): retriable
+        response.error_code = E.COORDINATOR_NOT_AVAILABLE.code
+        return response
+    response.producer_id, response.producer_epoch = producer_id, 0
     return response
