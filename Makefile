@@ -58,6 +58,8 @@ venv: $(VENV_STAMP)
 
 $(VENV_STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON3) -m venv $(VENV)
+	@# The distribution was called `trireme` before it became `trireme-broker`: drop an old install of it.
+	@if $(PY) -m pip show -q trireme >/dev/null 2>&1; then $(PY) -m pip uninstall -y -q trireme; fi
 	@if $(PY) -m pip install --disable-pip-version-check -q -e '.[test]'; then \
 	    :; \
 	elif $(PY) -c 'import $(VENV_IMPORTS)' 2>/dev/null; then \
@@ -141,6 +143,7 @@ spark-venv: $(SPARK_STAMP)
 
 $(SPARK_STAMP): pyproject.toml
 	@test -x $(SPARK_VENV)/bin/python || $(PYTHON3) -m venv $(SPARK_VENV)
+	@if $(SPARK_VENV)/bin/python -m pip show -q trireme >/dev/null 2>&1; then $(SPARK_VENV)/bin/python -m pip uninstall -y -q trireme; fi
 	@if $(SPARK_VENV)/bin/python -m pip install --disable-pip-version-check -q -e '.[spark]'; then \
 	    :; \
 	elif $(SPARK_VENV)/bin/python -c 'import pyspark, confluent_kafka' 2>/dev/null; then \

@@ -666,7 +666,7 @@ def test_crash_loop_kill_right_after_acknowledged_transaction_answers(server):
             else:
                 proxy.arm(api, skip)
             wait_until(lambda: proxy.killed.is_set() or errors, timeout=90, what=f"an acknowledged {api} to kill after")
-            assert not errors, errors
+            assert not errors, f"{errors} (kill {kill + 1}, armed for {api}); through the proxy lately:\n{proxy.recent()}"
             server.kill9()
             _check_acknowledged(server.bootstrap, *proxy.kill_info)
             kills.append(api)
@@ -679,7 +679,7 @@ def test_crash_loop_kill_right_after_acknowledged_transaction_answers(server):
             except AssertionError as e:
                 raise AssertionError(f"{e} (kill {len(kills)}, after {api}; the producer is at {phase[0]}); "
                                      f"through the proxy lately:\n{proxy.recent()}") from None
-            assert not errors, errors
+            assert not errors, f"{errors} (kill {len(kills)}, after {api}); through the proxy lately:\n{proxy.recent()}"
         stop.set()
         for thread in threads:
             thread.join(180)

@@ -18,7 +18,7 @@ def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(REPO)],
                    check=True, cwd=out)
-    (path,) = out.glob("trireme-*.whl")
+    (path,) = out.glob("trireme_broker-*.whl")      # the distribution's name, not the import name
     return path
 
 
@@ -28,9 +28,23 @@ def installed(wheel, tmp_path_factory) -> Path:
     (as an application's test environment has it: trireme.pytest_plugin needs it)."""
     env = tmp_path_factory.mktemp("venv")
     venv.EnvBuilder(with_pip=True, clear=True).create(env)
+    # By its name, as a user installs it: pip takes the built wheel from --find-links (the name is free on the index;
+    # `trireme` there is an unrelated project) and its dependencies from the index.
     subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    str(wheel), "pytest"], check=True, cwd=env)
+                    "--find-links", str(wheel.parent), "trireme-broker", "pytest"], check=True, cwd=env)
     return env
+
+
+def test_installed_by_its_distribution_name(installed):
+    script = ("import importlib.metadata as m, trireme; "
+              "print(m.version('trireme-broker'), trireme.__version__, m.distribution('trireme-broker').read_text("
+              "'entry_points.txt').count('trireme'))")
+    out = subprocess.run([str(installed / "bin" / "python"), "-c", script], capture_output=True, text=True, check=True)
+    version, imported, entry_points = out.stdout.split()
+    assert version == imported != "0+unknown" and int(entry_points) >= 2      # the command and the pytest plugin
+    listed = subprocess.run([str(installed / "bin" / "python"), "-m", "pip", "list", "--format=freeze"],
+                            capture_output=True, text=True, check=True).stdout.lower().split()
+    assert f"trireme-broker=={version}" in listed and not any(p.startswith("trireme==") for p in listed)
 
 
 def test_wheel_has_one_top_level_name(wheel):

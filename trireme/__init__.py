@@ -6,7 +6,10 @@ in pyproject.toml), so an installed Trireme adds exactly one top-level name to a
 """
 from importlib.metadata import PackageNotFoundError, version as _version
 
+# The name it installs under (pyproject.toml); the import name is `trireme`.
+DISTRIBUTION = "trireme-broker"
+
 try:
-    __version__ = _version("trireme")
+    __version__ = _version(DISTRIBUTION)
 except PackageNotFoundError:     # running from a source tree that was never installed
     __version__ = "0+unknown"
