@@ -44,16 +44,9 @@ pytest.register_assert_rewrite("compat_tests.group_members", "compat_tests.harne
                                "compat_tests.python_clients")
 
 from compat_tests import clients, matrix  # noqa: E402
+from compat_tests.broker_probe import (  # noqa: E402,F401  (BrokerInfo, broker_info: tests import them from here)
+    BASE_SERVER_CONFIG, BrokerInfo, broker_info, wait_until_answering)
 from compat_tests.matrix import not_applicable  # noqa: E402
-from trireme.wire import headers  # noqa: E402
-from trireme.wire.codec import message  # noqa: E402
-from trireme.wire.schema import api_names  # noqa: E402
-
-# Short group timings so rebalances in tests are quick.
-BASE_SERVER_CONFIG: dict[str, Any] = {
-    "group.initial.rebalance.delay.ms": 0,
-    "group.min.session.timeout.ms": 1000,
-}
 
 STARTUP_TIMEOUT = 30.0
 
@@ -343,82 +336,6 @@ def _port_busy(host: str, port: int | None) -> bool:
 
 
 # ------------------------------------------------------------ external brokers
-
-_API_KEYS = {name: key for key, name in api_names().items()}
-
-
-def _exchange(sock: socket.socket, api: str, version: int, obj: Any, correlation_id: int) -> Any:
-    codec, response_codec = message(api + "Request"), message(api + "Response")
-    payload = headers.encode_request_header(_API_KEYS[api], version, correlation_id, "trireme-compat-probe",
-                                            codec.is_flexible(version)) + codec.encode_bytes(obj, version)
-    sock.sendall(len(payload).to_bytes(4, "big") + payload)
-
-    def exactly(n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("the broker closed the connection")
-            data += chunk
-        return data
-    frame = exactly(int.from_bytes(exactly(4), "big"))
-    _, end = headers.decode_response_header(frame, headers.response_header_version(
-        _API_KEYS[api], response_codec.is_flexible(version)))
-    return response_codec.decode(memoryview(frame), version, end)[0]
-
-
-class BrokerInfo:
-    """What the suite learns of a broker by asking it: its API ranges, the Kafka generation they are
-    (``kafka_major``: 4 once Fetch v0-3 are gone, KIP-896), and whether it is Trireme (its broker
-    configs include ``trireme.*`` properties)."""
-
-    def __init__(self, bootstrap: str, timeout: float = 10.0):
-        self.bootstrap = bootstrap
-        with self._connect(timeout) as sock:
-            versions = _exchange(sock, "ApiVersions", 3, message("ApiVersionsRequest").cls(
-                client_software_name="trireme-compat", client_software_version="1"), 1)
-            self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
-            meta = _exchange(sock, "Metadata", 12, message("MetadataRequest").cls(topics=[]), 2)
-            cls = message("DescribeConfigsRequest").cls
-            configs = _exchange(sock, "DescribeConfigs", 4, cls(resources=[cls.DescribeConfigsResource(
-                resource_type=4, resource_name=str(meta.brokers[0].node_id),
-                configuration_keys=["trireme.shutdown.grace.ms"])]), 3)
-        self.kafka_major = 4 if self.api_versions.get(_API_KEYS["Fetch"], (0, 0))[0] >= 4 else 3
-        self.is_trireme = any(c.name.startswith("trireme.") for r in configs.results for c in r.configs)
-
-    def _connect(self, timeout: float = 10.0) -> socket.socket:
-        host, _, port = self.bootstrap.rpartition(":")
-        return socket.create_connection((host, int(port)), timeout=timeout)
-
-    def partitions(self, topic: str) -> list[int]:
-        """The topic's partitions in the order the broker's Metadata lists them (Kafka's is not sorted)."""
-        cls = message("MetadataRequest").cls
-        with self._connect() as sock:
-            meta = _exchange(sock, "Metadata", 12, cls(topics=[cls.MetadataRequestTopic(name=topic)]), 1)
-        [t] = meta.topics
-        assert t.error_code == 0, t
-        return [p.partition_index for p in t.partitions]
-
-
-_BROKER_INFO: dict[str, BrokerInfo] = {}
-
-
-def broker_info(bootstrap: str) -> BrokerInfo:
-    if bootstrap not in _BROKER_INFO:
-        _BROKER_INFO[bootstrap] = BrokerInfo(bootstrap)
-    return _BROKER_INFO[bootstrap]
-
-
-def wait_until_answering(bootstrap: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            BrokerInfo(bootstrap, timeout=5)
-            return
-        except (OSError, ConnectionError, IndexError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
 
 
 class ExternalBroker:
