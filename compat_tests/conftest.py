@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -44,18 +42,11 @@ pytest.register_assert_rewrite("compat_tests.group_members", "compat_tests.harne
                                "compat_tests.python_clients")
 
 from compat_tests import clients, matrix  # noqa: E402
+from compat_tests.broker_probe import (  # noqa: E402,F401  (BrokerInfo, broker_info: tests import them from here)
+    BASE_SERVER_CONFIG, BrokerInfo, broker_info, wait_until_answering)
 from compat_tests.matrix import not_applicable  # noqa: E402
-from trireme.wire import headers  # noqa: E402
-from trireme.wire.codec import message  # noqa: E402
-from trireme.wire.schema import api_names  # noqa: E402
+from trireme.testing import TriremeBroker  # noqa: E402
 
-# Short group timings so rebalances in tests are quick.
-BASE_SERVER_CONFIG: dict[str, Any] = {
-    "group.initial.rebalance.delay.ms": 0,
-    "group.min.session.timeout.ms": 1000,
-}
-
-STARTUP_TIMEOUT = 30.0
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -181,14 +172,16 @@ def server_command() -> list[str]:
     return [sys.executable, "-m", "trireme", "serve"]
 
 
-class ServerProcess:
-    """A Trireme broker subprocess.
+class ServerProcess(TriremeBroker):
+    """A Trireme broker subprocess for the suite: :class:`trireme.testing.TriremeBroker` in subprocess mode, in a
+    working directory of its own (``data/``, ``server.toml`` written from ``config``, ``server.stderr.log``,
+    ``server.stdout.log``), started with the installed ``trireme serve`` and any ``extra_args``.
 
     ``.bootstrap`` ("127.0.0.1:PORT"), ``.port``, ``.data_dir``, ``.proc``,
     ``.stderr_path``; ``.stop()`` (SIGTERM, then SIGKILL after a grace
-    period), ``.restart()`` (graceful stop + start on the same data dir and
+    period; returns the exit code), ``.restart()`` (graceful stop + start on the same data dir and
     port), ``.kill9()`` (SIGKILL + start again on the same data dir, same port
-    when it can be bound again), ``.stderr_tail()``.
+    when it can be bound again), ``.stderr_tail()``; TriremeBroker's ``log_text()``/``log_position()``.
     """
 
     external = False
@@ -196,6 +189,7 @@ class ServerProcess:
     def __init__(self, workdir: Path, config: dict[str, Any] | None = None,
                  extra_args: list[str] | None = None):
         self.workdir = Path(workdir)
+        super().__init__(mode="subprocess", data_dir=self.workdir / "data")
         self.data_dir = self.workdir / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.config_path = self.workdir / "server.toml"
@@ -203,17 +197,34 @@ class ServerProcess:
         self.config.update(config or {})
         write_toml(self.config_path, self.config)
         self.stderr_path = self.workdir / "server.stderr.log"
-        self.stdout_path = self.workdir / "server.stdout.log"
+        self.stdout_path = self._stdout_path = self.workdir / "server.stdout.log"
+        self._cwd = str(self.workdir)
         self.extra_args = list(extra_args or [])
-        self.proc: subprocess.Popen | None = None
-        self.port: int | None = None
-        self.host = "127.0.0.1"
-        self.starts = 0
-        self.preexec_fn: Callable[[], None] | None = None    # run in the child before exec (e.g. setrlimit)
+
+    # TriremeBroker's subprocess mode, with the suite's command line, files and names.
+    def _command(self) -> list[str]:
+        return server_command() + ["--data-dir", str(self.data_dir), "--listen", f"{self.host}:{self.port}",
+                                   "--config", str(self.config_path), *self.extra_args]
+
+    def _log_file(self) -> str:
+        return str(self.stderr_path)
+
+    @property
+    def proc(self) -> subprocess.Popen | None:
+        return self._proc
+
+    @property
+    def preexec_fn(self) -> Callable[[], None] | None:
+        """Run in the child before exec (e.g. setrlimit)."""
+        return self._preexec_fn
+
+    @preexec_fn.setter
+    def preexec_fn(self, fn: Callable[[], None] | None) -> None:
+        self._preexec_fn = fn
 
     @property
     def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
+        return f"{self.host}:{self.port}"       # also while stopped: where it was (and will be again)
 
     def __repr__(self) -> str:
         pid = self.proc.pid if self.proc else None
@@ -222,69 +233,17 @@ class ServerProcess:
     # ------------------------------------------------------------- lifecycle
 
     def start(self, port: int | None = None) -> None:
-        assert self.proc is None or self.proc.poll() is not None, "server already running"
-        listen_port = port if port is not None else (self.port or 0)
-        argv = server_command() + ["--data-dir", str(self.data_dir), "--listen",
-                                   f"{self.host}:{listen_port}", "--config", str(self.config_path),
-                                   *self.extra_args]
-        self.starts += 1
-        with open(self.stderr_path, "ab") as err:
-            err.write(f"\n===== start #{self.starts}: {' '.join(argv)}\n".encode())
-            err.flush()
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=err, cwd=str(self.workdir), preexec_fn=self.preexec_fn,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        first = self._read_first_line(self.proc, STARTUP_TIMEOUT)
-        prefix = "listening on "
-        if not first.startswith(prefix):
-            self._force_kill()
-            raise RuntimeError(f"server did not announce its port (got {first!r})\n{self.stderr_tail()}")
-        host, _, port_s = first[len(prefix):].strip().rpartition(":")
-        self.host, self.port = host or self.host, int(port_s)
-        threading.Thread(target=self._drain_stdout, args=(self.proc,), daemon=True).start()
-
-    def _read_first_line(self, proc: subprocess.Popen, timeout: float) -> str:
-        box: list[bytes] = []
-
-        def reader() -> None:
-            assert proc.stdout is not None
-            box.append(proc.stdout.readline())
-
-        t = threading.Thread(target=reader, daemon=True)
-        t.start()
-        t.join(timeout)
-        if t.is_alive() or not box or not box[0]:
-            code = proc.poll()
-            self._force_kill()
-            what = "exited with %s" % code if code is not None else f"said nothing for {timeout}s"
-            raise RuntimeError(f"server {what} before 'listening on'\n{self.stderr_tail()}")
-        return box[0].decode(errors="replace").strip()
-
-    def _drain_stdout(self, proc: subprocess.Popen) -> None:
-        assert proc.stdout is not None
-        with open(self.stdout_path, "ab") as out:
-            for line in proc.stdout:
-                out.write(line)
-                out.flush()
-
-    def _force_kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+        assert not self.running, "server already running"
+        if port is not None:
+            self.port = port
+        super().start()
 
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM and wait; SIGKILL if it does not exit within ``timeout``.
-        Returns the exit code (None if it was not running)."""
-        if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            with open(self.stderr_path, "ab") as err:
-                err.write(f"\n===== did not stop within {timeout}s of SIGTERM; killing\n".encode())
-            self._force_kill()
-            return self.proc.returncode
+        Returns the exit code (None if it was never started)."""
+        if self._proc is not None and self._proc.poll() is not None:
+            return self._proc.returncode
+        return self._terminate(timeout)[0]
 
     def _start_same_port(self, wait: float = 15.0) -> None:
         port = self.port
@@ -315,9 +274,7 @@ class ServerProcess:
         """SIGKILL (no shutdown work at all), then start again on the same
         data dir (and port when possible); ``between`` runs while it is down
         (e.g. to cut the unsynced tail a power loss would have taken)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        self.kill()
         if between is not None:
             between()
         self._start_same_port()
@@ -343,82 +300,6 @@ def _port_busy(host: str, port: int | None) -> bool:
 
 
 # ------------------------------------------------------------ external brokers
-
-_API_KEYS = {name: key for key, name in api_names().items()}
-
-
-def _exchange(sock: socket.socket, api: str, version: int, obj: Any, correlation_id: int) -> Any:
-    codec, response_codec = message(api + "Request"), message(api + "Response")
-    payload = headers.encode_request_header(_API_KEYS[api], version, correlation_id, "trireme-compat-probe",
-                                            codec.is_flexible(version)) + codec.encode_bytes(obj, version)
-    sock.sendall(len(payload).to_bytes(4, "big") + payload)
-
-    def exactly(n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("the broker closed the connection")
-            data += chunk
-        return data
-    frame = exactly(int.from_bytes(exactly(4), "big"))
-    _, end = headers.decode_response_header(frame, headers.response_header_version(
-        _API_KEYS[api], response_codec.is_flexible(version)))
-    return response_codec.decode(memoryview(frame), version, end)[0]
-
-
-class BrokerInfo:
-    """What the suite learns of a broker by asking it: its API ranges, the Kafka generation they are
-    (``kafka_major``: 4 once Fetch v0-3 are gone, KIP-896), and whether it is Trireme (its broker
-    configs include ``trireme.*`` properties)."""
-
-    def __init__(self, bootstrap: str, timeout: float = 10.0):
-        self.bootstrap = bootstrap
-        with self._connect(timeout) as sock:
-            versions = _exchange(sock, "ApiVersions", 3, message("ApiVersionsRequest").cls(
-                client_software_name="trireme-compat", client_software_version="1"), 1)
-            self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
-            meta = _exchange(sock, "Metadata", 12, message("MetadataRequest").cls(topics=[]), 2)
-            cls = message("DescribeConfigsRequest").cls
-            configs = _exchange(sock, "DescribeConfigs", 4, cls(resources=[cls.DescribeConfigsResource(
-                resource_type=4, resource_name=str(meta.brokers[0].node_id),
-                configuration_keys=["trireme.shutdown.grace.ms"])]), 3)
-        self.kafka_major = 4 if self.api_versions.get(_API_KEYS["Fetch"], (0, 0))[0] >= 4 else 3
-        self.is_trireme = any(c.name.startswith("trireme.") for r in configs.results for c in r.configs)
-
-    def _connect(self, timeout: float = 10.0) -> socket.socket:
-        host, _, port = self.bootstrap.rpartition(":")
-        return socket.create_connection((host, int(port)), timeout=timeout)
-
-    def partitions(self, topic: str) -> list[int]:
-        """The topic's partitions in the order the broker's Metadata lists them (Kafka's is not sorted)."""
-        cls = message("MetadataRequest").cls
-        with self._connect() as sock:
-            meta = _exchange(sock, "Metadata", 12, cls(topics=[cls.MetadataRequestTopic(name=topic)]), 1)
-        [t] = meta.topics
-        assert t.error_code == 0, t
-        return [p.partition_index for p in t.partitions]
-
-
-_BROKER_INFO: dict[str, BrokerInfo] = {}
-
-
-def broker_info(bootstrap: str) -> BrokerInfo:
-    if bootstrap not in _BROKER_INFO:
-        _BROKER_INFO[bootstrap] = BrokerInfo(bootstrap)
-    return _BROKER_INFO[bootstrap]
-
-
-def wait_until_answering(bootstrap: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            BrokerInfo(bootstrap, timeout=5)
-            return
-        except (OSError, ConnectionError, IndexError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
 
 
 class ExternalBroker:
@@ -504,16 +385,20 @@ def _start_server(request: pytest.FixtureRequest, node: Any) -> Iterator[ServerP
     try:
         yield srv
     finally:
+        stopped_here = srv.running
         code = srv.stop()
         failed = _test_failed(request.node) if request.scope == "function" else (
             request.session.testsfailed > 0)
-        if failed or (code not in (None, 0, -signal.SIGTERM)):
+        unclean = stopped_here and code != 0      # SIGTERM: a clean stop exits 0
+        if failed or unclean or code not in (None, 0):
             print(f"\n----- server exit code {code}; stderr tail ({srv.stderr_path}) -----\n"
                   f"{srv.stderr_tail()}")
-        if not failed and os.environ.get("TRIREME_KEEP_DATA") != "1":
+        if not failed and not unclean and os.environ.get("TRIREME_KEEP_DATA") != "1":
             shutil.rmtree(workdir, ignore_errors=True)
         else:
             print(f"server workdir kept: {workdir}")
+        if unclean and not failed:
+            pytest.fail(f"the server exited with {code} on SIGTERM (a clean stop exits 0)", pytrace=False)
 
 
 @pytest.fixture

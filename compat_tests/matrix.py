@@ -21,6 +21,8 @@ from typing import Any, Iterable, NoReturn
 
 import pytest
 
+from compat_tests.broker_probe import BASE_SERVER_CONFIG, PROBE_ERRORS, broker_info
+
 NOT_APPLICABLE = "not applicable: "
 
 FEATURES = ("produce", "consume", "groups", "idempotence", "transactions", "read_committed", "admin")
@@ -354,11 +356,10 @@ def build_report(config: pytest.Config, results: list[dict[str, Any]], started: 
     clients = [c for c in CLIENTS if not wanted or any(c.startswith(w.strip()) for w in wanted.split(","))]
     broker: dict[str, Any] = {"bootstrap": bootstrap}
     if bootstrap:
-        from compat_tests.conftest import broker_info
         try:
             info = broker_info(bootstrap)
             broker.update(kafka_major=info.kafka_major, is_trireme=info.is_trireme)
-        except (OSError, ConnectionError, IndexError) as e:
+        except PROBE_ERRORS as e:
             broker["probe_error"] = repr(e)
     else:
         broker.update(kafka_major=4, is_trireme=True)
@@ -387,7 +388,6 @@ def build_report(config: pytest.Config, results: list[dict[str, Any]], started: 
 
 
 def _assumed_settings() -> dict[str, Any]:
-    from compat_tests.conftest import BASE_SERVER_CONFIG
     return dict(BASE_SERVER_CONFIG)
 
 

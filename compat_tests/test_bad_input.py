@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from trireme.server.admin import client as admin_client
 from trireme.wire import headers, records
 from trireme.wire.codec import message
 from trireme.wire.schema import api_names
@@ -55,21 +56,11 @@ def frame(payload: bytes) -> bytes:
 
 def encode_request(api: str, version: int, obj: Any, correlation_id: int, client_id: str | None = "bad-input",
                    codec_name: str | None = None) -> bytes:
-    """A whole framed request (size, header, body) for API ``api``."""
-    codec = message(codec_name or api + "Request")
-    head = headers.encode_request_header(API_KEYS[api], version, correlation_id, client_id,
-                                         codec.is_flexible(version))
-    return frame(head + codec.encode_bytes(obj, version))
+    """A whole framed request (size, header, body) for API ``api`` (the admin client's framing)."""
+    return admin_client.encode_request(api, version, obj, correlation_id, client_id, codec_name)
 
 
-def decode_response(api: str, version: int, payload: bytes, codec_name: str | None = None,
-                    header_version: int | None = None) -> tuple[int, Any]:
-    codec = message(codec_name or api + "Response")
-    if header_version is None:
-        header_version = headers.response_header_version(API_KEYS[api], codec.is_flexible(version))
-    correlation_id, end = headers.decode_response_header(payload, header_version)
-    obj, _ = codec.decode(memoryview(payload), version, end)
-    return correlation_id, obj
+decode_response = admin_client.decode_response
 
 
 class RawConn:

@@ -171,8 +171,7 @@ class Admission:
     per_ip: int
     per_ip_overrides: dict[str, int]
     creation_rate: int
-    by_ip: dict[str, int] = dataclasses.field(default_factory=dict)
-    count: int = 0
+    by_ip: dict[str, int] = dataclasses.field(default_factory=dict)   # the one record of open connections
     _tokens: float = 0.0
     _refilled: float = 0.0
 
@@ -192,12 +191,15 @@ class Admission:
             return "max.connections.per.ip"
         return None
 
+    @property
+    def count(self) -> int:
+        """Open connections (what the metrics and the status page show)."""
+        return sum(self.by_ip.values())
+
     def opened(self, ip: str) -> None:
-        self.count += 1
         self.by_ip[ip] = self.by_ip.get(ip, 0) + 1
 
     def closed(self, ip: str) -> None:
-        self.count -= 1
         left = self.by_ip[ip] - 1
         if left:
             self.by_ip[ip] = left

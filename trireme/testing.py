@@ -142,6 +142,9 @@ class TriremeBroker:
         self._log = _BrokerThreadLog()
         self._proc: subprocess.Popen | None = None
         self._stderr_path: str | None = None
+        self._stdout_path: str | None = None     # the subprocess's stdout after its first line (else dropped)
+        self._cwd: str | None = None
+        self._preexec_fn = None                  # run in the child before exec (e.g. setrlimit)
         self.starts = 0
 
     # --- what tests use ----------------------------------------------------------------------
@@ -316,35 +319,63 @@ class TriremeBroker:
             argv += ["--topic", spec]
         return argv
 
+    def _log_file(self) -> str:
+        """Where the subprocess's stderr goes (appended to across starts)."""
+        return os.path.join(self.data_dir, "broker.log")
+
     def _start_subprocess(self) -> None:
-        self._stderr_path = os.path.join(self.data_dir, "broker.log")
+        self._stderr_path = self._log_file()
+        argv = self._command()
         with open(self._stderr_path, "ab") as err:
-            self._proc = subprocess.Popen(self._command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                          stderr=err, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            err.write(f"\n===== start #{self.starts}: {' '.join(argv)}\n".encode())
+            err.flush()
+            self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
+                                          cwd=self._cwd, preexec_fn=self._preexec_fn,
+                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc = self._proc
         first: list[bytes] = []
-        reader = threading.Thread(target=lambda: first.append(self._proc.stdout.readline()), daemon=True)
+        reader = threading.Thread(target=lambda: first.append(proc.stdout.readline()), daemon=True)
         reader.start()
         reader.join(START_TIMEOUT_S)
         line = first[0].decode(errors="replace").strip() if first else ""
         if not line.startswith("listening on "):
             self.kill()
             said = self.log_text().strip().rpartition("\n")[2]     # its one line when start-up failed (trireme: ...)
-            raise BrokerError(f"{self.name} did not start (exit {self._proc.poll()}): {said}\n"
+            raise BrokerError(f"{self.name} did not start (exit {proc.poll()}): {said}\n"
                               f"{self.log_text()[-4000:]}")
-        self.port = int(line.rpartition(":")[2])
+        host, _, port = line[len("listening on "):].rpartition(":")
+        self.host, self.port = host or self.host, int(port)
         # Keep reading stdout so the broker never blocks on a full pipe.
-        threading.Thread(target=self._proc.stdout.read, daemon=True).start()
+        threading.Thread(target=self._drain_stdout, args=(proc, self._stdout_path), daemon=True).start()
 
-    def _stop_subprocess(self) -> None:
+    @staticmethod
+    def _drain_stdout(proc: subprocess.Popen, path: str | None) -> None:
+        if path is None:
+            proc.stdout.read()
+            return
+        with open(path, "ab") as out:
+            for line in proc.stdout:
+                out.write(line)
+                out.flush()
+
+    def _terminate(self, timeout: float) -> tuple[int | None, bool]:
+        """SIGTERM the subprocess and wait up to ``timeout``, SIGKILL if it has not exited by then
+        → (exit code, whether it stopped by itself); (None, True) when it was not running."""
         proc = self._proc
         if proc is None or proc.poll() is not None:
-            return
+            return None, True
         proc.send_signal(signal.SIGTERM)
         try:
-            code = proc.wait(timeout=STOP_TIMEOUT_S)
+            return proc.wait(timeout=timeout), True
         except subprocess.TimeoutExpired:
+            with open(self._stderr_path, "ab") as err:
+                err.write(f"\n===== did not stop within {timeout}s of SIGTERM; killing\n".encode())
             proc.kill()
-            proc.wait()
-            raise BrokerError(f"{self.name} did not stop within {STOP_TIMEOUT_S}s of SIGTERM") from None
-        if code != 0:
+            return proc.wait(), False
+
+    def _stop_subprocess(self) -> None:
+        code, stopped = self._terminate(STOP_TIMEOUT_S)
+        if not stopped:
+            raise BrokerError(f"{self.name} did not stop within {STOP_TIMEOUT_S}s of SIGTERM")
+        if code not in (None, 0):
             raise BrokerError(f"{self.name} exited with {code}\n{self.log_text()[-4000:]}")

@@ -57,6 +57,27 @@ def request(api: str, **fields) -> Any:
     return request_class(api)(**fields)
 
 
+def encode_request(api: str, version: int, obj: Any, correlation_id: int, client_id: str | None = CLIENT_ID,
+                   codec_name: str | None = None) -> bytes:
+    """A whole request frame (size, header, body) of ``api`` at ``version``; ``codec_name``: another message's
+    codec for the body (the compat tests' malformed requests)."""
+    codec = message(codec_name or api + "Request")
+    head = headers.encode_request_header(API_KEYS[api], version, correlation_id, client_id,
+                                         codec.is_flexible(version))
+    body = head + codec.encode_bytes(obj, version)
+    return _SIZE.pack(len(body)) + body
+
+
+def decode_response(api: str, version: int, payload: bytes, codec_name: str | None = None,
+                    header_version: int | None = None) -> tuple[int, Any]:
+    """A response frame's payload (without its size) → (correlation id, the decoded response)."""
+    codec = message(codec_name or api + "Response")
+    if header_version is None:
+        header_version = headers.response_header_version(API_KEYS[api], codec.is_flexible(version))
+    correlation_id, end = headers.decode_response_header(payload, header_version)
+    return correlation_id, codec.decode(memoryview(payload), version, end)[0]
+
+
 def parse_host_port(text: str) -> tuple[str, int]:
     host, sep, port = text.strip().rpartition(":")
     if not sep or not port.isdigit():
@@ -97,13 +118,10 @@ class Connection:
 
     def send(self, api: str, version: int, obj: Any) -> Any:
         """Send one request and wait for its response, decoded."""
-        req, resp = message(api + "Request"), message(api + "Response")
         correlation_id = next(self._correlation)
-        head = headers.encode_request_header(API_KEYS[api], version, correlation_id, CLIENT_ID,
-                                             req.is_flexible(version))
-        body = head + req.encode_bytes(obj, version)
+        data = encode_request(api, version, obj, correlation_id)
         try:
-            self.sock.sendall(_SIZE.pack(len(body)) + body)
+            self.sock.sendall(data)
             (size,) = _SIZE.unpack(self._read(4))
             if not 0 <= size <= _MAX_RESPONSE:
                 raise AdminError(f"{self.address} answered {api} with an implausible frame size {size}")
@@ -112,12 +130,11 @@ class Connection:
             raise AdminError(f"no answer from {self.address} to {api} v{version} in time") from None
         except OSError as e:
             raise AdminError(f"connection to {self.address} failed during {api} v{version}: {e}") from None
-        header_version = headers.response_header_version(API_KEYS[api], resp.is_flexible(version))
         try:
-            got, end = headers.decode_response_header(frame, header_version)
+            got, response = decode_response(api, version, frame)
             if got != correlation_id:
                 raise AdminError(f"{self.address} answered correlation id {got}, expected {correlation_id}")
-            return resp.decode(memoryview(frame), version, end)[0]
+            return response
         except CodecError as e:
             raise AdminError(f"{self.address} sent a malformed {api} v{version} response: {e}") from None
 
