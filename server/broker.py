@@ -26,7 +26,7 @@ from trireme.wire import error_codes as E
 from trireme.wire import records
 
 from .clock import now_ms
-from .config import Config
+from .config import TOPIC_DEFAULT_PROPERTIES, Config
 from .data_dir import DataDirLock
 from .groups import GroupService
 from .limits import Limits, out_of_descriptors
@@ -37,17 +37,6 @@ from .transactions import TransactionService
 from .worker_thread import ThreadFanOut, WorkerThread
 
 log = logging.getLogger("trireme.broker")
-
-# topic config → the broker property that sets its default
-TOPIC_DEFAULT_PROPERTIES = {
-    "retention.ms": "log.retention.ms",
-    "retention.bytes": "log.retention.bytes",
-    "segment.bytes": "log.segment.bytes",
-    "cleanup.policy": "log.cleanup.policy",
-    "max.message.bytes": "message.max.bytes",
-    "message.timestamp.type": "log.message.timestamp.type",
-    "compression.type": "compression.type",
-}
 
 # Producer state is snapshotted at shutdown and after every this many bytes appended to a partition,
 # so start-up replays only the batch headers after the snapshot (Kafka snapshots at segment rolls).

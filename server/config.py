@@ -17,7 +17,20 @@ import logging
 import tomllib
 from typing import Any
 
+from trireme.state.topics import validate_config
+
 from .kafka_broker_properties import KAFKA_BROKER_PREFIXES, KAFKA_BROKER_PROPERTIES
+
+# topic config → the broker property that sets its default
+TOPIC_DEFAULT_PROPERTIES = {
+    "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes",
+    "segment.bytes": "log.segment.bytes",
+    "cleanup.policy": "log.cleanup.policy",
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "compression.type": "compression.type",
+}
 
 log = logging.getLogger("trireme.config")
 
@@ -222,9 +235,6 @@ def _coerce(name: str, value: Any) -> Any:
 
 def _check_topic_default(name: str, text: str) -> None:
     """A broker property that is the default of a topic config is held to that config's rule."""
-    from trireme.state.topics import validate_config
-
-    from .broker import TOPIC_DEFAULT_PROPERTIES
     for topic_key, broker_key in TOPIC_DEFAULT_PROPERTIES.items():
         if broker_key == name:
             problem = validate_config(topic_key, text)
