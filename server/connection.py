@@ -328,8 +328,8 @@ class Connection:
     async def _wait_for_answer_room(self, frame: bytearray) -> None:
         """The response budget as a hard cap on answers that grow with their request (Fetch, ListOffsets,
         OffsetFetch, Metadata naming many partitions or topics): such a request is handled once an answer of its
-        size (ANSWER_TO_REQUEST times the request's) fits, and waits as the frame it is (the request budget holds it), not decoded.  Produce is not held
-        back.  Fetch then cuts its records to the room left (handlers/fetch.py)."""
+        size (ANSWER_TO_REQUEST times the request's) fits, and waits as the frame it is (the request budget holds
+        it), not decoded.  Produce is not held back.  Fetch then cuts its records to the room left (handlers/fetch.py)."""
         try:
             api_key, _version = headers.peek_api(frame)
         except CodecError:
@@ -339,8 +339,7 @@ class Connection:
         limits = self.limits
         handler = dispatch.HANDLERS.get(api_key)
         limits.count(limits.response_waits, handler.name if handler is not None else str(api_key))
-        while not limits.answer_fits(ANSWER_TO_REQUEST * len(frame), self.response_bytes):
-            await limits.responses.wait_release()
+        await limits.room_for_answer(ANSWER_TO_REQUEST * len(frame), self.response_bytes)
 
     def _release_request(self, charged: int) -> None:
         self.request_bytes -= charged

@@ -797,14 +797,7 @@ class PartitionLog:
         if self._unsafe:
             self._drop_settled_txn_pending()
             return target
-        files: dict[int, tuple[_Segment, AppendFile]] = {}
-        for seg in reversed(self._segments):
-            if seg.next_offset <= self._hw:
-                break
-            files[seg.base_offset] = (seg, seg.handle)
-        for seg in self._unpersisted:
-            files[seg.base_offset] = (seg, seg.handle)
-        planned = tuple(files[b] for b in sorted(files))
+        planned = self._unflushed()
         self._plans[target] = _FlushPlan(
             target=target,
             write_error=self._write_tails(planned) or txn_error,
@@ -830,17 +823,22 @@ class PartitionLog:
                 seg.tail_start = seg.size
         return None
 
+    def _unflushed(self) -> tuple:
+        """(segment, handle) of every segment holding data a flush has not covered yet, in offset order."""
+        files: dict[int, tuple[_Segment, AppendFile]] = {}
+        for seg in reversed(self._segments):
+            if seg.next_offset <= self._hw:
+                break
+            files[seg.base_offset] = (seg, seg.handle)
+        for seg in self._unpersisted:
+            files[seg.base_offset] = (seg, seg.handle)
+        return tuple(files[b] for b in sorted(files))
+
     def write_tails(self) -> None:
         """Hand every write-behind tail to the OS now, without fsync (owning thread): what was appended then
         survives a crash of the process (the page cache keeps it), though not a power loss.  For an answer given
         before the flush.  Raises the OSError that stopped it (that tail and later ones stay for the flush)."""
-        pending = []
-        for seg in reversed(self._segments):
-            if seg.next_offset <= self._hw:
-                break
-            if seg.tail:
-                pending.append((seg, seg.handle))
-        error = self._write_tails(pending[::-1])
+        error = self._write_tails(self._unflushed())
         if error is not None:
             raise error
 
