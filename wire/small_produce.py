@@ -13,7 +13,7 @@ import struct
 import uuid
 from typing import NamedTuple
 
-from .primitives import INT32, CodecError, read_compact_length, write_compact_string, write_string
+from .primitives import INT32, MAX_STRING_BYTES, CodecError, read_compact_length, write_compact_string, write_string
 
 FIRST_FLEXIBLE = 9           # ProduceRequest/Response are flexible from v9
 FIRST_TOPIC_ID = 13          # v13 names topics by id
@@ -61,7 +61,7 @@ def read_small_produce(frame, pos: int, version: int) -> SmallProduce | None:
         pos += 8
         if version < FIRST_TOPIC_ID:
             n, pos = read_compact_length(view, pos)
-            if not 0 <= n <= 0x7FFF:                      # null, or too long (the codec refuses it)
+            if not 0 <= n <= MAX_STRING_BYTES:            # null, or too long (the codec refuses it)
                 return None
             topic, topic_id = str(view[pos:pos + n], "utf-8"), None
             pos += n
