@@ -8,6 +8,7 @@ Behaviour / version notes:
   assignments) would add its whole description to the response (clients never repeat one).
 """
 from trireme.server.dispatch import handles
+from trireme.server.handlers import first_of_each
 
 # READ, DELETE, DESCRIBE
 GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))
@@ -18,7 +19,7 @@ def _describe_groups(ctx, request):
     response = ctx.response()
     gcls = type(response).DescribedGroup
     mcls = gcls.DescribedGroupMember
-    for g in coordinator.describe_groups(list(dict.fromkeys(request.groups)), ctx.api_version):
+    for g in coordinator.describe_groups(first_of_each(request.groups), ctx.api_version):
         out = gcls(error_code=g.error, group_id=g.group_id, group_state=g.state,
                    protocol_type=g.protocol_type or "", protocol_data=g.protocol_name or "")
         out.members = [mcls(member_id=m.member_id, group_instance_id=m.group_instance_id,

@@ -9,6 +9,7 @@ Behaviour / version notes:
   partitions would add all of them to the response again (clients never repeat an id).
 """
 from trireme.server.dispatch import handles
+from trireme.server.handlers import first_of_each
 from trireme.wire import error_codes as E
 
 
@@ -20,7 +21,7 @@ def describe_transactions(ctx, request):
     dcls = scls.TopicData
 
     def answer():
-        for transactional_id in dict.fromkeys(request.transactional_ids):
+        for transactional_id in first_of_each(request.transactional_ids):
             meta = txns.coordinator.describe(transactional_id)
             if meta is None:
                 response.transaction_states.append(scls(

@@ -22,6 +22,7 @@ Behaviour / version notes:
 import uuid
 
 from trireme.server.dispatch import handles
+from trireme.server.handlers import first_of_each
 from trireme.state.topics import TopicError, validate_topic_name
 from trireme.wire import error_codes as E
 
@@ -30,19 +31,6 @@ ZERO_UUID = uuid.UUID(int=0)
 TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 # CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE
 CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
-
-
-def _distinct(entries):
-    """The requested topics without repeats (first occurrence kept), as Kafka makes a set of them: a request naming
-    one big topic a million times gets its partitions once, not a response a million times its size."""
-    seen = set()
-    out = []
-    for entry in entries:
-        key = entry.name if entry.name is not None else entry.topic_id
-        if key not in seen:
-            seen.add(key)
-            out.append(entry)
-    return out
 
 
 @handles("Metadata", 0, 13)
@@ -61,7 +49,8 @@ def metadata(ctx, request):
         topics = [(t.name, t) for t in broker.described_topics()]
         requested = None
     else:
-        requested = _distinct(request.topics)
+        # as Kafka makes a set of them: one big topic named a million times is listed once
+        requested = first_of_each(request.topics, lambda t: t.name if t.name is not None else t.topic_id)
         topics = []
     for entry in requested or ():
         if entry.name is None and entry.topic_id != ZERO_UUID:

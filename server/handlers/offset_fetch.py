@@ -11,6 +11,7 @@ Behaviour / version notes:
 - COORDINATOR_LOAD_IN_PROGRESS while __consumer_offsets is being replayed at start-up.
 """
 from trireme.server.dispatch import handles
+from trireme.server.handlers import first_of_each
 from trireme.wire import error_codes as E
 
 
@@ -39,11 +40,7 @@ def _offset_fetch(ctx, request):
     gcls = type(response).OffsetFetchResponseGroup
     tcls = gcls.OffsetFetchResponseTopics
     pcls = tcls.OffsetFetchResponsePartitions
-    seen = set()
-    for g in request.groups:
-        if g.group_id in seen:          # a repeat is answered once: the response's size must not grow with repeats
-            continue
-        seen.add(g.group_id)
+    for g in first_of_each(request.groups, lambda g: g.group_id):     # a repeat is answered once (its first entry)
         out = gcls(group_id=g.group_id)
         response.groups.append(out)
         if g.topics is None:
