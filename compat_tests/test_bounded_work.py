@@ -182,6 +182,40 @@ def test_auto_create_on_a_full_disk_answers_storage_error(full_disk_server):
     assert "Traceback" not in text, text[-4000:]
 
 
+def test_every_topic_registry_change_on_a_full_disk_answers_storage_error(full_disk_server):
+    """CreatePartitions, IncrementalAlterConfigs and DeleteTopics write the topic registry too: on a full disk each
+    answers KAFKA_STORAGE_ERROR and changes nothing (CreatePartitions raised OSError out of the handler, a traceback
+    and a closed connection), and each works once space is free."""
+    server = full_disk_server
+    log = LogWatch(server)
+    with RawConn(server.bootstrap) as conn:
+        topic = unique("registry")
+        create_topic(conn, topic)
+        filler = fill(server.data_dir)
+        pcls = message("CreatePartitionsRequest").cls
+        grow = pcls(topics=[pcls.CreatePartitionsTopic(name=topic, count=2, assignments=None)], timeout_ms=10000)
+        r = conn.request("CreatePartitions", 3, grow)
+        assert [(t.name, t.error_code) for t in r.results] == [(topic, E.KAFKA_STORAGE_ERROR.code)]
+        acls = message("IncrementalAlterConfigsRequest").cls
+        alter = acls(resources=[acls.AlterConfigsResource(resource_type=2, resource_name=topic, configs=[
+            acls.AlterConfigsResource.AlterableConfig(name="retention.ms", config_operation=0, value="60000")])])
+        r = conn.request("IncrementalAlterConfigs", 1, alter)
+        assert [x.error_code for x in r.responses] == [E.KAFKA_STORAGE_ERROR.code]
+        dcls = message("DeleteTopicsRequest").cls
+        r = conn.request("DeleteTopics", 4, dcls(topic_names=[topic], timeout_ms=10000))
+        assert [(x.name, x.error_code) for x in r.responses] == [(topic, E.KAFKA_STORAGE_ERROR.code)]
+        assert metadata_auto_create(conn, [topic]) == {topic: (0, 1)}           # all unchanged
+        assert_healthy(server, conn)
+        filler.unlink()
+        r = conn.request("CreatePartitions", 3, grow)
+        assert [(t.name, t.error_code) for t in r.results] == [(topic, 0)]
+        assert [x.error_code for x in conn.request("IncrementalAlterConfigs", 1, alter).responses] == [0]
+        r = conn.request("DeleteTopics", 4, dcls(topic_names=[topic], timeout_ms=10000))
+        assert [(x.name, x.error_code) for x in r.responses] == [(topic, 0)]
+    text = log.text()
+    assert "Traceback" not in text, text[-4000:]
+
+
 # --------------------------------------------------------------------------- repeats in one request
 
 REPEATS = 20000

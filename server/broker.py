@@ -360,13 +360,9 @@ class Broker:
         self._open_new_partitions(topic, range(topic.partitions))
         try:
             topic = self.topics.create(name, partitions, configs or {}, topic.topic_id)
-        except BaseException as e:
+        except BaseException:               # e.g. topics.json not written (disk full): nothing was registered
             for index in range(topic.partitions):
                 self.partitions.pop((name, index)).log.delete()
-            if isinstance(e, OSError):          # topics.json not written (disk full): nothing was registered
-                log.error("could not register topic %s: %r", name, e)
-                raise TopicError(E.KAFKA_STORAGE_ERROR.code,
-                                 f"could not write the topic registry: {e.strerror or e}") from None
             raise
         for index in range(topic.partitions):
             self.partitions[(name, index)].topic = topic

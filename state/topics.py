@@ -24,6 +24,7 @@ INVALID_REPLICATION_FACTOR = 38
 INVALID_CONFIG = 40
 INVALID_REQUEST = 42
 UNKNOWN_TOPIC_ID = 100
+KAFKA_STORAGE_ERROR = 56
 
 # Kafka's ConfigSource values, for DescribeConfigs.
 SOURCE_DYNAMIC_TOPIC_CONFIG = 1
@@ -427,8 +428,11 @@ class TopicRegistry:
                 for t in sorted(topics.values(), key=lambda t: t.created_order)
             ],
         }
-        _ensure_parent(self._storage, self._path)
-        self._storage.write_atomic(self._path, json.dumps(doc, indent=1, sort_keys=True).encode())
+        try:
+            _ensure_parent(self._storage, self._path)
+            self._storage.write_atomic(self._path, json.dumps(doc, indent=1, sort_keys=True).encode())
+        except OSError as e:        # disk full or failing: the registry is unchanged, the request fails retriably
+            raise TopicError(KAFKA_STORAGE_ERROR, f"could not write the topic registry: {e.strerror or e}") from None
         self._install(topics, next_order, dict(retired))
 
     def _install(self, topics: dict[str, Topic], next_order: int, retired: dict[str, int]) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import uuid
 
 from trireme.server.dispatch import handles
+from trireme.state.topics import TopicError
 from trireme.wire import error_codes as E
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -90,7 +91,11 @@ def delete_topics(ctx, request):
         else:
             doomed[topic.topic_id] = (pos, name)
     for topic_id, (pos, name) in doomed.items():
-        broker.delete_topic(name)
+        try:
+            broker.delete_topic(name)
+        except TopicError as refused:       # the registry could not be written (disk full): the topic stays
+            answer(pos, name, topic_id, refused.code, refused.message)
+            continue
         answer(pos, name, topic_id)
 
     response.responses = [result for _, result in sorted(results, key=lambda item: item[0])]
