@@ -62,6 +62,11 @@ class TopicError(Exception):
         self.message = message
 
 
+class TopicStorageError(TopicError, OSError):
+    """The registry could not be written (disk full or failing): nothing changed, and the request that asked gets
+    KAFKA_STORAGE_ERROR, which clients retry."""
+
+
 # --- topic configs -------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -432,7 +437,8 @@ class TopicRegistry:
             _ensure_parent(self._storage, self._path)
             self._storage.write_atomic(self._path, json.dumps(doc, indent=1, sort_keys=True).encode())
         except OSError as e:        # disk full or failing: the registry is unchanged, the request fails retriably
-            raise TopicError(KAFKA_STORAGE_ERROR, f"could not write the topic registry: {e.strerror or e}") from None
+            raise TopicStorageError(KAFKA_STORAGE_ERROR, f"could not write the topic registry: {e.strerror or e}") \
+                from e
         self._install(topics, next_order, dict(retired))
 
     def _install(self, topics: dict[str, Topic], next_order: int, retired: dict[str, int]) -> None:
