@@ -15,7 +15,7 @@ from trireme.state.topics import TopicError
 
 from . import admin, dispatch, metrics, web
 from .broker import Broker
-from .config import PROPERTIES, Config, ConfigError, parse_host_port, parse_topic_spec, read_config_file
+from .config import LONG_MAX, PROPERTIES, Config, ConfigError, parse_host_port, parse_topic_spec, read_config_file
 from .listener import Listener
 from .startup import StartupError, StartupInterrupted, StopSignals, open_listeners, startup_failure
 from .status_page import StatusPage
@@ -32,14 +32,11 @@ GIL_SWITCH_INTERVAL = 0.002
 WEB_LISTEN_PROPERTIES = ("trireme.metrics.listen", "trireme.status.listen")
 
 
-# Kafka's own "unset" for a long property (log.flush.interval.*): shown as a word, not as 2**63 - 1.
-_UNSET_LONG = (1 << 63) - 1
-
 
 def _default_text(default) -> str:
     if isinstance(default, bool):
         return str(default).lower()
-    if default is None or default == _UNSET_LONG:
+    if default is None or default == LONG_MAX:       # Kafka's "unset" for a long (log.flush.interval.*)
         return "unset"
     if default == "":
         return "empty"
@@ -172,7 +169,8 @@ async def _run_broker(config: Config, storage, topics, standalone: bool, signals
 
 def _web_settings(config: Config, host: str, port: int) -> str:
     """The settings that name HOST:PORT for the HTTP endpoints (for the one line when it cannot be bound)."""
-    return " and ".join(name for name in WEB_LISTEN_PROPERTIES if config[name] and web.parse_address(config[name]) == (host, port))
+    return " and ".join(name for name in WEB_LISTEN_PROPERTIES
+                        if config[name] and web.parse_address(config[name]) == (host, port))
 
 
 async def _shutdown_on_signal(signals: StopSignals, listener: Listener) -> None:

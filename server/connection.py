@@ -329,7 +329,8 @@ class Connection:
         """The response budget as a hard cap on answers that grow with their request (Fetch, ListOffsets,
         OffsetFetch, Metadata naming many partitions or topics): such a request is handled once an answer of its
         size (ANSWER_TO_REQUEST times the request's) fits, and waits as the frame it is (the request budget holds
-        it), not decoded.  Produce is not held back.  Fetch then cuts its records to the room left (handlers/fetch.py)."""
+        it), not decoded.  Produce is not held back.  Fetch then cuts its records to the room left
+        (handlers/fetch.py)."""
         try:
             api_key, _version = headers.peek_api(frame)
         except CodecError:

@@ -261,9 +261,7 @@ class TransactionService(CoordinatorRuntime):
         that refuses the coordinator's epoch, and the operator's resend carries the epoch the partition reports."""
         injected = {} if by_operator else {tp: E.TRANSACTION_COORDINATOR_FENCED.code
                                            for tp in partitions if tp in self._refuse_markers}
-        topics: dict[str, list[int]] = {}
-        for topic, index in sorted(set(partitions) - set(injected)):
-            topics.setdefault(topic, []).append(index)
+        topics = _by_topic(sorted(set(partitions) - set(injected)))
         if not topics:
             return injected
         request = _MARKERS(markers=[_MARKERS.WritableTxnMarker(
@@ -280,8 +278,8 @@ class TransactionService(CoordinatorRuntime):
         {partition: error} refused for good).  Written, gone and moot partitions are done; each gone or moot one
         is logged once."""
         retry, refused = set(), {}
+        what = "commit" if job.commit else "abort"
         for (topic, index), code in sorted(errors.items()):
-            what = "commit" if job.commit else "abort"
             if code == 0:
                 continue
             if code in RETRIABLE:
@@ -375,9 +373,7 @@ class TransactionService(CoordinatorRuntime):
     async def _coordinator_epochs(self, producer_id: int, partitions) -> dict[tuple[str, int], int]:
         """The latest coordinator epoch each partition has seen for ``producer_id`` (DescribeProducers, as an admin
         client reads it; -1 where the partition does not know the producer)."""
-        topics: dict[str, list[int]] = {}
-        for topic, index in sorted(partitions):
-            topics.setdefault(topic, []).append(index)
+        topics = _by_topic(sorted(partitions))
         response = await self.peer.call("DescribeProducers", 0, _PRODUCERS(topics=[
             _PRODUCERS.TopicRequest(name=t, partition_indexes=p) for t, p in topics.items()]))
         return {(t.name, p.partition_index): s.coordinator_epoch
@@ -438,11 +434,17 @@ _ADD = message("AddPartitionsToTxnRequest").cls
 BROKER_ADD_VERSION = 5              # the broker-to-coordinator form (several transactions, VerifyOnly)
 
 
-def _partitions_request(transactional_id: str, producer_id: int, producer_epoch: int,
-                        partitions: list[tuple[str, int]], verify_only: bool):
+def _by_topic(partitions) -> dict[str, list[int]]:
+    """(topic, index) pairs → each topic's indexes, in the order given: how requests name partitions."""
     topics: dict[str, list[int]] = {}
     for topic, index in partitions:
         topics.setdefault(topic, []).append(index)
+    return topics
+
+
+def _partitions_request(transactional_id: str, producer_id: int, producer_epoch: int,
+                        partitions: list[tuple[str, int]], verify_only: bool):
+    topics = _by_topic(partitions)
     return _ADD(transactions=[_ADD.AddPartitionsToTxnTransaction(
         transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
         verify_only=verify_only,

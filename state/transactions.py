@@ -276,9 +276,7 @@ class TransactionCoordinator:
         expected = expected_producer_id != NO_PRODUCER_ID
         if expected and not self._is_valid_retry_or_current(meta, expected_producer_id, expected_producer_epoch):
             return _error(E.PRODUCER_FENCED.code)
-        if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
-            return _error(E.CONCURRENT_TRANSACTIONS.code)
-        if meta.state is ONGOING:
+        if meta.state is ONGOING:               # (a prepared one is in flight: answered CONCURRENT_TRANSACTIONS above)
             if keep_prepared_txn:
                 return self._keep_prepared(meta, now_ms, allocate_producer_id)
             # Fence the open transaction: bump the epoch and abort it with the new one; the caller retries.
@@ -344,8 +342,6 @@ class TransactionCoordinator:
         meta, error = self._check_producer(transactional_id, producer_id, producer_epoch, busy_first=True)
         if error:
             return self._all_failed(partitions, error)
-        if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):           # (in flight: answered above)
-            return self._all_failed(partitions, E.CONCURRENT_TRANSACTIONS.code)
         if meta.state not in (EMPTY, ONGOING, COMPLETE_COMMIT, COMPLETE_ABORT):
             return self._all_failed(partitions, E.INVALID_TXN_STATE.code)
         current = set(meta.value.partitions) if meta.state is ONGOING else set()
@@ -369,9 +365,7 @@ class TransactionCoordinator:
         meta, error = self._check_producer(transactional_id, producer_id, producer_epoch, staged=True)
         if error:
             return {tp: error for tp in partitions}
-        if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
-            return {tp: E.CONCURRENT_TRANSACTIONS.code for tp in partitions}
-        if meta.state is not ONGOING:
+        if meta.state is not ONGOING:           # (a prepared one is in flight: CONCURRENT_TRANSACTIONS above)
             return {tp: E.INVALID_TXN_STATE.code for tp in partitions}
         current = set(meta.value.partitions)
         return {tp: NONE if tp in current else E.INVALID_TXN_STATE.code for tp in partitions}
