@@ -170,12 +170,23 @@ class TransactionService(CoordinatorRuntime):
         COMPLETE was refused (which ended the marker task).  Either way no marker task runs for it; any other
         prepared transaction still has its own."""
         not_durable, self._not_durable = self._not_durable, set()
-        for job in self.coordinator.loaded():
+        for job in self.coordinator.prepared():
             if job.transactional_id in not_durable:
-                log.info("resuming markers of prepared transaction %s (%s)", job.transactional_id,
-                         "commit" if job.commit else "abort")
-                self.start_soon(self._write_markers, job)
+                self._resume_markers(job)
         self._signal_change()
+
+    def _resume_markers(self, job: MarkerJob) -> None:
+        """Write the markers of a transaction found prepared, then its COMPLETE record.  One an operator completed
+        (every refused marker written, only the COMPLETE record left: it was refused) gets just the record; its
+        markers again would carry the coordinator epoch the operator's resend went past, and be refused."""
+        stuck = self.stuck.get(job.transactional_id)
+        if stuck is not None and stuck.job == job and not stuck.partitions:
+            log.info("writing the COMPLETE record of operator-completed transaction %s", job.transactional_id)
+            self.start_soon(self._complete, job)
+            return
+        log.info("resuming markers of prepared transaction %s (%s)", job.transactional_id,
+                 "commit" if job.commit else "abort")
+        self.start_soon(self._write_markers, job)
 
     async def init_producer_id(self, transactional_id: str, timeout_ms: int, **kwargs) -> TxnOutcome:
         await self.wait_replayed()
@@ -249,7 +260,7 @@ class TransactionService(CoordinatorRuntime):
         outcome = await self.run_operation(self.coordinator.markers_written(
             job.transactional_id, job.producer_id, job.producer_epoch, now_ms()))
         stuck = self.stuck.get(job.transactional_id)
-        if stuck is not None and stuck.job == job:
+        if not outcome.error and stuck is not None and stuck.job == job:
             del self.stuck[job.transactional_id]
         return outcome
 
@@ -386,9 +397,7 @@ class TransactionService(CoordinatorRuntime):
         async with trio.open_nursery() as nursery:
             await nursery.start(super().run)
             for job in self._resume:
-                log.info("resuming markers of prepared transaction %s (%s)", job.transactional_id,
-                         "commit" if job.commit else "abort")
-                self.start_soon(self._write_markers, job)
+                self._resume_markers(job)
             self._resume = []
             for job in self._orphans:
                 self.start_soon(self._abort_orphan, job)

@@ -238,6 +238,10 @@ class TransactionCoordinator:
     def loaded(self) -> list[MarkerJob]:
         """End loading; → the markers of transactions a crash left prepared, to be written again."""
         self.loading = False
+        return self.prepared()
+
+    def prepared(self) -> list[MarkerJob]:
+        """The markers of every durable PrepareCommit/PrepareAbort transaction."""
         return [self._marker_job(m, m.state is PREPARE_COMMIT) for m in self.transactions.values()
                 if m.state in (PREPARE_COMMIT, PREPARE_ABORT)]
 

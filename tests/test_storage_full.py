@@ -427,3 +427,40 @@ def test_a_complete_record_refused_while_full_is_written_once_space_returns():
                      "the transaction completed")
         assert (await txn.init_producer_id("y", 60000)).error == 0
     run_with_broker(broker, body)
+
+
+def test_an_operator_completed_transaction_whose_complete_record_was_refused_completes_once_space_returns():
+    """An operator's `complete` wrote the refused marker (with the coordinator epoch the partition reported), then
+    the COMPLETE record was refused for want of space.  Once __transaction_state is writable again the transaction
+    completes and is no longer listed as stuck (the staged record is written by the storage retry; a transaction
+    still prepared then would get only its record, not markers the partition would refuse)."""
+    from trireme.server.transactions import NotStuck
+    storage = MemoryStorage()
+    config = Config(data_dir="<memory:diskfull>")
+    config.update({"trireme.debug.transaction.marker.refuse": "t-0"})      # the coordinator's own marker is refused
+    broker = Broker(config, storage)
+    broker.create_topic("t", 1)
+    txn = broker.transactions
+    real_complete = txn._complete
+    filled = []
+
+    async def complete_on_a_full_disk(job):     # the disk fills between the operator's marker and the record
+        if not filled:
+            filled.append(True)
+            storage.full = True
+        return await real_complete(job)
+    txn._complete = complete_on_a_full_disk
+
+    async def body(b):
+        init = await txn.init_producer_id("x", 60000)
+        await txn.add_partitions("x", init.producer_id, init.producer_epoch, [("t", 0)])
+        assert (await txn.end_txn("x", init.producer_id, init.producer_epoch, True)).error == 0
+        await _until(lambda: "x" in txn.stuck, "the refused marker left the transaction stuck")
+        with pytest.raises(NotStuck, match="COMPLETE"):
+            await txn.complete_stuck("x")
+        assert txn.stuck["x"].partitions == {}                      # its marker is written: only the record is left
+        storage.full = False
+        await _until(lambda: txn.coordinator.transactions["x"].state is TxnState.COMPLETE_COMMIT,
+                     "the transaction completed")
+        assert txn.stuck_transactions() == []
+    run_with_broker(broker, body)
