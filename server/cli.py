@@ -111,18 +111,6 @@ async def run_broker(config: Config, storage=None, topics=(), *, standalone: boo
     the logs load stops the start-up cleanly).  Embedded (trireme.testing): report (listener, port) through
     ``task_status`` and stop when the listener's shutdown is set.  The address is bound before the logs load, so a
     taken port is said at once; what keeps the broker from starting is a StartupError."""
-    own_signals = standalone and signals is None
-    if own_signals:
-        signals = StopSignals().install()
-    try:
-        await _run_broker(config, storage, topics, standalone, signals, task_status)
-    finally:
-        if own_signals:
-            signals.restore()
-
-
-async def _run_broker(config: Config, storage, topics, standalone: bool, signals: StopSignals | None,
-                      task_status) -> None:
     dispatch.load_handlers()
     bound = await open_listeners(config.listen_host, config.listen_port)
     port = bound[0].socket.getsockname()[1]

@@ -20,7 +20,6 @@ import trio
 
 from .connection import Connection
 from .limits import out_of_descriptors
-from .startup import open_listeners
 
 log = logging.getLogger("trireme.listener")
 
@@ -28,8 +27,8 @@ BACKOFF = 0.1       # seconds the accept loop sleeps after running out of descri
 
 
 class Listener:
-    def __init__(self, broker, host: str, port: int, listeners: list[trio.SocketListener] | None = None):
-        """``listeners``: already bound (server/startup.open_listeners, before the logs load); else serve binds."""
+    def __init__(self, broker, host: str, port: int, listeners: list[trio.SocketListener]):
+        """``listeners``: already bound (server/startup.open_listeners, before the logs load)."""
         self.broker = broker
         self.host = host
         self.port = port
@@ -39,7 +38,7 @@ class Listener:
         self._listeners = listeners
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        listeners = self._listeners or await open_listeners(self.host, self.port)
+        listeners = self._listeners
         bound = listeners[0].socket.getsockname()
         task_status.started(bound[1])
         log.info("listening host=%s port=%d", self.host, bound[1])

@@ -267,8 +267,9 @@ class TriremeBroker:
                 trio.run(serve)
             except BaseException as e:           # reported by start() or stop()
                 self._failure = e
-                if startup_failure(e) is not None:      # the data directory in use, the port taken: one line
-                    logging.getLogger("trireme").error("%s", startup_failure(e))
+                reason = startup_failure(e)
+                if reason is not None:                  # the data directory in use, the port taken: one line
+                    logging.getLogger("trireme").error("%s", reason)
                 else:
                     logging.getLogger("trireme").exception("broker failed")
             finally:
