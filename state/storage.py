@@ -1,6 +1,7 @@
 """The file-access interface the log uses instead of `os`: real files, and an in-memory, crash-simulating twin."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import posixpath
@@ -432,27 +433,19 @@ class FileStorage(Storage):
         temp = target + TEMP_SUFFIX
         fd = self._open(path + TEMP_SUFFIX, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
-            view = _as_bytes_view(data)
-            done = 0
-            while done < len(view):
-                done += os.write(fd, view[done:])
-            if durable:
-                os.fsync(fd)
-        except OSError:
-            try:            # a disk-full leftover would hold on to the space it took
-                os.remove(temp)
-            except OSError:
-                pass
-            raise
-        finally:
-            os.close(fd)
-        try:
+            try:
+                view = _as_bytes_view(data)
+                done = 0
+                while done < len(view):
+                    done += os.write(fd, view[done:])
+                if durable:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
             os.replace(temp, target)
         except OSError:
-            try:
+            with contextlib.suppress(OSError):      # a disk-full leftover would hold on to the space it took
                 os.remove(temp)
-            except OSError:
-                pass
             raise
         if durable:
             self.sync_dir(posixpath.dirname(path))
