@@ -66,6 +66,8 @@ def write_txn_markers(ctx, request):
         out = mcls(producer_id=marker.producer_id)
         response.markers.append(out)
         strict = ctx.api_version >= 2 and marker.transaction_version >= 2
+        never_handed_out = not trusted and not broker.producer_ids.handed_out(marker.producer_id)
+        txn = known.get(marker.producer_id)
         for t in marker.topics:
             out_topic = tcls(name=t.name)
             out.topics.append(out_topic)
@@ -84,9 +86,8 @@ def write_txn_markers(ctx, request):
                     continue
                 error, _ = partition.producers.check_marker(marker.producer_id, marker.producer_epoch,
                                                             marker.coordinator_epoch, strict_epoch=strict)
-                if not error and not trusted and not broker.producer_ids.handed_out(marker.producer_id):
+                if not error and never_handed_out:
                     error = E.UNKNOWN_PRODUCER_ID.code
-                txn = known.get(marker.producer_id)
                 if not error and txn is not None:
                     error, _ = txn.check_marker(marker.producer_epoch, marker.transaction_result,
                                                 marker.coordinator_epoch, (t.name, index))
