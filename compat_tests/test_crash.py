@@ -228,14 +228,18 @@ FLUSH_POLICY = {"log.flush.interval.messages": 5000, "log.flush.interval.ms": 10
 NO_FSYNC = {"trireme.fsync.enable": False}
 
 
-@pytest.mark.parametrize("policy", [
+# The three ways an acknowledgement relates to the disk, for tests that kill -9 under each.
+FLUSH_MODES = [
     pytest.param({}, id="fsync-per-ack"),
     # Kafka's flush policy acknowledges after the write: a process crash keeps the page cache, so nothing
     # acknowledged is lost either (a machine crash may lose up to the interval: docs/operations.md).
     pytest.param(FLUSH_POLICY, id="flush-interval", marks=pytest.mark.server_config(FLUSH_POLICY)),
     # fsync off: every append is written at once (never kept in memory for a flush), so the same holds.
     pytest.param(NO_FSYNC, id="no-fsync", marks=pytest.mark.server_config(NO_FSYNC)),
-])
+]
+
+
+@pytest.mark.parametrize("policy", FLUSH_MODES)
 def test_kill9_acks_all_stream(server, policy):
     """Three SIGKILLs at seeded random points of three streams; after each restart every
     acknowledged record of every stream so far is still there."""

@@ -28,6 +28,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from compat_tests.clients import wait_until
+from compat_tests.test_crash import FLUSH_MODES
 from compat_tests.python_clients import create_topics
 from trireme.wire import error_codes as E
 from trireme.wire.codec import message
@@ -285,15 +286,7 @@ def describe_transactions(conn, tids: list[str]) -> dict[str, tuple[int, str, se
             for s in r.transaction_states}
 
 
-FLUSH_POLICY = {"log.flush.interval.messages": 5000, "log.flush.interval.ms": 1000}
-NO_FSYNC = {"trireme.fsync.enable": False}
-
-
-@pytest.mark.parametrize("mode", [
-    pytest.param({}, id="fsync-per-ack"),
-    pytest.param(FLUSH_POLICY, id="flush-interval", marks=pytest.mark.server_config(FLUSH_POLICY)),
-    pytest.param(NO_FSYNC, id="no-fsync", marks=pytest.mark.server_config(NO_FSYNC)),
-])
+@pytest.mark.parametrize("mode", FLUSH_MODES)
 def test_acknowledged_add_partitions_survive_an_immediate_kill(server, mode):
     """Issue 20 item 4: AddPartitionsToTxn is answered before its record's fsync; a process crash right after the
     answers must still find every acknowledged add (the record reached the OS before the answer left).  Each round
