@@ -32,6 +32,7 @@ from .groups import GroupService
 from .limits import Limits, out_of_descriptors
 from .local_peer import LocalPeer
 from .metrics import Metrics
+from .security import Security
 from .startup import StartupError, StartupInterrupted, os_reason
 from .transactions import TransactionService
 from .worker_thread import ThreadFanOut, WorkerThread
@@ -167,6 +168,7 @@ class Broker:
             storage = FileStorage(config.data_dir, max_open_files=self.limits.max_open_files)
         self.storage = storage
         self.metrics = Metrics()
+        self.security = Security(config)
         try:
             self.meta = BrokerMeta.load_or_create(self.storage, node_id=config["node.id"])
             self.topics = TopicRegistry(self.storage, "topics.json")

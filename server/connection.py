@@ -229,6 +229,7 @@ class Connection:
         self.broker = broker
         self.limits = broker.limits
         self.peer = peer
+        self.host = peer.rpartition(":")[0].strip("[]")      # the client's IP address (ACL host)
         self.principal = "User:ANONYMOUS"
         self.unstable_api_versions = bool(broker.config["unstable.api.versions.enable"])
         self.client_id: str | None = None

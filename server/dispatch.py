@@ -56,6 +56,18 @@ class RequestContext:
     # this broker sends itself through server/local_peer.py; nothing a network client sends can set it.
     cluster_action: bool = False
 
+    @property
+    def host(self) -> str:
+        """The client's IP address (Kafka's ACL host)."""
+        return getattr(self.connection, "host", "") or ""
+
+    def authorize(self, operation, resource_type, name: str) -> bool:
+        """Whether this request's principal may do ``operation`` (state.acls.Operation) on the resource
+        (state.acls.ResourceType, name); requests this broker sends itself (cluster_action) always may."""
+        if self.cluster_action:
+            return True
+        return self.broker.security.authorize(self.principal, self.host, operation, resource_type, name)
+
     def response(self, **fields):
         """A fresh response object of this API, with fields set."""
         return HANDLERS[self.api_key].response.cls(**fields)
