@@ -118,6 +118,8 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
                       "the same as --listen, which wins.  Other security protocols are refused."),
     "advertised.listeners": ("", "PLAINTEXT://HOST:PORT clients are told to connect to; the same as --advertised, "
                                  "which wins."),
+    # --- TLS and listeners (security protocols, certificates, principal mapping)
+    # --- SASL (mechanisms, JAAS, re-authentication, failed logins)
     "trireme.debug.transaction.marker.delay.ms": (
         0, "Fault injection for crash tests: wait this long before each WriteTxnMarkers request the "
            "coordinator sends, and send one partition per request.  0 (off) in production."),
@@ -125,11 +127,13 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
         "", "Fault injection for tests of stuck transactions: the coordinator's own markers for these partitions "
             "(a comma list of TOPIC-PARTITION) are answered TRANSACTION_COORDINATOR_FENCED instead of being sent; "
             "an operator's `trireme transactions complete` is not affected.  Empty (off) in production."),
+    # --- authorizer (ACLs, super users, the first SCRAM user)
     "trireme.fsync.enable": (True, "fsync before answering acks=1/all produce requests. false trades "
                                    "crash safety of acknowledged data for speed (Kafka's own default)."),
     "trireme.fsync.threads": (4, "How many partitions a group commit fsyncs at once (1-64; 1: one after "
                                  "another).  More make a round as long as its slowest fsync, not their sum, "
                                  "for some CPU per round."),
+    # --- client quotas
     "trireme.shutdown.grace.ms": (5000, "On SIGTERM, how long in-flight requests may take to finish."),
     "trireme.log.level": ("INFO", "Log level of the structured logs on stderr."),
     "trireme.metrics.listen": ("", "HOST:PORT for a Prometheus endpoint (GET /metrics); :PORT binds 127.0.0.1; "
@@ -181,6 +185,8 @@ RANGES = {
     "trireme.response.send.timeout.ms": (1, LONG_MAX),
     "trireme.shutdown.grace.ms": (0, LONG_MAX),
     "trireme.metrics.group.lag.max.groups": (0, INT_MAX),
+    # --- TLS and listeners (security protocols, certificates, principal mapping)
+    # --- SASL (mechanisms, JAAS, re-authentication, failed logins)
     "trireme.debug.transaction.marker.delay.ms": (0, LONG_MAX),
 }
 # String properties with a fixed set of values (any case; kept upper case).
@@ -193,6 +199,8 @@ UNIT_FORMS = {"log.retention.ms": (("log.retention.ms", 1), ("log.retention.minu
 # may believe them in force.
 SECURITY_PREFIXES = ("ssl.", "sasl.", "listener.name.", "authorizer.", "super.users", "allow.everyone.",
                      "principal.builder.", "security.", "delegation.token.", "password.encoder.")
+# Kafka's per-listener overrides: listener.name.<listener>.<property> (Config.for_listener).
+LISTENER_PREFIX = "listener.name."
 # String properties that hold a comma list of TOPIC-PARTITION (see :func:`partition_list`).
 PARTITION_LISTS = frozenset({"trireme.debug.transaction.marker.refuse"})
 
@@ -314,6 +322,8 @@ class Config:
     no_effect: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
     # Where each property in ``values`` was set (a file's path, --set, the fixture).
     sources: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Kafka's per-listener overrides as given: listener.name.<listener>.<property> (listener lower case) → value.
+    listener_values: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Any:
         if name in UNIT_FORMS:
@@ -339,7 +349,15 @@ class Config:
     def set(self, name: str, value: Any, source: str = "--set") -> None:
         """Apply one property from ``source`` (a file's path, --set, the fixture): used if Trireme has it,
         noted as without effect if only Kafka's broker has it, else refused (ConfigError, one line)."""
-        if name in PROPERTIES:
+        if name.startswith(LISTENER_PREFIX) and not isinstance(value, dict):
+            listener, sep, prop = name[len(LISTENER_PREFIX):].partition(".")
+            if not sep or not listener or not prop:
+                raise ConfigError(f"{source}: {name!r}: expected listener.name.<listener>.<property>")
+            self.listener_values[f"{LISTENER_PREFIX}{listener.lower()}.{prop}"] = str(value)
+            self.sources[name] = source
+            if prop not in PROPERTIES:
+                self.no_effect[name] = (str(value), source)
+        elif name in PROPERTIES:
             try:
                 self.values[name] = _coerce(name, value)
             except ConfigError as e:
@@ -349,6 +367,19 @@ class Config:
             self.no_effect[name] = (str(value), source)
         else:
             raise unknown_property(name, value, source)
+
+    def for_listener(self, listener: str, name: str) -> Any:
+        """Property ``name`` as it applies to ``listener``: Kafka's override listener.name.<listener>.<name> when
+        set (a string, as given), else the broker-wide value (``self[name]`` for Trireme's properties, else the raw
+        value set, else None).  For SASL, ``name`` carries the mechanism as Kafka's does:
+        ``scram-sha-512.sasl.jaas.config``."""
+        override = self.listener_values.get(f"{LISTENER_PREFIX}{listener.lower()}.{name}")
+        if override is not None:
+            return override
+        if name in PROPERTIES:
+            return self[name]
+        raw = self.no_effect.get(name)
+        return None if raw is None else raw[0]
 
     def update(self, mapping: dict[str, Any], source: str = "--set") -> None:
         for name, value in mapping.items():

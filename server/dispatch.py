@@ -61,12 +61,17 @@ class RequestContext:
         """The client's IP address (Kafka's ACL host)."""
         return getattr(self.connection, "host", "") or ""
 
-    def authorize(self, operation, resource_type, name: str) -> bool:
+    def authorize(self, operation, resource_type, name: str, *, log_if_denied: bool = True) -> bool:
         """Whether this request's principal may do ``operation`` (state.acls.Operation) on the resource
-        (state.acls.ResourceType, name); requests this broker sends itself (cluster_action) always may."""
+        (state.acls.ResourceType, name); requests this broker sends itself (cluster_action) always may.  A denial
+        is counted (metrics.request_denied) unless ``log_if_denied`` is false (Kafka's logIfDenied: a Metadata
+        request leaving out topics it may not describe is no denial worth reporting)."""
         if self.cluster_action:
             return True
-        return self.broker.security.authorize(self.principal, self.host, operation, resource_type, name)
+        allowed = self.broker.security.authorize(self.principal, self.host, operation, resource_type, name)
+        if not allowed and log_if_denied:
+            self.broker.metrics.request_denied(self.principal, HANDLERS[self.api_key].name, resource_type.name, name)
+        return allowed
 
     def response(self, **fields):
         """A fresh response object of this API, with fields set."""

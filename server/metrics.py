@@ -52,6 +52,11 @@ class Metrics:
         self.bytes_out = 0
         self.topic_bytes_in: collections.Counter = collections.Counter()
         self.topic_bytes_out: collections.Counter = collections.Counter()
+        # security events (issue 21): counted here, shown by the metrics endpoint and the status page
+        self.authentications: collections.Counter = collections.Counter()      # (listener, mechanism, outcome)
+        self.denied: collections.Counter = collections.Counter()               # (principal, api, type, name)
+        self.throttled: collections.Counter = collections.Counter()            # (user, client id, quota type)
+        self.throttle_ms: collections.Counter = collections.Counter()          # (user, client id, quota type)
 
     def observe_phase(self, api: str, phase: str, seconds: float) -> None:
         """Time a request spent in one phase besides its handler (``observe_request``): receive (its frame), wait
@@ -87,6 +92,20 @@ class Metrics:
         for topic, size in by_topic.items():
             self.bytes_out += size
             self.topic_bytes_out[topic] += size
+
+    def authentication(self, listener: str, mechanism: str, succeeded: bool) -> None:
+        """One SASL or TLS authentication on ``listener`` with ``mechanism`` (``SSL`` for a client certificate)."""
+        self.authentications[(listener, mechanism, "success" if succeeded else "failure")] += 1
+
+    def request_denied(self, principal: str, api: str, resource_type: str, name: str) -> None:
+        """The authorizer denied ``principal`` an operation of ``api`` on a resource."""
+        self.denied[(principal, api, resource_type, name)] += 1
+
+    def client_throttled(self, user: str, client_id: str, quota_type: str, throttle_ms: int) -> None:
+        """A response told the client to back off for ``throttle_ms`` under a ``quota_type`` quota."""
+        key = (user, client_id, quota_type)
+        self.throttled[key] += 1
+        self.throttle_ms[key] += throttle_ms
 
     def forget_deleted_topics(self, exists) -> None:
         """Drop the per-topic counters of topics ``exists(name)`` denies (deleted): their label values go away."""
