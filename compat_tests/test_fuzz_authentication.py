@@ -68,7 +68,7 @@ def mutate(rnd: random.Random, data: bytes) -> bytes:
     """One frame (size prefix included), maybe mutated."""
     kind = rnd.randrange(8)
     b = bytearray(data)
-    if kind == 0 or len(b) < 6:
+    if kind == 0 or len(b) < 8:
         return bytes(b)
     if kind == 1:                                   # byte flips after the size prefix
         for _ in range(rnd.randint(1, 4)):

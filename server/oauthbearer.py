@@ -175,13 +175,14 @@ class JwksCache:
         self._fetched = -1e18
         self._lock = trio.Lock()
 
+    def _due(self, unknown_kid: bool) -> bool:
+        age = time.monotonic() - self._fetched
+        return age >= self.refresh_s or ((unknown_kid or self._keys is None) and age >= JWKS_RETRY_S)
+
     async def keys(self, unknown_kid: bool = False) -> list:
-        now = time.monotonic()
-        stale = now - self._fetched >= self.refresh_s or (unknown_kid and now - self._fetched >= JWKS_RETRY_S)
-        if stale:
+        if self._due(unknown_kid):
             async with self._lock:
-                if time.monotonic() - self._fetched >= min(self.refresh_s, JWKS_RETRY_S if unknown_kid else
-                                                           self.refresh_s) or self._keys is None:
+                if self._due(unknown_kid):          # (not fetched meanwhile by the login that held the lock)
                     try:
                         data = await trio.to_thread.run_sync(self._fetch, self.url, abandon_on_cancel=True)
                         self._keys = parse_jwks(data)

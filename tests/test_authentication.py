@@ -479,3 +479,32 @@ def test_misconfigured_listener_closes_with_the_reason():
     conn = StandInConnection(stand_in_broker(**{"sasl.enabled.mechanisms": "GSSAPI"}))
     with pytest.raises(CloseConnection, match="GSSAPI"):
         call(conn, "SaslHandshake", 1, mechanism="GSSAPI")
+
+
+def test_jwks_cache_fetches_once_keeps_keys_on_failure_and_retries_unknown_kids(tmp_path):
+    _, url = rsa_jwks(tmp_path)
+    calls = []
+
+    def fetch(u):
+        calls.append(u)
+        if len(calls) == 2:
+            raise OSError("network down")
+        return oauthbearer._read_limited(u)
+    cache = oauthbearer.JwksCache(url, 3600000, fetch=fetch)
+
+    async def go():
+        first = await cache.keys()
+        assert await cache.keys() is first and len(calls) == 1          # cached
+        cache._fetched -= oauthbearer.JWKS_RETRY_S
+        assert await cache.keys(unknown_kid=True) is first and len(calls) == 2     # refreshed, failed: kept
+        assert await cache.keys(unknown_kid=True) is first and len(calls) == 2     # not again at once
+    trio.run(go)
+
+
+def test_jwks_is_bounded(tmp_path):
+    path = tmp_path / "big.json"
+    path.write_bytes(b" " * (oauthbearer.MAX_JWKS_BYTES + 1))
+    with pytest.raises(ValueError):
+        oauthbearer._read_limited(f"file://{path}")
+    with pytest.raises(ValueError):
+        oauthbearer.parse_jwks(json.dumps({"keys": [{}] * (oauthbearer.MAX_JWKS_KEYS + 1)}).encode())
