@@ -11,10 +11,13 @@ import types
 
 import scramp
 
-from trireme.server import authentication, connection, security
+from trireme.server import authentication, security
 from trireme.server.cli import main
 
-connection.Connection.listener = authentication.ListenerStandIn("SASL_PLAINTEXT", "SASL_PLAINTEXT")
+_LISTENER = authentication.ListenerStandIn("SASL_PLAINTEXT", "SASL_PLAINTEXT")
+# Every connection authenticates as one on a SASL_PLAINTEXT listener (conn.listener itself is left alone).
+authentication.for_connection = lambda conn: authentication.Authenticator(conn, authentication.service(conn.broker),
+                                                                          _LISTENER)
 _CREDENTIALS = {}
 for _user, _password in json.loads(os.environ.get("TRIREME_TEST_SCRAM_USERS", "{}")).items():
     for _mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):

@@ -214,6 +214,21 @@ class SaslService:
         return validator
 
 
+def check_listeners(config, listeners) -> None:
+    """Start-up check: SaslConfigError (one line) for the first SASL listener of ``listeners`` (objects with ``name``
+    and ``security_protocol``) whose SASL settings cannot work, so a broker refuses to start rather than close every
+    connection of that listener."""
+    for listener in listeners:
+        if listener.security_protocol in SASL_PROTOCOLS:
+            settings = ListenerSasl(config, listener.name)
+            if OAUTHBEARER in settings.mechanisms and not settings.oauth["jwks_url"]:
+                from .oauthbearer import UnsecuredValidator
+                try:
+                    UnsecuredValidator(settings.oauth["options"])
+                except ValueError as e:
+                    raise SaslConfigError(f"listener {listener.name}: oauthbearer.sasl.jaas.config: {e}") from None
+
+
 def service(broker) -> SaslService:
     svc = getattr(broker, "_sasl_service", None)
     if svc is None:
@@ -388,6 +403,10 @@ class Authenticator:
         except SaslFailure as e:
             self._failed(e, answer=None)
             return NO_ANSWER
+        except Exception:           # a bug: logged as the handlers' are, and only this connection ends
+            from .connection import CloseConnection
+            log.exception("SASL token evaluation failed peer=%s", getattr(self.conn, "peer", "?"))
+            raise CloseConnection("internal error in SASL authentication") from None
         return answer
 
     async def _evaluate(self, token: bytes) -> tuple[bytes, int]:

@@ -508,3 +508,16 @@ def test_jwks_is_bounded(tmp_path):
         oauthbearer._read_limited(f"file://{path}")
     with pytest.raises(ValueError):
         oauthbearer.parse_jwks(json.dumps({"keys": [{}] * (oauthbearer.MAX_JWKS_KEYS + 1)}).encode())
+
+
+def test_check_listeners_refuses_what_cannot_work():
+    listeners = [types.SimpleNamespace(name="PLAINTEXT", security_protocol="PLAINTEXT"),
+                 types.SimpleNamespace(name="SASL_PLAINTEXT", security_protocol="SASL_PLAINTEXT")]
+    authentication.check_listeners(stand_in_broker().config, listeners)
+    for props, needle in (({"sasl.enabled.mechanisms": "GSSAPI"}, "GSSAPI"),
+                          ({"listener.name.sasl_plaintext.plain.sasl.jaas.config": "M required user_a=b"},
+                           "terminated by semi-colon"),
+                          ({"sasl.enabled.mechanisms": "PLAIN",
+                            "listener.name.sasl_plaintext.plain.sasl.jaas.config": "M required;"}, "no users")):
+        with pytest.raises(authentication.SaslConfigError, match=needle):
+            authentication.check_listeners(stand_in_broker(**props).config, listeners)
