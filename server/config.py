@@ -217,6 +217,9 @@ SECURITY_PREFIXES = ("ssl.", "sasl.", "listener.name.", "authorizer.", "super.us
                      "principal.builder.", "security.", "delegation.token.", "password.encoder.")
 # Kafka's per-listener overrides: listener.name.<listener>.<property> (Config.for_listener).
 LISTENER_PREFIX = "listener.name."
+# Properties whose values are secrets: DescribeConfigs answers them as Kafka answers its PASSWORD configs (value
+# null, is_sensitive), and nothing logs them.
+SENSITIVE_PROPERTIES = frozenset({"trireme.storage.add.scram"})
 # String properties that hold a comma list of TOPIC-PARTITION (see :func:`partition_list`).
 PARTITION_LISTS = frozenset({"trireme.debug.transaction.marker.refuse"})
 

@@ -231,3 +231,21 @@ def test_scram_apis_need_the_cluster(broker):
         r = await call(broker, "DescribeUserScramCredentials", 0, DU(users=None), principal=ALICE)
         assert (r.error_code, r.results) == (E.CLUSTER_AUTHORIZATION_FAILED.code, [])
     run(broker, body)
+
+
+def test_describe_configs_never_tells_the_add_scram_password(tmp_path):
+    config = Config(data_dir=str(tmp_path))
+    config.update({"trireme.storage.add.scram": "SCRAM-SHA-512=[name=admin,password=hunter2]"})
+    broker = Broker(config)
+    DC = req("DescribeConfigs")
+
+    async def body():
+        r = await call(broker, "DescribeConfigs", 4, DC(include_synonyms=True, include_documentation=False,
+                                                        resources=[DC.DescribeConfigsResource(
+                                                            resource_type=4, resource_name=str(broker.node_id),
+                                                            configuration_keys=["trireme.storage.add.scram"])]))
+        entry, = r.results[0].configs
+        assert (entry.value, entry.is_sensitive, entry.config_type) == (None, True, 9)
+        assert entry.synonyms and all(s.value is None for s in entry.synonyms)
+    run(broker, body)
+    broker.close()
