@@ -1,0 +1,196 @@
+"""What the data and transaction APIs check with an authorizer (issue 21): Kafka 4's KafkaApis checks, its error codes, per partition where Kafka answers per partition, and nothing changed when refused.
+
+The matrix (tests/acl_matrix.py) runs each case once without each permission it needs and once with all of them,
+on a fresh broker whose Security is a stand-in allowing exactly the grants given.
+"""
+from __future__ import annotations
+
+import pytest
+
+from acl_matrix import (PRINCIPAL, Case, Changes, call_as, call_fast, cluster, error_codes, grant, group, make_broker,
+                        run_case, topic, txn)
+from broker_runner import run_with_broker
+from trireme.state.acls import Operation, ResourceType
+from trireme.wire import error_codes as E
+from trireme.wire import records
+from trireme.wire.codec import message
+
+READ, WRITE, CREATE, DELETE, DESCRIBE = Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DELETE, \
+    Operation.DESCRIBE
+NONE = E.NONE.code
+TOPIC_DENIED = E.TOPIC_AUTHORIZATION_FAILED.code
+GROUP_DENIED = E.GROUP_AUTHORIZATION_FAILED.code
+CLUSTER_DENIED = E.CLUSTER_AUTHORIZATION_FAILED.code
+TXN_DENIED = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code
+TID = "tx-1"
+
+
+def req(api):
+    return message(api + "Request").cls
+
+
+PR = req("Produce")
+IP = req("InitProducerId")
+AP = req("AddPartitionsToTxn")
+
+
+def only(code):
+    """A refusal check: every error code in the response is ``code``."""
+    def check(response, missing):
+        codes = error_codes(response)
+        assert codes and set(codes) == {code}, f"without {missing}: {codes}"
+    return check
+
+
+def all_none(response, broker):
+    codes = error_codes(response)
+    assert codes and set(codes) == {NONE}, codes
+
+
+def by_missing(codes: dict):
+    """A refusal check by the grant missing: its resource type's code everywhere (``codes[resource type]``)."""
+    def check(response, missing):
+        only(codes[missing.resource_type])(response, missing)
+    return check
+
+
+# --- set-up ----------------------------------------------------------------------------------
+
+async def orders(broker):
+    broker.create_topic("orders", 2)
+    return None
+
+
+async def transactional_producer(broker, *, add=True):
+    """An initialized transactional producer (TID) with, when ``add``, orders-0 and orders-1 in its transaction."""
+    broker.create_topic("orders", 2)
+    init = await broker.local_peer.call("InitProducerId", 4, IP(transactional_id=TID, transaction_timeout_ms=60000,
+                                                                  producer_id=-1, producer_epoch=-1))
+    assert init.error_code == NONE
+    if add:
+        added = await broker.local_peer.call("AddPartitionsToTxn", 3, AP(
+            v3_and_below_transactional_id=TID, v3_and_below_producer_id=init.producer_id,
+            v3_and_below_producer_epoch=init.producer_epoch, v3_and_below_topics=[
+                AP.AddPartitionsToTxnTopic(name="orders", partitions=[0, 1])]))
+        assert set(error_codes(added)) == {NONE}
+    return init.producer_id, init.producer_epoch
+
+
+# --- Produce ---------------------------------------------------------------------------------
+
+def batch(**kw) -> bytes:
+    return bytes(records.build_batch([(b"k", b"v")], **kw))
+
+
+def produce_request(topics, *, tid=None, version=9, broker=None, **batch_kw):
+    """A Produce request writing one batch to each (topic, partition) in ``topics`` ({name: [index, ...]})."""
+    def topic_data(name, indexes):
+        topic_id = broker.described_topic(name).topic_id if version >= 13 else None
+        return PR.TopicProduceData(name=name if version < 13 else None, topic_id=topic_id, partition_data=[
+            PR.TopicProduceData.PartitionProduceData(index=i, records=batch(**batch_kw)) for i in indexes])
+    return PR(transactional_id=tid, acks=-1, timeout_ms=1000,
+              topic_data=[topic_data(name, indexes) for name, indexes in topics.items()])
+
+
+PRODUCE_CASES = [
+    Case("produce", "Produce", 9, lambda b, _: produce_request({"orders": [0, 1]}),
+         (topic("orders", WRITE),), only(TOPIC_DENIED), all_none, setup=orders),
+    Case("produce-fast-path", "Produce", 9, lambda b, _: produce_request({"orders": [1]}),
+         (topic("orders", WRITE),), only(TOPIC_DENIED), all_none, setup=orders, fast=True),
+    Case("produce-v13-topic-id", "Produce", 13, lambda b, _: produce_request({"orders": [0]}, version=13, broker=b),
+         (topic("orders", WRITE),), only(TOPIC_DENIED), all_none, setup=orders),
+    Case("produce-idempotent", "Produce", 11,
+         lambda b, _: produce_request({"orders": [0]}, producer_id=7, producer_epoch=0, base_sequence=0),
+         (topic("orders", WRITE),), only(TOPIC_DENIED), all_none, setup=orders),
+    Case("produce-transactional", "Produce", 11,
+         lambda b, ids: produce_request({"orders": [0, 1]}, tid=TID, producer_id=ids[0], producer_epoch=ids[1],
+                                        base_sequence=0, transactional=True),
+         (txn(TID, WRITE), topic("orders", WRITE)),
+         by_missing({ResourceType.TRANSACTIONAL_ID: TXN_DENIED, ResourceType.TOPIC: TOPIC_DENIED}), all_none,
+         setup=transactional_producer),
+    # Transactions V2: the produce itself adds the partitions; refused, it must add nothing.
+    Case("produce-transactional-v2", "Produce", 12,
+         lambda b, ids: produce_request({"orders": [0, 1]}, tid=TID, version=12, producer_id=ids[0],
+                                        producer_epoch=ids[1], base_sequence=0, transactional=True),
+         (txn(TID, WRITE), topic("orders", WRITE)),
+         by_missing({ResourceType.TRANSACTIONAL_ID: TXN_DENIED, ResourceType.TOPIC: TOPIC_DENIED}), all_none,
+         setup=lambda b: transactional_producer(b, add=False)),
+]
+
+
+@pytest.mark.parametrize("case", PRODUCE_CASES, ids=str)
+def test_produce_matrix(case):
+    run_case(case)
+
+
+def _run(body, **props):
+    broker = make_broker(**props)
+    try:
+        run_with_broker(broker, body)
+    finally:
+        broker.close()
+
+
+def _partition_codes(response):
+    return {(t.name, p.index): p.error_code for t in response.responses for p in t.partition_responses}
+
+
+def test_produce_answers_per_topic():
+    """A topic the principal may not write is refused partition by partition; the other topic's batches go in."""
+    async def body(b):
+        b.create_topic("orders", 2)
+        b.create_topic("audit", 1)
+        grant(b, [topic("audit", WRITE)])
+        response = await call_as(b, "Produce", 9, produce_request({"orders": [0, 1], "audit": [0]}))
+        assert _partition_codes(response) == {("orders", 0): TOPIC_DENIED, ("orders", 1): TOPIC_DENIED,
+                                              ("audit", 0): NONE}
+        assert [b.partition("orders", i).log.log_end_offset for i in (0, 1)] == [0, 0]
+        assert b.partition("audit", 0).log.log_end_offset == 1
+    _run(body)
+
+
+def test_produce_topic_denial_comes_before_existence_and_internal_topics():
+    """Kafka checks Write before anything else: an unknown or internal topic without it is TOPIC_AUTHORIZATION_FAILED
+    (nothing about it is disclosed); with Write they get their own codes."""
+    async def body(b):
+        request = produce_request({"missing": [0], "__consumer_offsets": [0]})
+        grant(b, [])
+        assert set(_partition_codes(await call_as(b, "Produce", 9, request)).values()) == {TOPIC_DENIED}
+        grant(b, [topic("missing", WRITE), topic("__consumer_offsets", WRITE)])
+        assert _partition_codes(await call_as(b, "Produce", 9, request)) == {
+            ("missing", 0): E.UNKNOWN_TOPIC_OR_PARTITION.code, ("__consumer_offsets", 0): E.INVALID_TOPIC_EXCEPTION.code}
+    _run(body, **{"auto.create.topics.enable": False})
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_produce_asks_once_per_topic_and_request(fast):
+    """The check is on the hot path: one question per topic per request, however many partitions or batches."""
+    async def body(b):
+        b.create_topic("orders", 3)
+        security = grant(b, [topic("orders", WRITE)])
+        send = call_fast if fast else call_as
+        response = await send(b, "Produce", 9, produce_request({"orders": [0] if fast else [0, 1, 2]}))
+        assert set(_partition_codes(response).values()) == {NONE}
+        assert security.asked == [(PRINCIPAL, WRITE, ResourceType.TOPIC, "orders")]
+    _run(body)
+
+
+def test_produce_fast_path_leaves_a_denial_to_the_handler_and_counts_it_once():
+    async def body(b):
+        b.create_topic("orders", 1)
+        grant(b, [])
+        response = await call_fast(b, "Produce", 9, produce_request({"orders": [0]}))
+        assert _partition_codes(response) == {("orders", 0): TOPIC_DENIED}
+        assert sum(n for (principal, api, *_), n in b.metrics.denied.items() if api == "Produce") == 1
+    _run(body)
+
+
+def test_transactional_id_without_transactional_batches_is_not_checked():
+    """As Kafka: Write on the TransactionalId is asked only when a batch is transactional."""
+    async def body(b):
+        b.create_topic("orders", 1)
+        security = grant(b, [topic("orders", WRITE)])
+        response = await call_as(b, "Produce", 9, produce_request({"orders": [0]}, tid=TID))
+        assert set(_partition_codes(response).values()) == {NONE}
+        assert {q[2] for q in security.asked} == {ResourceType.TOPIC}
+    _run(body)
