@@ -153,8 +153,9 @@ async def call_fast(broker, api: str, version: int, request, principal: str = PR
     return _decoded_response(handler, version, await _resolved(result))
 
 
-def error_codes(obj) -> list[int]:
-    """Every error code in a response, depth first (fields named ``error_code`` or ``*_error_code``)."""
+def error_codes(obj, *, top: bool = True) -> list[int]:
+    """Every error code in a response, depth first (fields named ``error_code`` or ``*_error_code``); without
+    ``top``, only those of its nested structs (the partitions', topics', keys')."""
     out: list[int] = []
     if isinstance(obj, list):
         for item in obj:
@@ -163,10 +164,28 @@ def error_codes(obj) -> list[int]:
         for field in dataclasses.fields(obj):
             value = getattr(obj, field.name)
             if field.name == "error_code" or field.name.endswith("_error_code"):
-                out.append(value)
+                if top:
+                    out.append(value)
             elif isinstance(value, list) or dataclasses.is_dataclass(value):
                 out += error_codes(value)
     return out
+
+
+def only(code: int):
+    """A refusal check for :class:`Case`: every error code in the response is ``code`` — its nested structs' when it
+    has any (a response-wide code beside them stays NONE), else its own."""
+    def check(response, missing):
+        nested = error_codes(response, top=False)
+        codes = nested or error_codes(response)
+        assert codes and set(codes) == {code}, f"without {missing}: {codes}"
+        assert not nested or set(error_codes(response)) - set(nested) <= {0}, f"without {missing}: {response}"
+    return check
+
+
+def succeeded(response, broker) -> None:
+    """A success check for :class:`Case`: every error code in the response is NONE."""
+    codes = error_codes(response)
+    assert codes and set(codes) == {0}, codes
 
 
 def broker_state(broker: Broker) -> dict[str, Any]:

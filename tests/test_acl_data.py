@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from acl_matrix import (PRINCIPAL, Case, Changes, call_as, call_fast, cluster, error_codes, grant, group, make_broker,
-                        run_case, topic, txn)
+from acl_matrix import (PRINCIPAL, Case, Changes, call_as, call_fast, cluster, context, error_codes, grant, group,
+                        make_broker, only, run_case, succeeded, topic, txn)
 from broker_runner import run_with_broker
+from trireme.server.dispatch import API_KEYS, HANDLERS
 from trireme.state.acls import Operation, ResourceType
 from trireme.wire import error_codes as E
 from trireme.wire import records
@@ -34,17 +35,7 @@ IP = req("InitProducerId")
 AP = req("AddPartitionsToTxn")
 
 
-def only(code):
-    """A refusal check: every error code in the response is ``code``."""
-    def check(response, missing):
-        codes = error_codes(response)
-        assert codes and set(codes) == {code}, f"without {missing}: {codes}"
-    return check
-
-
-def all_none(response, broker):
-    codes = error_codes(response)
-    assert codes and set(codes) == {NONE}, codes
+all_none = succeeded
 
 
 def by_missing(codes: dict):
@@ -193,4 +184,100 @@ def test_transactional_id_without_transactional_batches_is_not_checked():
         response = await call_as(b, "Produce", 9, produce_request({"orders": [0]}, tid=TID))
         assert set(_partition_codes(response).values()) == {NONE}
         assert {q[2] for q in security.asked} == {ResourceType.TOPIC}
+    _run(body)
+
+
+# --- Fetch -----------------------------------------------------------------------------------
+
+FE = req("Fetch")
+
+
+async def orders_with_data(broker):
+    """orders (2 partitions) with one durable batch in each."""
+    broker.create_topic("orders", 2)
+    for index in (0, 1):
+        answer = await broker.local_peer.call("Produce", 9, produce_request({"orders": [index]}))
+        assert set(error_codes(answer)) == {NONE}
+    return None
+
+
+def fetch_request(topics, *, version=12, broker=None, replica_id=-1, isolation_level=0):
+    def fetch_topic(name, indexes):
+        return FE.FetchTopic(topic=name if version < 13 else None,
+                             topic_id=broker.described_topic(name).topic_id if version >= 13 else None,
+                             partitions=[FE.FetchTopic.FetchPartition(partition=i, fetch_offset=0,
+                                                                      partition_max_bytes=1 << 20)
+                                         for i in indexes])
+    return FE(replica_id=replica_id, replica_state=FE.ReplicaState(replica_id=replica_id, replica_epoch=-1),
+              max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=isolation_level, session_id=0,
+              session_epoch=-1, topics=[fetch_topic(n, i) for n, i in topics.items()], forgotten_topics_data=[],
+              rack_id="")
+
+
+def fetched(response, broker):
+    """Success: no error and the records of every partition are there."""
+    all_none(response, broker)
+    assert all(p.records for t in response.responses for p in t.partitions)
+
+
+def fetch_refused(response, missing):
+    only(TOPIC_DENIED)(response, missing)
+    assert all(p.records in (None, b"") and p.high_watermark == -1 for t in response.responses
+               for p in t.partitions)
+
+
+FETCH_CASES = [
+    Case("consumer", "Fetch", 12, lambda b, _: fetch_request({"orders": [0, 1]}), (topic("orders", READ),),
+         fetch_refused, fetched, setup=orders_with_data, changes=Changes.NOTHING),
+    Case("consumer-read-committed", "Fetch", 12, lambda b, _: fetch_request({"orders": [0, 1]}, isolation_level=1),
+         (topic("orders", READ),), fetch_refused, fetched, setup=orders_with_data, changes=Changes.NOTHING),
+    Case("consumer-v13-topic-id", "Fetch", 13, lambda b, _: fetch_request({"orders": [0]}, version=13, broker=b),
+         (topic("orders", READ),), fetch_refused, fetched, setup=orders_with_data, changes=Changes.NOTHING),
+    Case("consumer-v17", "Fetch", 17, lambda b, _: fetch_request({"orders": [0]}, version=17, broker=b),
+         (topic("orders", READ),), fetch_refused, fetched, setup=orders_with_data, changes=Changes.NOTHING),
+    Case("follower", "Fetch", 12, lambda b, _: fetch_request({"orders": [0, 1]}, replica_id=1),
+         (cluster(Operation.CLUSTER_ACTION),), fetch_refused, fetched, setup=orders_with_data,
+         changes=Changes.NOTHING),
+    Case("follower-v15-replica-state", "Fetch", 15,
+         lambda b, _: fetch_request({"orders": [0]}, version=15, broker=b, replica_id=1),
+         (cluster(Operation.CLUSTER_ACTION),), fetch_refused, fetched, setup=orders_with_data,
+         changes=Changes.NOTHING),
+]
+
+
+@pytest.mark.parametrize("case", FETCH_CASES, ids=str)
+def test_fetch_matrix(case):
+    run_case(case)
+
+
+def test_fetch_answers_per_topic_and_asks_once():
+    async def body(b):
+        await orders_with_data(b)
+        b.create_topic("audit", 1)
+        security = grant(b, [topic("audit", READ)])
+        response = await call_as(b, "Fetch", 12, fetch_request({"orders": [0, 1], "audit": [0], "missing": [0]}))
+        codes = {(t.topic, p.partition_index): p.error_code for t in response.responses for p in t.partitions}
+        assert codes == {("orders", 0): TOPIC_DENIED, ("orders", 1): TOPIC_DENIED, ("audit", 0): NONE,
+                         ("missing", 0): TOPIC_DENIED}
+        assert sorted(q[3] for q in security.asked) == ["audit", "missing", "orders"]
+    _run(body)
+
+
+def test_a_long_poll_asks_once():
+    """A long poll woken by flushes reads again without asking the authorizer again."""
+    async def body(b):
+        b.create_topic("orders", 1)
+        security = grant(b, [topic("orders", READ)])
+        request = fetch_request({"orders": [0]})
+        request.max_wait_ms, request.min_bytes = 5000, 1
+        handler = HANDLERS[API_KEYS["Fetch"]]
+        frame = bytearray(handler.request.encode_bytes(request, 12))
+        decoded, _ = handler.request.decode(frame, 12)
+        poll = handler.fn(context(b, "Fetch", 12, frame), decoded)
+        for _ in range(3):         # flushes of the partition that bring nothing new to read at offset 0 wake it
+            answer = await b.local_peer.call("Produce", 9, produce_request({"orders": [0]}))
+            assert set(error_codes(answer)) == {NONE}
+        response = await poll.wait()
+        assert response.responses[0].partitions[0].records
+        assert len(security.asked) == 1
     _run(body)
