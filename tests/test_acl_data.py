@@ -281,3 +281,102 @@ def test_a_long_poll_asks_once():
         assert response.responses[0].partitions[0].records
         assert len(security.asked) == 1
     _run(body)
+
+
+# --- ListOffsets, OffsetForLeaderEpoch, DeleteRecords, DescribeProducers ------------------------
+
+LO = req("ListOffsets")
+OE = req("OffsetForLeaderEpoch")
+DR = req("DeleteRecords")
+DP = req("DescribeProducers")
+
+
+def list_offsets_request(isolation_level=0):
+    return LO(replica_id=-1, isolation_level=isolation_level, topics=[LO.ListOffsetsTopic(name="orders", partitions=[
+        LO.ListOffsetsTopic.ListOffsetsPartition(partition_index=i, timestamp=-1) for i in (0, 1)])])
+
+
+def list_offsets_refused(response, missing):
+    only(TOPIC_DENIED)(response, missing)
+    assert {(p.offset, p.timestamp) for t in response.topics for p in t.partitions} == {(-1, -1)}
+
+
+def leader_epoch_request(broker, _):
+    epoch = broker.described_topic("orders").leader_epoch
+    return OE(replica_id=-1, topics=[OE.OffsetForLeaderTopic(topic="orders", partitions=[
+        OE.OffsetForLeaderTopic.OffsetForLeaderPartition(partition=i, leader_epoch=epoch) for i in (0, 1)])])
+
+
+def delete_records_request(broker, _):
+    return DR(timeout_ms=1000, topics=[DR.DeleteRecordsTopic(name="orders", partitions=[
+        DR.DeleteRecordsTopic.DeleteRecordsPartition(partition_index=i, offset=-1) for i in (0, 1)])])
+
+
+def describe_producers_request(broker, _):
+    return DP(topics=[DP.TopicRequest(name="orders", partition_indexes=[0, 1])])
+
+
+async def idempotent_data(broker):
+    broker.create_topic("orders", 2)
+    for index in (0, 1):
+        answer = await broker.local_peer.call("Produce", 9, produce_request(
+            {"orders": [index]}, producer_id=11, producer_epoch=0, base_sequence=0))
+        assert set(error_codes(answer)) == {NONE}
+
+
+def producers_described(response, broker):
+    succeeded(response, broker)
+    assert [[s.producer_id for s in p.active_producers] for p in response.topics[0].partitions] == [[11], [11]]
+
+
+TOPIC_READ_CASES = [
+    Case("list-offsets", "ListOffsets", 9, lambda b, _: list_offsets_request(), (topic("orders", DESCRIBE),),
+         list_offsets_refused, succeeded, setup=orders_with_data, changes=Changes.NOTHING),
+    Case("list-offsets-read-committed", "ListOffsets", 2, lambda b, _: list_offsets_request(1),
+         (topic("orders", DESCRIBE),), list_offsets_refused, succeeded, setup=orders_with_data,
+         changes=Changes.NOTHING),
+    Case("offset-for-leader-epoch", "OffsetForLeaderEpoch", 4, leader_epoch_request, (topic("orders", DESCRIBE),),
+         only(TOPIC_DENIED), succeeded, setup=orders_with_data, changes=Changes.NOTHING),
+    Case("delete-records", "DeleteRecords", 2, delete_records_request, (topic("orders", DELETE),),
+         only(TOPIC_DENIED), succeeded, setup=orders_with_data),
+    Case("describe-producers", "DescribeProducers", 0, describe_producers_request, (topic("orders", READ),),
+         only(TOPIC_DENIED), producers_described, setup=idempotent_data, changes=Changes.NOTHING),
+]
+
+
+@pytest.mark.parametrize("case", TOPIC_READ_CASES, ids=str)
+def test_topic_matrix(case):
+    run_case(case)
+
+
+def test_offset_for_leader_epoch_with_cluster_action_needs_no_topic_permission():
+    """A follower's question (ClusterAction) is answered for every topic, as Kafka's replica fetchers ask."""
+    async def body(b):
+        await orders_with_data(b)
+        security = grant(b, [cluster(Operation.CLUSTER_ACTION)])
+        response = await call_as(b, "OffsetForLeaderEpoch", 4, leader_epoch_request(b, None))
+        assert set(error_codes(response)) == {NONE}
+        assert [q[1:] for q in security.asked] == [(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, "kafka-cluster")]
+        assert not b.metrics.denied
+    _run(body)
+
+
+def test_topic_denials_come_before_existence():
+    """Nothing about a topic the principal may not see is disclosed: unknown topics are TOPIC_AUTHORIZATION_FAILED
+    too, and an internal one for DeleteRecords."""
+    async def body(b):
+        grant(b, [])
+        lo = await call_as(b, "ListOffsets", 9, LO(replica_id=-1, topics=[LO.ListOffsetsTopic(
+            name="missing", partitions=[LO.ListOffsetsTopic.ListOffsetsPartition(partition_index=0, timestamp=-1)])]))
+        oe = await call_as(b, "OffsetForLeaderEpoch", 4, OE(replica_id=-1, topics=[OE.OffsetForLeaderTopic(
+            topic="missing", partitions=[OE.OffsetForLeaderTopic.OffsetForLeaderPartition(partition=0)])]))
+        dr = await call_as(b, "DeleteRecords", 2, DR(timeout_ms=1, topics=[DR.DeleteRecordsTopic(
+            name="__consumer_offsets", partitions=[DR.DeleteRecordsTopic.DeleteRecordsPartition(offset=-1)])]))
+        dp = await call_as(b, "DescribeProducers", 0, DP(topics=[DP.TopicRequest(name="missing",
+                                                                                  partition_indexes=[0])]))
+        for response in (lo, oe, dr, dp):
+            assert error_codes(response, top=False) == [TOPIC_DENIED]
+        # An illegal name is refused as such first (Kafka validates DescribeProducers' names before asking).
+        bad = await call_as(b, "DescribeProducers", 0, DP(topics=[DP.TopicRequest(name="a/b", partition_indexes=[0])]))
+        assert error_codes(bad, top=False) == [E.INVALID_TOPIC_EXCEPTION.code]
+    _run(body)
