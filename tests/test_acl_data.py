@@ -380,3 +380,111 @@ def test_topic_denials_come_before_existence():
         bad = await call_as(b, "DescribeProducers", 0, DP(topics=[DP.TopicRequest(name="a/b", partition_indexes=[0])]))
         assert error_codes(bad, top=False) == [E.INVALID_TOPIC_EXCEPTION.code]
     _run(body)
+
+
+# --- Metadata ------------------------------------------------------------------------------------
+
+MD = req("Metadata")
+
+
+def metadata_request(*names, auto_create=False, version=12, ops=False):
+    return MD(topics=None if names == (None,) else [MD.MetadataRequestTopic(name=n) for n in names],
+              allow_auto_topic_creation=auto_create, include_cluster_authorized_operations=ops and version <= 10,
+              include_topic_authorized_operations=ops)
+
+
+def metadata_refused(response, missing):
+    only(TOPIC_DENIED)(response, missing)
+    assert [(t.partitions, t.topic_id.int) for t in response.topics] == [([], 0)]
+
+
+def created(response, broker):
+    succeeded(response, broker)
+    assert broker.topics.get("fresh") is not None and len(response.topics[0].partitions) == 1
+
+
+METADATA_CASES = [
+    Case("metadata-named", "Metadata", 12, lambda b, _: metadata_request("orders"), (topic("orders", DESCRIBE),),
+         metadata_refused, succeeded, setup=orders, changes=Changes.NOTHING),
+    Case("metadata-v0", "Metadata", 0, lambda b, _: metadata_request("orders", version=0),
+         (topic("orders", DESCRIBE),), metadata_refused, succeeded, setup=orders, changes=Changes.NOTHING),
+    Case("metadata-auto-create", "Metadata", 12, lambda b, _: metadata_request("fresh", auto_create=True),
+         (topic("fresh", DESCRIBE), topic("fresh", CREATE)), metadata_refused, created,
+         props={"num.partitions": 1}),
+    Case("metadata-auto-create-cluster", "Metadata", 9, lambda b, _: metadata_request("fresh", auto_create=True),
+         (topic("fresh", DESCRIBE), cluster(CREATE)), metadata_refused, created, props={"num.partitions": 1}),
+]
+
+
+@pytest.mark.parametrize("case", METADATA_CASES, ids=str)
+def test_metadata_matrix(case):
+    run_case(case)
+
+
+def test_metadata_all_topics_leaves_out_what_may_not_be_described():
+    async def body(b):
+        b.create_topic("orders", 1)
+        b.create_topic("audit", 1)
+        grant(b, [topic("audit", DESCRIBE), topic("__consumer_offsets", DESCRIBE)])
+        for version in (0, 1, 12):
+            response = await call_as(b, "Metadata", version, metadata_request(*(() if version == 0 else (None,))))
+            assert sorted(t.name for t in response.topics) == ["__consumer_offsets", "audit"]
+        assert not b.metrics.denied               # leaving a topic out is no denial worth reporting
+        named = await call_as(b, "Metadata", 12, metadata_request("orders", "audit", "missing"))
+        assert {t.name: t.error_code for t in named.topics} == {"orders": TOPIC_DENIED, "audit": NONE,
+                                                                 "missing": TOPIC_DENIED}
+        assert sorted(key[3] for key in b.metrics.denied) == ["missing", "orders"]
+    _run(body)
+
+
+def test_metadata_by_topic_id_answers_the_id_without_the_name():
+    async def body(b):
+        b.create_topic("orders", 1)
+        orders_id = b.topics.get("orders").topic_id
+        grant(b, [])
+        response = await call_as(b, "Metadata", 12, MD(topics=[MD.MetadataRequestTopic(name=None, topic_id=orders_id)]))
+        [t] = response.topics
+        assert (t.error_code, t.name, t.topic_id, t.partitions) == (TOPIC_DENIED, None, orders_id, [])
+    _run(body)
+
+
+def test_metadata_auto_create_is_refused_without_create():
+    """Describe alone does not create: TOPIC_AUTHORIZATION_FAILED and no topic; without auto-creation it is just
+    unknown; an illegal name with Create gets its own code."""
+    async def body(b):
+        grant(b, [topic("*", DESCRIBE)])
+        response = await call_as(b, "Metadata", 12, metadata_request("fresh", auto_create=True))
+        assert [t.error_code for t in response.topics] == [TOPIC_DENIED] and b.topics.get("fresh") is None
+        response = await call_as(b, "Metadata", 12, metadata_request("fresh", auto_create=False))
+        assert [t.error_code for t in response.topics] == [E.UNKNOWN_TOPIC_OR_PARTITION.code]
+        security = grant(b, [topic("*", DESCRIBE), topic("*", CREATE)])
+        response = await call_as(b, "Metadata", 12, metadata_request("a/b", "fresh", auto_create=True))
+        assert [t.error_code for t in response.topics] == [E.INVALID_TOPIC_EXCEPTION.code, NONE]
+        creates = [q for q in security.asked if q[1] == CREATE]
+        assert creates == [(PRINCIPAL, CREATE, ResourceType.CLUSTER, "kafka-cluster"),
+                           (PRINCIPAL, CREATE, ResourceType.TOPIC, "a/b"), (PRINCIPAL, CREATE, ResourceType.TOPIC, "fresh")]
+    _run(body, **{"num.partitions": 1})
+
+
+def _bits(*operations) -> int:
+    return sum(1 << op for op in operations)
+
+
+def test_metadata_reports_the_real_authorized_operations():
+    async def body(b):
+        b.create_topic("orders", 1)
+        grant(b, [topic("orders", READ), topic("orders", DESCRIBE), topic("orders", Operation.ALTER_CONFIGS)])
+        response = await call_as(b, "Metadata", 10, metadata_request("orders", ops=True, version=10))
+        assert response.cluster_authorized_operations == 0                  # no Describe on the cluster
+        assert response.topics[0].topic_authorized_operations == _bits(READ, DESCRIBE, Operation.ALTER_CONFIGS)
+        grant(b, [topic("orders", DESCRIBE), cluster(DESCRIBE), cluster(Operation.IDEMPOTENT_WRITE),
+                  cluster(Operation.ANY)])
+        response = await call_as(b, "Metadata", 10, metadata_request("orders", ops=True, version=10))
+        assert response.cluster_authorized_operations == _bits(DESCRIBE, Operation.IDEMPOTENT_WRITE)
+        assert response.topics[0].topic_authorized_operations == _bits(DESCRIBE)
+        grant(b, allow_all=True)
+        response = await call_as(b, "Metadata", 12, metadata_request("orders", ops=True))
+        assert response.topics[0].topic_authorized_operations == _bits(
+            READ, WRITE, CREATE, DELETE, Operation.ALTER, DESCRIBE, Operation.DESCRIBE_CONFIGS,
+            Operation.ALTER_CONFIGS)
+    _run(body)
