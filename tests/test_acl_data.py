@@ -488,3 +488,48 @@ def test_metadata_reports_the_real_authorized_operations():
             READ, WRITE, CREATE, DELETE, Operation.ALTER, DESCRIBE, Operation.DESCRIBE_CONFIGS,
             Operation.ALTER_CONFIGS)
     _run(body)
+
+
+# --- DescribeTopicPartitions -----------------------------------------------------------------------
+
+DT = req("DescribeTopicPartitions")
+
+
+def describe_topics_request(*names, limit=2000):
+    return DT(topics=[DT.TopicRequest(name=n) for n in names], response_partition_limit=limit, cursor=None)
+
+
+def describe_topics_refused(response, missing):
+    only(TOPIC_DENIED)(response, missing)
+    [t] = response.topics
+    assert (t.topic_id.int, t.is_internal, t.partitions, t.topic_authorized_operations) == (0, False, [], -2**31)
+
+
+@pytest.mark.parametrize("case", [
+    Case("describe-topic-partitions", "DescribeTopicPartitions", 0, lambda b, _: describe_topics_request("orders"),
+         (topic("orders", DESCRIBE),), describe_topics_refused, succeeded, setup=orders, changes=Changes.NOTHING),
+    Case("describe-topic-partitions-missing", "DescribeTopicPartitions", 0,
+         lambda b, _: describe_topics_request("missing"), (topic("missing", DESCRIBE),), describe_topics_refused,
+         lambda r, b: only(E.UNKNOWN_TOPIC_OR_PARTITION.code)(r, None), changes=Changes.NOTHING),
+], ids=str)
+def test_describe_topic_partitions_matrix(case):
+    run_case(case)
+
+
+def test_describe_topic_partitions_pages_skip_what_may_not_be_described():
+    """Kafka's lazy filter: a refused topic takes no room in the page and is never the next cursor."""
+    async def body(b):
+        for name in "abcd":
+            b.create_topic(name, 1)
+        grant(b, [topic(n, DESCRIBE) for n in "acd"] + [topic("a", READ)])
+        named = await call_as(b, "DescribeTopicPartitions", 0, describe_topics_request("a", "b", "c", "d", limit=2))
+        assert [(t.name, t.error_code, len(t.partitions)) for t in named.topics] == [
+            ("a", NONE, 1), ("c", NONE, 1), ("b", TOPIC_DENIED, 0)]
+        assert (named.next_cursor.topic_name, named.next_cursor.partition_index) == ("d", 0)
+        assert [t.topic_authorized_operations for t in named.topics[:2]] == [_bits(READ, DESCRIBE), _bits(DESCRIBE)]
+        every = await call_as(b, "DescribeTopicPartitions", 0, describe_topics_request(limit=2))
+        assert [t.name for t in every.topics] == ["a", "c"] and every.next_cursor.topic_name == "d"
+        grant(b, [topic(n, DESCRIBE) for n in "ac"])
+        last = await call_as(b, "DescribeTopicPartitions", 0, describe_topics_request(limit=2))
+        assert [t.name for t in last.topics] == ["a", "c"] and last.next_cursor is None
+    _run(body)
