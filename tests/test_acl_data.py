@@ -533,3 +533,48 @@ def test_describe_topic_partitions_pages_skip_what_may_not_be_described():
         last = await call_as(b, "DescribeTopicPartitions", 0, describe_topics_request(limit=2))
         assert [t.name for t in last.topics] == ["a", "c"] and last.next_cursor is None
     _run(body)
+
+
+# --- FindCoordinator -----------------------------------------------------------------------------
+
+FC = req("FindCoordinator")
+
+
+def coordinator_refused(code):
+    def check(response, missing):
+        only(code)(response, missing)
+        keys = response.coordinators or [response]
+        assert {(k.node_id, k.host, k.port) for k in keys} == {(-1, "", -1)}
+    return check
+
+
+def found(response, broker):
+    succeeded(response, broker)
+    keys = response.coordinators or [response]
+    assert {k.node_id for k in keys} == {broker.node_id}
+
+
+FIND_CASES = [
+    Case(f"find-{kind}-v{version}", "FindCoordinator", version,
+         lambda b, _, version=version, key_type=key_type: FC(key="g1", key_type=key_type, coordinator_keys=["g1"])
+         if version < 4 else FC(key_type=key_type, coordinator_keys=["g1"]),
+         (grant_of("g1", DESCRIBE),), coordinator_refused(code), found, changes=Changes.NOTHING)
+    for kind, key_type, grant_of, code in (("group", 0, group, GROUP_DENIED), ("txn", 1, txn, TXN_DENIED))
+    for version in (1, 3, 4, 6)
+]
+
+
+@pytest.mark.parametrize("case", FIND_CASES, ids=str)
+def test_find_coordinator_matrix(case):
+    run_case(case)
+
+
+def test_find_coordinator_answers_each_key_on_its_own():
+    async def body(b):
+        grant(b, [group("mine", DESCRIBE)])
+        response = await call_as(b, "FindCoordinator", 4, FC(key_type=0, coordinator_keys=["mine", "theirs"]))
+        assert [(k.key, k.error_code, k.node_id, k.error_message) for k in response.coordinators] == [
+            ("mine", NONE, b.node_id, None), ("theirs", GROUP_DENIED, -1, None)]
+        old = await call_as(b, "FindCoordinator", 3, FC(key="theirs", key_type=0))
+        assert (old.error_code, old.error_message) == (GROUP_DENIED, "Group authorization failed.")
+    _run(body)
