@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from acl_matrix import (PRINCIPAL, Case, Changes, call_as, call_fast, cluster, context, error_codes, grant, group,
-                        make_broker, only, run_case, succeeded, topic, txn)
+from acl_matrix import (PRINCIPAL, Case, Changes, broker_state, call_as, call_fast, cluster, context, error_codes, grant,
+                        group, make_broker, only, run_case, succeeded, topic, txn)
 from broker_runner import run_with_broker
 from trireme.server.dispatch import API_KEYS, HANDLERS
 from trireme.state.acls import Operation, ResourceType
@@ -577,4 +577,143 @@ def test_find_coordinator_answers_each_key_on_its_own():
             ("mine", NONE, b.node_id, None), ("theirs", GROUP_DENIED, -1, None)]
         old = await call_as(b, "FindCoordinator", 3, FC(key="theirs", key_type=0))
         assert (old.error_code, old.error_message) == (GROUP_DENIED, "Group authorization failed.")
+    _run(body)
+
+
+# --- InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit -------------------
+
+AO = req("AddOffsetsToTxn")
+ET = req("EndTxn")
+TC = req("TxnOffsetCommit")
+GROUP_ID = "g1"
+
+
+def id_refused(code):
+    def check(response, missing):
+        only(code)(response, missing)
+        assert (response.producer_id, response.producer_epoch) == (-1, -1)
+    return check
+
+
+def init_request(tid):
+    return IP(transactional_id=tid, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1)
+
+
+def add_request(ids, topics=None):
+    return AP(v3_and_below_transactional_id=TID, v3_and_below_producer_id=ids[0], v3_and_below_producer_epoch=ids[1],
+              v3_and_below_topics=[AP.AddPartitionsToTxnTopic(name=n, partitions=p)
+                                   for n, p in (topics or {"orders": [0, 1]}).items()])
+
+
+def broker_add_request(ids, verify_only=False):
+    return AP(transactions=[AP.AddPartitionsToTxnTransaction(
+        transactional_id=TID, producer_id=ids[0], producer_epoch=ids[1], verify_only=verify_only,
+        topics=[AP.AddPartitionsToTxnTransaction.AddPartitionsToTxnTopic(name="orders", partitions=[0])])])
+
+
+async def offsets_in_transaction(broker, *, add_offsets=True):
+    """A transactional producer (orders in its transaction) that added GROUP_ID's offsets (when ``add_offsets``)."""
+    ids = await transactional_producer(broker)
+    if add_offsets:
+        added = await broker.local_peer.call("AddOffsetsToTxn", 3, AO(transactional_id=TID, producer_id=ids[0],
+                                                                        producer_epoch=ids[1], group_id=GROUP_ID))
+        assert added.error_code == NONE
+    return ids
+
+
+def txn_commit_request(ids, topics=("orders",)):
+    return TC(transactional_id=TID, group_id=GROUP_ID, producer_id=ids[0], producer_epoch=ids[1], generation_id=-1,
+              member_id="", topics=[TC.TxnOffsetCommitRequestTopic(name=n, partitions=[
+                  TC.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=5)])
+                  for n in topics])
+
+
+TXN_CASES = [
+    Case("init-producer-id-transactional", "InitProducerId", 4, lambda b, _: init_request(TID), (txn(TID, WRITE),),
+         id_refused(TXN_DENIED), succeeded),
+    Case("init-producer-id-idempotent", "InitProducerId", 4, lambda b, _: init_request(None),
+         (cluster(Operation.IDEMPOTENT_WRITE),), id_refused(CLUSTER_DENIED), succeeded),
+    Case("add-partitions-v3", "AddPartitionsToTxn", 3, lambda b, ids: add_request(ids),
+         (txn(TID, WRITE), topic("orders", WRITE)),
+         by_missing({ResourceType.TRANSACTIONAL_ID: TXN_DENIED, ResourceType.TOPIC: TOPIC_DENIED}), succeeded,
+         setup=lambda b: transactional_producer(b, add=False)),
+    Case("add-partitions-v0", "AddPartitionsToTxn", 0, lambda b, ids: add_request(ids),
+         (txn(TID, WRITE), topic("orders", WRITE)),
+         by_missing({ResourceType.TRANSACTIONAL_ID: TXN_DENIED, ResourceType.TOPIC: TOPIC_DENIED}), succeeded,
+         setup=lambda b: transactional_producer(b, add=False)),
+    # The broker form (v4+) comes from brokers only.
+    Case("add-partitions-broker-form", "AddPartitionsToTxn", 5, lambda b, ids: broker_add_request(ids),
+         (cluster(Operation.CLUSTER_ACTION),), only(CLUSTER_DENIED), succeeded,
+         setup=lambda b: transactional_producer(b, add=False)),
+    Case("add-partitions-broker-form-verify", "AddPartitionsToTxn", 4,
+         lambda b, ids: broker_add_request(ids, verify_only=True), (cluster(Operation.CLUSTER_ACTION),),
+         only(CLUSTER_DENIED), succeeded, setup=transactional_producer, changes=Changes.NOTHING),
+    Case("add-offsets", "AddOffsetsToTxn", 3,
+         lambda b, ids: AO(transactional_id=TID, producer_id=ids[0], producer_epoch=ids[1], group_id=GROUP_ID),
+         (txn(TID, WRITE), group(GROUP_ID, READ)),
+         by_missing({ResourceType.TRANSACTIONAL_ID: TXN_DENIED, ResourceType.GROUP: GROUP_DENIED}), succeeded,
+         setup=transactional_producer),
+    Case("end-txn", "EndTxn", 3, lambda b, ids: ET(transactional_id=TID, producer_id=ids[0], producer_epoch=ids[1],
+                                                   committed=True),
+         (txn(TID, WRITE),), id_refused(TXN_DENIED), succeeded, setup=transactional_producer),
+    Case("end-txn-v5", "EndTxn", 5, lambda b, ids: ET(transactional_id=TID, producer_id=ids[0], producer_epoch=ids[1],
+                                                      committed=False),
+         (txn(TID, WRITE),), id_refused(TXN_DENIED), succeeded, setup=transactional_producer),
+    Case("txn-offset-commit", "TxnOffsetCommit", 3, lambda b, ids: txn_commit_request(ids),
+         (txn(TID, WRITE), group(GROUP_ID, READ), topic("orders", READ)),
+         by_missing({ResourceType.TRANSACTIONAL_ID: TXN_DENIED, ResourceType.GROUP: GROUP_DENIED,
+                     ResourceType.TOPIC: TOPIC_DENIED}), succeeded, setup=offsets_in_transaction),
+    # v5 (transactions V2) adds the offsets partition itself: refused, it must add nothing.
+    Case("txn-offset-commit-v5", "TxnOffsetCommit", 5, lambda b, ids: txn_commit_request(ids),
+         (txn(TID, WRITE), group(GROUP_ID, READ), topic("orders", READ)),
+         by_missing({ResourceType.TRANSACTIONAL_ID: TXN_DENIED, ResourceType.GROUP: GROUP_DENIED,
+                     ResourceType.TOPIC: TOPIC_DENIED}), succeeded,
+         setup=lambda b: offsets_in_transaction(b, add_offsets=False)),
+]
+
+
+@pytest.mark.parametrize("case", TXN_CASES, ids=str)
+def test_transaction_matrix(case):
+    run_case(case)
+
+
+def test_idempotent_init_producer_id_with_write_on_any_topic():
+    """Kafka 3+: IdempotentWrite on the cluster, or Write on at least one topic (authorizeByResourceType)."""
+    async def body(b):
+        grant(b, [topic("some-topic", WRITE)])
+        response = await call_as(b, "InitProducerId", 4, init_request(None))
+        assert response.error_code == NONE and response.producer_id >= 0
+        grant(b, [topic("some-topic", READ), txn(TID, WRITE)])
+        response = await call_as(b, "InitProducerId", 4, init_request(None))
+        assert (response.error_code, response.producer_id) == (CLUSTER_DENIED, -1)
+        assert [key[2:] for key in b.metrics.denied] == [("CLUSTER", "kafka-cluster")]
+    _run(body)
+
+
+def test_add_partitions_refuses_the_whole_add_when_a_topic_is_denied():
+    async def body(b):
+        ids = await transactional_producer(b, add=False)
+        b.create_topic("audit", 1)
+        grant(b, [txn(TID, WRITE), topic("audit", WRITE), topic("__consumer_offsets", WRITE)])
+        before = broker_state(b)
+        response = await call_as(b, "AddPartitionsToTxn", 3, add_request(
+            ids, {"orders": [0], "audit": [0], "__consumer_offsets": [0]}))
+        codes = {(t.name, p.partition_index): p.partition_error_code for t in response.results_by_topic_v3_and_below
+                 for p in t.results_by_partition}
+        assert codes == {("orders", 0): TOPIC_DENIED, ("audit", 0): E.OPERATION_NOT_ATTEMPTED.code,
+                         ("__consumer_offsets", 0): TOPIC_DENIED}
+        assert broker_state(b) == before
+    _run(body)
+
+
+def test_txn_offset_commit_commits_the_topics_it_may_read():
+    async def body(b):
+        ids = await offsets_in_transaction(b)
+        b.create_topic("audit", 1)
+        grant(b, [txn(TID, WRITE), group(GROUP_ID, READ), topic("audit", READ)])
+        response = await call_as(b, "TxnOffsetCommit", 3, txn_commit_request(ids, ("orders", "audit")))
+        assert {t.name: t.partitions[0].error_code for t in response.topics} == {"orders": TOPIC_DENIED,
+                                                                               "audit": NONE}
+        pending = b.groups.coordinator.pending[ids[0]][GROUP_ID]
+        assert set(pending) == {("audit", 0)}
     _run(body)
