@@ -717,3 +717,112 @@ def test_txn_offset_commit_commits_the_topics_it_may_read():
         pending = b.groups.coordinator.pending[ids[0]][GROUP_ID]
         assert set(pending) == {("audit", 0)}
     _run(body)
+
+
+# --- WriteTxnMarkers -----------------------------------------------------------------------------
+
+WM = req("WriteTxnMarkers")
+
+
+def marker_request(producer_id, epoch, *, commit=False, partitions=(0,), coordinator_epoch=0):
+    return WM(markers=[WM.WritableTxnMarker(
+        producer_id=producer_id, producer_epoch=epoch, transaction_result=commit, coordinator_epoch=coordinator_epoch,
+        topics=[WM.WritableTxnMarker.WritableTxnMarkerTopic(name="orders", partition_indexes=list(partitions))])])
+
+
+async def open_transaction_with_data(broker):
+    """TID's transaction open on orders-0 and orders-1, a batch in each → (producer id, epoch)."""
+    ids = await transactional_producer(broker)
+    answer = await broker.local_peer.call("Produce", 11, produce_request(
+        {"orders": [0, 1]}, tid=TID, producer_id=ids[0], producer_epoch=ids[1], base_sequence=0, transactional=True))
+    assert set(error_codes(answer)) == {NONE}
+    return ids
+
+
+async def idempotent_producer(broker):
+    """A producer id handed out to an idempotent producer (no transaction the coordinator knows of)."""
+    broker.create_topic("orders", 2)
+    init = await broker.local_peer.call("InitProducerId", 4, init_request(None))
+    return init.producer_id, init.producer_epoch
+
+
+@pytest.mark.parametrize("case", [
+    # An admin's abort of a hanging transaction (KIP-664): ClusterAction, or Alter on the cluster as Kafka 4 allows.
+    Case(f"write-txn-markers-{operation.name.lower()}", "WriteTxnMarkers", 1,
+         lambda b, ids: marker_request(*ids), (cluster(operation),), only(CLUSTER_DENIED), succeeded,
+         setup=idempotent_producer)
+    for operation in (Operation.CLUSTER_ACTION, Operation.ALTER)
+], ids=str)
+def test_write_txn_markers_matrix(case):
+    run_case(case)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_rogue_markers_are_refused_and_the_transaction_stays_intact(version):
+    """A client without ClusterAction (or Alter on the cluster) writes no marker: the open transaction keeps its
+    partitions, data and last stable offset; one with ClusterAction still meets the checks against the
+    coordinator (issue 20): no marker may end a partition of an open transaction behind the coordinator's back."""
+    async def body(b):
+        pid, epoch = await open_transaction_with_data(b)
+        lso = [b.partition("orders", i).last_stable_offset() for i in (0, 1)]
+        before = broker_state(b)
+        grant(b, [topic("orders", WRITE), topic("orders", READ), txn(TID, WRITE), cluster(DESCRIBE)])
+        for commit in (False, True):
+            response = await call_as(b, "WriteTxnMarkers", version, marker_request(pid, epoch, commit=commit,
+                                                                                      partitions=(0, 1)))
+            assert error_codes(response, top=False) == [CLUSTER_DENIED, CLUSTER_DENIED]
+        assert broker_state(b) == before
+        grant(b, [cluster(Operation.CLUSTER_ACTION)])
+        response = await call_as(b, "WriteTxnMarkers", version, marker_request(pid, epoch, partitions=(0, 1)))
+        assert error_codes(response, top=False) == [E.INVALID_TXN_STATE.code] * 2
+        assert broker_state(b) == before
+        assert [b.partition("orders", i).last_stable_offset() for i in (0, 1)] == lso
+        # The transaction is still the producer's to end.
+        ended = await b.local_peer.call("EndTxn", 3, ET(transactional_id=TID, producer_id=pid, producer_epoch=epoch,
+                                                          committed=True))
+        assert ended.error_code == NONE
+    _run(body)
+
+
+# --- DescribeTransactions, ListTransactions ----------------------------------------------------------
+
+DX = req("DescribeTransactions")
+LX = req("ListTransactions")
+
+
+def test_describe_transactions_per_id_and_only_describable_topics():
+    async def body(b):
+        await transactional_producer(b)
+        b.create_topic("audit", 1)
+        grant(b, [txn(TID, DESCRIBE), topic("audit", DESCRIBE)])
+        response = await call_as(b, "DescribeTransactions", 0, DX(transactional_ids=[TID, "other"]))
+        mine, other = response.transaction_states
+        assert (mine.error_code, mine.transaction_state, mine.topics) == (NONE, "Ongoing", [])   # orders hidden
+        assert (other.error_code, other.transactional_id, other.producer_id) == (TXN_DENIED, "other", 0)
+        grant(b, [txn(TID, DESCRIBE), topic("orders", DESCRIBE)])
+        [mine] = (await call_as(b, "DescribeTransactions", 0, DX(transactional_ids=[TID]))).transaction_states
+        assert [(t.topic, sorted(t.partitions)) for t in mine.topics] == [("orders", [0, 1])]
+        grant(b, [])
+        [mine] = (await call_as(b, "DescribeTransactions", 0, DX(transactional_ids=[TID]))).transaction_states
+        assert (mine.error_code, mine.transaction_state, mine.topics) == (TXN_DENIED, "", [])
+    _run(body)
+
+
+@pytest.mark.parametrize("version", [0, 2])
+def test_list_transactions_lists_only_describable_ids(version):
+    async def body(b):
+        b.create_topic("orders", 1)
+        for tid in ("tx-a", "tx-b", "other"):
+            init = await b.local_peer.call("InitProducerId", 4, init_request(tid))
+            assert init.error_code == NONE
+        grant(b, [txn("tx-a", DESCRIBE), txn("other", DESCRIBE)])
+        pattern = "tx-.*" if version >= 2 else None
+        response = await call_as(b, "ListTransactions", version, LX(state_filters=[], producer_id_filters=[],
+                                                                    duration_filter=-1,
+                                                                    transactional_id_pattern=pattern))
+        assert response.error_code == NONE
+        assert sorted(s.transactional_id for s in response.transaction_states) == (
+            ["tx-a"] if version >= 2 else ["other", "tx-a"])
+        # The pattern is applied first: only "tx-b" was a denial, not the ids the pattern left out.
+        assert sorted(key[3] for key in b.metrics.denied) == ["tx-b"]
+    _run(body)
