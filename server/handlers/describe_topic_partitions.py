@@ -31,7 +31,7 @@ from __future__ import annotations
 import uuid
 
 from trireme.server.dispatch import handles
-from trireme.server.handlers import authorized_operations
+from trireme.server.authorized_operations import authorized_operations
 from trireme.state.acls import Operation, ResourceType
 from trireme.state.topics import validate_topic_name
 from trireme.wire import error_codes as E

@@ -32,7 +32,8 @@ Behaviour / version notes:
 import uuid
 
 from trireme.server.dispatch import handles
-from trireme.server.handlers import SUPPORTED_OPERATIONS, authorized_operations, first_of_each
+from trireme.server.authorized_operations import SUPPORTED_OPERATIONS, authorized_operations
+from trireme.server.handlers import first_of_each
 from trireme.server.listener import advertised_address
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.state.topics import TopicError, validate_topic_name
