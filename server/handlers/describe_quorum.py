@@ -11,10 +11,13 @@ Behaviour / version notes:
   now (Kafka reports the leader so); no observers.  v2: replica directory id ZERO_UUID (a static
   quorum, as Kafka reports voters configured by controller.quorum.voters) and ``nodes`` = this node
   with its advertised listener ``PLAINTEXT`` (there is no separate controller listener).
+- ACLs (as Kafka's controller): Describe on the cluster, else top-level CLUSTER_AUTHORIZATION_FAILED
+  "Cluster authorization failed." and no topics or nodes.
 """
 from __future__ import annotations
 
 from trireme.server.dispatch import handles
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
 from trireme.wire.primitives import ZERO_UUID
 
@@ -27,6 +30,9 @@ UNKNOWN_PARTITION_MESSAGE = "This server does not host this topic-partition."
 @handles("DescribeQuorum", 0, 2)
 def describe_quorum(ctx, request):
     broker = ctx.broker
+    if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return ctx.response(error_code=E.CLUSTER_AUTHORIZATION_FAILED.code,
+                            error_message="Cluster authorization failed.", topics=[], nodes=[])
     response = ctx.response(error_code=0, error_message=None)
     tcls = type(response).TopicData
     pcls = tcls.PartitionData
