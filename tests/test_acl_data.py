@@ -10,6 +10,7 @@ import pytest
 from acl_matrix import (PRINCIPAL, Case, Changes, broker_state, call_as, call_fast, cluster, context, error_codes, grant,
                         group, make_broker, only, run_case, succeeded, topic, txn)
 from broker_runner import run_with_broker
+from trireme.server.deferred import Deferred
 from trireme.server.dispatch import API_KEYS, HANDLERS
 from trireme.state.acls import Operation, ResourceType
 from trireme.wire import error_codes as E
@@ -222,8 +223,7 @@ def fetched(response, broker):
 
 def fetch_refused(response, missing):
     only(TOPIC_DENIED)(response, missing)
-    assert all(p.records in (None, b"") and p.high_watermark == -1 for t in response.responses
-               for p in t.partitions)
+    assert all(p.records == b"" and p.high_watermark == -1 for t in response.responses for p in t.partitions)
 
 
 FETCH_CASES = [
@@ -825,4 +825,27 @@ def test_list_transactions_lists_only_describable_ids(version):
             ["tx-a"] if version >= 2 else ["other", "tx-a"])
         # The pattern is applied first: only "tx-b" was a denial, not the ids the pattern left out.
         assert sorted(key[3] for key in b.metrics.denied) == ["tx-b"]
+    _run(body)
+
+
+def test_a_fetch_with_nothing_it_may_read_is_answered_at_once():
+    """As Kafka: no partition that exists and may be read, nothing to wait for (no long poll of max_wait)."""
+    async def body(b):
+        b.create_topic("orders", 1)
+        grant(b, [topic("missing", READ)])
+        handler = HANDLERS[API_KEYS["Fetch"]]
+        for names in ({"orders": [0]}, {"missing": [0]}, {"orders": [0], "missing": [0]}):
+            request = fetch_request(names)
+            request.max_wait_ms, request.min_bytes = 60000, 1
+            frame = bytearray(handler.request.encode_bytes(request, 12))
+            decoded, _ = handler.request.decode(frame, 12)
+            response = handler.fn(context(b, "Fetch", 12, frame), decoded)
+            assert not isinstance(response, Deferred), names
+            assert set(error_codes(response, top=False)) <= {TOPIC_DENIED, E.UNKNOWN_TOPIC_OR_PARTITION.code}
+        grant(b, [topic("orders", READ)])
+        request = fetch_request({"orders": [0]})
+        request.max_wait_ms, request.min_bytes = 60000, 1
+        frame = bytearray(handler.request.encode_bytes(request, 12))
+        decoded, _ = handler.request.decode(frame, 12)
+        assert isinstance(handler.fn(context(b, "Fetch", 12, frame), decoded), Deferred)   # may read: it waits
     _run(body)
