@@ -10,6 +10,7 @@ import pytest
 from acl_matrix import (PRINCIPAL, Case, Changes, broker_state, call_as, call_fast, cluster, context, error_codes, grant,
                         group, make_broker, only, run_case, succeeded, topic, txn)
 from broker_runner import run_with_broker
+from trireme.server.connection import CloseConnection
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import API_KEYS, HANDLERS
 from trireme.state.acls import Operation, ResourceType
@@ -848,4 +849,19 @@ def test_a_fetch_with_nothing_it_may_read_is_answered_at_once():
         frame = bytearray(handler.request.encode_bytes(request, 12))
         decoded, _ = handler.request.decode(frame, 12)
         assert isinstance(handler.fn(context(b, "Fetch", 12, frame), decoded), Deferred)   # may read: it waits
+    _run(body)
+
+
+@pytest.mark.parametrize("tid", [None, TID])
+def test_acks0_transactional_refusal_closes_the_connection(tid):
+    """Kafka answers an error it cannot send (acks=0) by closing the connection; nothing is appended."""
+    async def body(b):
+        b.create_topic("orders", 1)
+        grant(b, [topic("orders", WRITE)])
+        request = produce_request({"orders": [0]}, tid=tid, producer_id=5, producer_epoch=0, base_sequence=0,
+                                  transactional=True)
+        request.acks = 0
+        with pytest.raises(CloseConnection):
+            await call_as(b, "Produce", 9, request)
+        assert b.partition("orders", 0).log.log_end_offset == 0
     _run(body)
