@@ -11,7 +11,9 @@ Behaviour / version notes:
   unknown topic → UNKNOWN_TOPIC_OR_PARTITION (null message, as Kafka).
 - BROKER (4), resource name = our node id: every property of server.config.PROPERTIES with its
   current value, source STATIC_BROKER_CONFIG when set in the config else DEFAULT_CONFIG, and
-  read_only true (nothing can be altered at runtime, see incremental_alter_configs.py).  An empty
+  read_only true (nothing can be altered at runtime, see incremental_alter_configs.py).  A secret
+  (config.SENSITIVE_PROPERTIES: trireme.storage.add.scram) has a null value, type PASSWORD and
+  is_sensitive true, as Kafka's PASSWORD configs.  An empty
   resource name means the cluster-wide dynamic defaults, as in Kafka: there are none here, so
   the answer is an empty list.  Another id → INVALID_REQUEST "Unexpected broker id, ..."; a
   non-integer name → INVALID_REQUEST "Broker id must be an integer, ...".
@@ -39,7 +41,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from trireme.server.config import PROPERTIES
+from trireme.server.config import PROPERTIES, SENSITIVE_PROPERTIES
 from trireme.server.dispatch import handles
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.state.topics import TOPIC_CONFIGS, validate_topic_name
@@ -81,7 +83,7 @@ SOURCE_STATIC_BROKER_CONFIG = 4
 SOURCE_DEFAULT_CONFIG = 5
 
 # DescribeConfigs ConfigType values.
-TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 1, 2, 3, 5, 7
+TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST, TYPE_PASSWORD = 1, 2, 3, 5, 7, 9
 
 # The broker property each topic config takes its default from (Kafka's synonym names).  Only
 # those in server.config.PROPERTIES can be set here; the others always have the topic default.
@@ -169,7 +171,10 @@ def broker_config_entries(broker) -> list[ConfigEntry]:
         elif broker.config.is_set(name):          # log.retention.ms from log.retention.hours: its effective value
             synonyms.append((name, broker_value(broker.config[name]), SOURCE_STATIC_BROKER_CONFIG))
         synonyms.append((name, broker_value(default), SOURCE_DEFAULT_CONFIG))
-        if name in _BROKER_TYPES:
+        if name in SENSITIVE_PROPERTIES:          # a secret: never told (Kafka's PASSWORD configs)
+            synonyms = [(n, None, source) for n, _, source in synonyms]
+            ctype = TYPE_PASSWORD
+        elif name in _BROKER_TYPES:
             ctype = _BROKER_TYPES[name]
         elif isinstance(default, bool):
             ctype = TYPE_BOOLEAN
@@ -252,7 +257,7 @@ def describe_configs(ctx, request):
         for e in entries:
             result.configs.append(ccls(
                 name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
-                is_default=e.source == SOURCE_DEFAULT_CONFIG, is_sensitive=False,
+                is_default=e.source == SOURCE_DEFAULT_CONFIG, is_sensitive=e.config_type == TYPE_PASSWORD,
                 synonyms=[scls(name=n, value=v, source=s) for n, v, s in e.synonyms]
                 if request.include_synonyms else [],
                 config_type=e.config_type, documentation=e.documentation if with_docs else None))
