@@ -682,3 +682,17 @@ def test_every_documented_api_has_a_matrix_entry_or_a_reason():
     stale = (covered | set(NO_ACL_REASONS) | set(OWNED_ELSEWHERE)) - set(documented)
     assert not stale, f"not in docs/protocol.md: {stale}"
     assert not (set(NO_ACL_REASONS) & {case.api for case in MATRIX})
+
+
+def test_broker_logger_configs_checked_only_by_incremental_alter_configs():
+    async def body(b):
+        grant(b, [])
+        logger = [IAC.AlterConfigsResource(resource_type=8, resource_name=str(b.node_id), configs=[
+            IAC.AlterConfigsResource.AlterableConfig(name="kafka", config_operation=0, value="INFO")])]
+        out = await call_as(b, "IncrementalAlterConfigs", 1, IAC(resources=logger))
+        assert [(r.error_code, r.error_message) for r in out.responses] == [(CLUSTER_DENIED, None)]
+        out = await call_as(b, "AlterConfigs", 2, AC(resources=[AC.AlterConfigsResource(
+            resource_type=8, resource_name=str(b.node_id), configs=[
+                AC.AlterConfigsResource.AlterableConfig(name="kafka", value="INFO")])]))
+        assert [r.error_code for r in out.responses] == [E.INVALID_REQUEST.code]
+    run_calls(body)
