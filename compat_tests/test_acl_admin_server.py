@@ -1,6 +1,6 @@
 """The group and admin APIs' ACL checks against a real broker over SASL_PLAINTEXT: PLAIN users from JAAS, Kafka's
 authorizer class name and super user, ACLs created with CreateAcls by the super user, raw frames as a client sends
-them.  A user without the ACLs gets Kafka's codes and changes nothing; given them (Kafka's implied operations
+them and kafka-python's admin client (which raises Kafka's authorization exceptions).  A user without the ACLs gets Kafka's codes and changes nothing; given them (Kafka's implied operations
 included: Delete implies Describe), the same requests succeed.
 
 The listener is the SASL tests' stand-in (compat_tests/sasl_standin.py) until SASL_PLAINTEXT listeners are on
@@ -128,3 +128,38 @@ def test_group_and_admin_apis_refuse_then_allow(sasl_server):
         r = alice.request("DescribeCluster", 1, req("DescribeCluster", include_cluster_authorized_operations=True))
         assert r.cluster_authorized_operations == 1 << DESCRIBE
         assert {g.group_id for g in alice.request("ListGroups", 4, req("ListGroups")).groups} >= {group}
+
+
+def test_kafka_python_admin_sees_kafkas_authorization_errors(sasl_server):
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewPartitions, NewTopic
+    from kafka.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
+    srv = sasl_server(**PROPS)
+    topic, group = unique("kp-orders"), unique("kp-g")
+    common = {"bootstrap_servers": srv.bootstrap, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+              "request_timeout_ms": 15000}
+    admin = KafkaAdminClient(sasl_plain_username="admin", sasl_plain_password="admin-pw", **common)
+    alice = KafkaAdminClient(sasl_plain_username="alice", sasl_plain_password="alice-secret", **common)
+    try:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+        with login(srv, "admin", "admin-pw") as raw:
+            assert commit(raw, group, topic, 3) == [0]
+        with pytest.raises(TopicAuthorizationFailedError):
+            alice.create_topics([NewTopic(unique("kp-new"), 1, 1)])
+        with pytest.raises(TopicAuthorizationFailedError):
+            alice.create_partitions({topic: NewPartitions(3)})
+        with pytest.raises(TopicAuthorizationFailedError):
+            alice.delete_topics([topic])
+        with pytest.raises(GroupAuthorizationFailedError):
+            alice.list_group_offsets(group)
+        assert list(alice.list_groups()) == []
+        assert len(admin.describe_topics([topic])[0]["partitions"]) == 1       # nothing changed
+        with login(srv, "admin", "admin-pw") as raw:
+            allow(raw, (TOPIC, topic, ALTER), (GROUP, group, DESCRIBE), (TOPIC, topic, DESCRIBE))
+        alice.create_partitions({topic: NewPartitions(3)})
+        assert len(admin.describe_topics([topic])[0]["partitions"]) == 3
+        offsets = alice.list_group_offsets(group)[group]
+        assert {tp.partition: meta.offset for tp, meta in offsets.items()} == {0: 3}
+    finally:
+        alice.close()
+        admin.close()
