@@ -644,7 +644,7 @@ NO_ACL_REASONS = {
 # one of them has a case for it.
 OWNED_ELSEWHERE = {
     **dict.fromkeys(["WriteTxnMarkers", "DescribeTransactions", "ListTransactions", "DescribeTopicPartitions"],
-                    "authz-data's APIs: no Case for them in a matrix module on this branch yet"),
+                    "authz-data's: tested in tests/test_acl_data.py, outside its module-level Case tables"),
     **dict.fromkeys(["DescribeAcls", "CreateAcls", "DeleteAcls", "DescribeUserScramCredentials",
                      "AlterUserScramCredentials"], "acls (their handler tests)"),
     **dict.fromkeys(["DescribeClientQuotas", "AlterClientQuotas"], "quotas (their handler tests)"),
