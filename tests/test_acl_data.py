@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from acl_matrix import (PRINCIPAL, Case, Changes, broker_state, call_as, call_fast, cluster, context, error_codes, grant,
-                        group, make_broker, only, run_case, succeeded, topic, txn)
+                        group, make_broker, only, run_case, settled, succeeded, topic, txn)
 from broker_runner import run_with_broker
 from trireme.server.connection import CloseConnection
 from trireme.server.deferred import Deferred
@@ -506,13 +506,16 @@ def describe_topics_refused(response, missing):
     assert (t.topic_id.int, t.is_internal, t.partitions, t.topic_authorized_operations) == (0, False, [], -2**31)
 
 
-@pytest.mark.parametrize("case", [
+DESCRIBE_TOPIC_PARTITIONS_CASES = [
     Case("describe-topic-partitions", "DescribeTopicPartitions", 0, lambda b, _: describe_topics_request("orders"),
          (topic("orders", DESCRIBE),), describe_topics_refused, succeeded, setup=orders, changes=Changes.NOTHING),
     Case("describe-topic-partitions-missing", "DescribeTopicPartitions", 0,
          lambda b, _: describe_topics_request("missing"), (topic("missing", DESCRIBE),), describe_topics_refused,
          lambda r, b: only(E.UNKNOWN_TOPIC_OR_PARTITION.code)(r, None), changes=Changes.NOTHING),
-], ids=str)
+]
+
+
+@pytest.mark.parametrize("case", DESCRIBE_TOPIC_PARTITIONS_CASES, ids=str)
 def test_describe_topic_partitions_matrix(case):
     run_case(case)
 
@@ -696,6 +699,7 @@ def test_add_partitions_refuses_the_whole_add_when_a_topic_is_denied():
         ids = await transactional_producer(b, add=False)
         b.create_topic("audit", 1)
         grant(b, [txn(TID, WRITE), topic("audit", WRITE), topic("__consumer_offsets", WRITE)])
+        await settled(b)
         before = broker_state(b)
         response = await call_as(b, "AddPartitionsToTxn", 3, add_request(
             ids, {"orders": [0], "audit": [0], "__consumer_offsets": [0]}))
@@ -747,13 +751,16 @@ async def idempotent_producer(broker):
     return init.producer_id, init.producer_epoch
 
 
-@pytest.mark.parametrize("case", [
-    # An admin's abort of a hanging transaction (KIP-664): ClusterAction, or Alter on the cluster as Kafka 4 allows.
+# An admin's abort of a hanging transaction (KIP-664): ClusterAction, or Alter on the cluster as Kafka 4 allows.
+WRITE_TXN_MARKERS_CASES = [
     Case(f"write-txn-markers-{operation.name.lower()}", "WriteTxnMarkers", 1,
          lambda b, ids: marker_request(*ids), (cluster(operation),), only(CLUSTER_DENIED), succeeded,
          setup=idempotent_producer)
     for operation in (Operation.CLUSTER_ACTION, Operation.ALTER)
-], ids=str)
+]
+
+
+@pytest.mark.parametrize("case", WRITE_TXN_MARKERS_CASES, ids=str)
 def test_write_txn_markers_matrix(case):
     run_case(case)
 
@@ -765,6 +772,7 @@ def test_rogue_markers_are_refused_and_the_transaction_stays_intact(version):
     coordinator (issue 20): no marker may end a partition of an open transaction behind the coordinator's back."""
     async def body(b):
         pid, epoch = await open_transaction_with_data(b)
+        await settled(b)
         lso = [b.partition("orders", i).last_stable_offset() for i in (0, 1)]
         before = broker_state(b)
         grant(b, [topic("orders", WRITE), topic("orders", READ), txn(TID, WRITE), cluster(DESCRIBE)])
@@ -789,6 +797,28 @@ def test_rogue_markers_are_refused_and_the_transaction_stays_intact(version):
 
 DX = req("DescribeTransactions")
 LX = req("ListTransactions")
+
+
+def listed_nothing(response, missing):
+    assert (response.error_code, response.transaction_states) == (NONE, []), f"without {missing}: {response}"
+
+
+def listed_tid(response, broker):
+    assert [(s.transactional_id, s.transaction_state) for s in response.transaction_states] == [(TID, "Ongoing")]
+
+
+TRANSACTION_TOOLING_CASES = [
+    Case("describe-transactions", "DescribeTransactions", 0, lambda b, _: DX(transactional_ids=[TID]),
+         (txn(TID, DESCRIBE),), only(TXN_DENIED), succeeded, setup=transactional_producer, changes=Changes.NOTHING),
+    Case("list-transactions", "ListTransactions", 1,
+         lambda b, _: LX(state_filters=[], producer_id_filters=[], duration_filter=-1),
+         (txn(TID, DESCRIBE),), listed_nothing, listed_tid, setup=transactional_producer, changes=Changes.NOTHING),
+]
+
+
+@pytest.mark.parametrize("case", TRANSACTION_TOOLING_CASES, ids=str)
+def test_transaction_tooling_matrix(case):
+    run_case(case)
 
 
 def test_describe_transactions_per_id_and_only_describable_topics():
