@@ -30,6 +30,7 @@ from trireme.wire.primitives import INT32, CodecError
 from . import dispatch
 from .deferred import Deferred
 from .dispatch import RequestContext
+from .quotas import wait_throttled
 
 log = logging.getLogger("trireme.connection")
 
@@ -251,6 +252,7 @@ class Connection:
         self._eof = False                          # the client's EOF (or idle): polls not yet started are skipped
         self.waiting_since: float | None = None    # trio time the reader began waiting for a request's bytes
         self.idle = False                          # the idle watchdog ended the wait for a request
+        self.throttled_until = 0.0                 # trio time a quota mutes this connection until (server/quotas.py)
 
     def _log_fields(self) -> str:
         return (f"conn={self.id} peer={self.peer} client_id={self.client_id!r} "
@@ -363,6 +365,8 @@ class Connection:
             frame = await reader.read_frame()
             if frame is None:
                 return reader.eof_reason
+            if self.throttled_until:                # KIP-219: a throttled client's next request waits its time out
+                await wait_throttled(self)
             self.requests += 1
             charged = reader.charged
             self.request_bytes += charged
@@ -438,6 +442,9 @@ class Connection:
         handled = time.perf_counter()
         metrics.observe_request(handler.name, handled - started)
         metrics.observe_phase(handler.name, "receive", dispatched - received)
+        if self.broker.quotas.enabled:
+            result = self.broker.quotas.charge(self, handler.name, api_version, header.client_id, len(frame),
+                                               handled - started, result)
         if type(result) is Deferred:
             return _Waiting(result, handler, header, charged, received, handled)
         if result is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from trireme.state.acls import Operation, ResourceType
+from trireme.state.client_quotas import ClientQuotas
 
 log = logging.getLogger("trireme.security")
 
@@ -17,6 +18,7 @@ class Security:
     def __init__(self, config):
         self.config = config
         self.authorizer_enabled = False
+        self.client_quotas = ClientQuotas()        # the "client quotas" section of the security metadata
 
     def authorize(self, principal: str, host: str, operation: Operation, resource_type: ResourceType,
                   name: str) -> bool:
@@ -29,4 +31,4 @@ class Security:
 
     def client_quota(self, user: str | None, client_id: str | None) -> dict[str, float]:
         """The quotas that apply to this (user, client id) by Kafka's precedence: quota key → value."""
-        return {}
+        return self.client_quotas.client_quota(user or "", client_id or "")

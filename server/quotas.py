@@ -1,0 +1,181 @@
+"""Client quota enforcement as Kafka's ClientQuotaManager does it: each answer's cost recorded in its client's sensor, throttle_time_ms set, and the connection muted for that long (KIP-219).
+
+Three quotas, each looked up with Kafka's precedence in the ``client quotas`` section of the security metadata
+(state/client_quotas.py): ``producer_byte_rate`` charges a Produce request's size, ``consumer_byte_rate`` a
+Fetch answer's record bytes, ``request_percentage`` every request's handler time (as a percentage of one
+thread: 100 is one thread all the time; a Produce with acks=0 is not charged, as in Kafka).  A client over a
+quota gets Kafka's throttle time (how long its rate needs to come back to the quota; a request-quota throttle
+at most one window) in the answer's ``throttle_time_ms``, and its connection reads no further request for
+that long.  A throttled Fetch is answered empty (its bytes are not charged) and asks for no more than the
+quota allows in ``quota.window.num - 1`` windows, as Kafka.
+
+When no quota is set anywhere nothing is looked up (``enabled`` is false); a client with no quota of its own
+costs one dictionary look-up per request.  A sensor nothing was recorded in for an hour is dropped (Kafka's
+inactive sensor expiry), and there are at most MAX_SENSORS of them.
+"""
+from __future__ import annotations
+
+import time
+
+import trio
+
+from trireme.state.client_quotas import (CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, SampledRate,
+                                         throttle_time_ms)
+from trireme.wire.small_produce import with_throttle
+
+from .deferred import Deferred
+from .dispatch import Encoded
+
+PRODUCE, FETCH, REQUEST = "Produce", "Fetch", "Request"        # Kafka's quota types (its metric groups)
+_KEYS = ((PRODUCE, PRODUCER_BYTE_RATE), (FETCH, CONSUMER_BYTE_RATE), (REQUEST, REQUEST_PERCENTAGE))
+SENSOR_EXPIRY_MS = 3600 * 1000          # Kafka's InactiveSensorExpirationTimeSeconds
+SWEEP_INTERVAL_MS = 60 * 1000
+MAX_SENSORS = 10000                     # client ids are the client's to choose: the sensors they make are bounded
+MAX_RESOLVED = 10000
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def _user(principal: str) -> str:
+    return principal.partition(":")[2] if ":" in principal else principal
+
+
+def _record_bytes(response) -> int:
+    """The record bytes of a FetchResponse (what consumer_byte_rate counts)."""
+    return sum(len(p.records) for t in response.responses for p in t.partitions if p.records is not None)
+
+
+class ClientQuotaManager:
+    def __init__(self, config, quotas, metrics, clock=monotonic_ms):
+        self.num = config["quota.window.num"]
+        self.window_ms = config["quota.window.size.seconds"] * 1000
+        self.quotas = quotas                    # state.client_quotas.ClientQuotas
+        self.metrics = metrics
+        self.clock = clock
+        self.sensors: dict[tuple[str, str, str], SampledRate] = {}
+        self._resolved: dict[tuple[str, str], tuple | None] = {}
+        self._next_sweep = 0
+        self.enabled = False
+        quotas.listeners.append(self._changed)
+        self._changed()
+
+    def _changed(self) -> None:
+        self.enabled = bool(self.quotas.quotas)
+        self._resolved.clear()
+
+    def _limits(self, user: str, client_id: str) -> tuple | None:
+        """Per quota type: (sensor key, bound) or None; None for a client no quota applies to."""
+        key = (user, client_id)
+        found = self._resolved.get(key, False)
+        if found is not False:
+            return found
+        limits = []
+        for quota_type, quota_key in _KEYS:
+            hit = self.quotas.lookup(quota_key, user, client_id)
+            limits.append(None if hit is None else ((quota_type, hit[0], hit[1]), hit[2]))
+        found = None if limits == [None, None, None] else tuple(limits)
+        if len(self._resolved) >= MAX_RESOLVED:
+            self._resolved.clear()
+        self._resolved[key] = found
+        return found
+
+    def _sensor(self, key: tuple, now: int) -> SampledRate:
+        sensor = self.sensors.get(key)
+        if sensor is None:
+            if now >= self._next_sweep or len(self.sensors) >= MAX_SENSORS:
+                self._sweep(now)
+            sensor = self.sensors[key] = SampledRate(self.num, self.window_ms)
+        return sensor
+
+    def _sweep(self, now: int) -> None:
+        """Drop sensors idle for an hour; over MAX_SENSORS, also the least recently used half."""
+        self._next_sweep = now + SWEEP_INTERVAL_MS
+        sensors = self.sensors
+        for key in [k for k, s in sensors.items() if now - s.last_ms >= SENSOR_EXPIRY_MS]:
+            del sensors[key]
+        if len(sensors) >= MAX_SENSORS:
+            for key in sorted(sensors, key=lambda k: sensors[k].last_ms)[:len(sensors) // 2]:
+                del sensors[key]
+
+    def record(self, limit, value: float, now: int, bounded: bool = False) -> int:
+        """Record ``value`` in the sensor of ``limit`` ((sensor key, bound)) → the throttle time in ms (0: within)."""
+        sensor = self._sensor(limit[0], now)
+        sensor.record(value, now)
+        throttle = throttle_time_ms(sensor, limit[1], now)
+        return min(throttle, self.window_ms) if bounded else throttle
+
+    def unrecord(self, limit, value: float, now: int) -> None:
+        self._sensor(limit[0], now).record(-value, now)
+
+    def fetch_max_bytes(self, principal: str, client_id: str | None, max_bytes: int) -> int:
+        """A Fetch's max_bytes, lowered to what the client's consumer_byte_rate allows in num - 1 windows."""
+        limits = self._limits(_user(principal), client_id or "")
+        if limits is None or limits[1] is None:
+            return max_bytes
+        return min(max_bytes, int(limits[1][1] * (self.num - 1) * self.window_ms / 1000))
+
+    def charge(self, conn, api: str, version: int, client_id: str | None, request_size: int,
+               handler_seconds: float, result):
+        """What the connection calls once a handler returned ``result`` (only while ``enabled``): the request's
+        cost recorded, its answer (or the Deferred's) given its throttle time, the connection muted."""
+        user = _user(conn.principal)
+        client = client_id or ""
+        limits = self._limits(user, client)
+        if limits is None:
+            return result
+        if type(result) is Deferred:
+            inner = result
+
+            async def wait():
+                return self._answer(conn, limits, user, client, api, version, request_size, handler_seconds,
+                                    await inner.wait(), True)
+            return Deferred(wait, poll=inner.poll, ready=inner.ready)
+        return self._answer(conn, limits, user, client, api, version, request_size, handler_seconds, result,
+                            result is not None)
+
+    def _answer(self, conn, limits, user, client, api, version, request_size, handler_seconds, response,
+                answered: bool):
+        now = self.clock()
+        produce, fetch, request = limits
+        request_throttle = byte_throttle = 0
+        if request is not None and (answered or api != PRODUCE):         # acks=0: no request quota (Kafka)
+            request_throttle = self.record(request, handler_seconds * 100.0, now, bounded=True)
+        byte_limit = produce if api == PRODUCE else fetch if api == FETCH else None
+        fetched = 0
+        if byte_limit is not None:
+            if api == PRODUCE:
+                byte_throttle = self.record(byte_limit, request_size, now)
+            elif response is not None:
+                fetched = _record_bytes(response)
+                byte_throttle = self.record(byte_limit, fetched, now)
+        throttle = max(request_throttle, byte_throttle)
+        if throttle <= 0:
+            return response
+        if byte_throttle > request_throttle:
+            quota_type, tags = api, byte_limit[0]
+        else:
+            quota_type, tags = REQUEST, request[0]
+        self.metrics.client_throttled(tags[1], tags[2], quota_type, throttle)
+        until = trio.current_time() + throttle / 1000
+        if until > conn.throttled_until:
+            conn.throttled_until = until
+        if response is None:
+            return None
+        if type(response) is Encoded:                   # Produce's fast path (wire/small_produce.py)
+            return Encoded(with_throttle(response.body, version, throttle))
+        if api == FETCH:
+            if byte_limit is not None:
+                self.unrecord(byte_limit, fetched, now)
+            response.responses = []                     # a throttled fetch is answered empty (Kafka)
+        if hasattr(response, "throttle_time_ms"):
+            response.throttle_time_ms = throttle
+        return response
+
+
+async def wait_throttled(conn) -> None:
+    """KIP-219: read no request from a throttled client until its throttle time is over."""
+    while trio.current_time() < conn.throttled_until:
+        await trio.sleep_until(conn.throttled_until)
+    conn.throttled_until = 0.0
