@@ -1,0 +1,162 @@
+"""Client quotas against a real broker: AlterClientQuotas / DescribeClientQuotas over raw frames, a producer and a
+consumer over tiny byte rates throttled with Kafka's throttle time (KIP-219: the answer says how long, and the
+connection reads nothing more for that long), and the bytes a throttled producer gets in bounded by its quota."""
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+from compat_tests.test_bad_input import (RawConn, create_topic, encode_request, produce_request, req, unique)
+from trireme.wire import error_codes as E
+from trireme.wire import records
+from trireme.wire.codec import message
+
+ACQ = message("AlterClientQuotasRequest").cls
+WINDOWS, WINDOW_S = 11, 1            # quota.window.num, quota.window.size.seconds (Kafka's defaults)
+
+
+def alter(conn, entries, validate_only=False, version=1):
+    r = conn.request("AlterClientQuotas", version, ACQ(validate_only=validate_only, entries=[
+        ACQ.EntryData(entity=[ACQ.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity],
+                      ops=[ACQ.EntryData.OpData(key=k, value=0.0 if v is None else v, remove=v is None)
+                           for k, v in ops.items()])
+        for entity, ops in entries]))
+    return [(x.error_code, x.error_message) for x in r.entries]
+
+
+def describe(conn, components=(), strict=False, version=1):
+    cls = message("DescribeClientQuotasRequest").cls
+    r = conn.request("DescribeClientQuotas", version, cls(strict=strict, components=[
+        cls.ComponentData(entity_type=t, match_type=m, match=v) for t, m, v in components]))
+    assert r.error_code == 0, r
+    return {tuple((e.entity_type, e.entity_name) for e in x.entity): {v.key: v.value for v in x.values}
+            for x in r.entries}
+
+
+def kafka_round(x: float) -> int:
+    return math.floor(x + 0.5)
+
+
+def test_alter_and_describe_client_quotas(server):
+    with RawConn(server.bootstrap) as conn:
+        alice = [("user", "alice"), ("client-id", None)]
+        entries = [(alice, {"producer_byte_rate": 1024.0, "request_percentage": 50.0}),
+                   ([("client-id", "app")], {"consumer_byte_rate": 4096.0}),
+                   ([("user", "bob")], {"producer_byte_rate": -1.0}),
+                   ([("user", "carol")], {"no_such_quota": 1.0})]
+        assert [e for e, _ in alter(conn, entries, validate_only=True)] == [0, 0, 42, 42]
+        assert describe(conn) == {}
+        results = alter(conn, entries)
+        assert [e for e, _ in results] == [0, 0, E.INVALID_REQUEST.code, E.INVALID_REQUEST.code]
+        assert "greater than 0" in results[2][1] and "no_such_quota" in results[3][1]
+        assert describe(conn) == {tuple(alice): {"producer_byte_rate": 1024.0, "request_percentage": 50.0},
+                                  (("client-id", "app"),): {"consumer_byte_rate": 4096.0}}
+        assert describe(conn, [("user", 0, "alice")], strict=True) == {}
+        assert list(describe(conn, [("user", 0, "alice")])) == [tuple(alice)]
+        assert list(describe(conn, [("client-id", 1, None)], version=0)) == [tuple(alice)]
+        assert alter(conn, [(alice, {"producer_byte_rate": None})], version=0) == [(0, None)]
+        assert describe(conn, [("user", 2, None)]) == {tuple(alice): {"request_percentage": 50.0}}
+
+
+def _produce_frame(topic: str, client_id: str, value_bytes: int, cid: int) -> bytes:
+    batch = records.build_batch([(None, b"x" * value_bytes)])
+    return encode_request("Produce", 9, produce_request(topic, {0: batch}), cid, client_id=client_id)
+
+
+def test_producer_over_its_byte_rate_gets_kafkas_throttle_time_and_is_muted(server):
+    quota = 40000.0
+    with RawConn(server.bootstrap, timeout=60) as conn:
+        topic = unique("quota-produce")
+        create_topic(conn, topic)
+        assert alter(conn, [([("client-id", "slow-producer")], {"producer_byte_rate": quota})]) == [(0, None)]
+        data = _produce_frame(topic, "slow-producer", 500_000, 1)
+        conn.send(data)
+        r = conn.read_response("Produce", 9, 1)
+        assert r.responses[0].partition_responses[0].error_code == 0
+        # The first sample: the rate is counted over quota.window.num - 1 whole windows (10 s), so the throttle is
+        # exactly Kafka's (rate - quota) / quota × 10 s for this request's size.
+        size = len(data) - 4
+        expected = kafka_round((size / ((WINDOWS - 1) * WINDOW_S) - quota) / quota * (WINDOWS - 1) * WINDOW_S * 1000)
+        assert r.throttle_time_ms == expected > 2000
+        # muted: the next request (not charged by any quota) is read only once the throttle time is over
+        sent = time.monotonic()
+        api = conn.request("ApiVersions", 3, req("ApiVersions", client_software_name="t", client_software_version="1"))
+        assert api.error_code == 0 and api.throttle_time_ms == 0
+        assert time.monotonic() - sent >= expected / 1000 / 2          # a lower bound only: slowness cannot fail it
+        # another client id is not throttled
+        conn.send(_produce_frame(topic, "other", 100, 2))
+        assert conn.read_response("Produce", 9, 2).throttle_time_ms == 0
+
+
+@pytest.mark.trireme_only("reads the broker's bytes through its own fetch; the bound is Trireme's accounting")
+def test_throttled_producer_stays_near_its_quota(server):
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    quota = 20000
+    with RawConn(server.bootstrap) as conn:
+        topic = unique("quota-rate")
+        create_topic(conn, topic)
+        assert alter(conn, [([("client-id", "bounded")], {"producer_byte_rate": float(quota)})]) == [(0, None)]
+    throttles = []
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": server.bootstrap, "client.id": "bounded", "linger.ms": 5, "batch.size": 16384,
+        "queue.buffering.max.kbytes": 256, "throttle_cb": lambda event: throttles.append(event.throttle_time)})
+    value = b"v" * 100
+    started = time.monotonic()
+    while time.monotonic() - started < 4:
+        try:
+            producer.produce(topic, value)
+        except BufferError:
+            producer.poll(0.05)
+        producer.poll(0)
+    elapsed = time.monotonic() - started
+    producer.purge()
+    producer.flush(30)                                         # hang guard
+    with RawConn(server.bootstrap) as conn:
+        from compat_tests.test_bad_input import list_offset
+        stored = list_offset(conn, topic, 0)
+    assert throttles and max(throttles) > 0
+    # what got in: at most the quota over the time it ran plus the windows a rate is measured over (the first
+    # burst), and the batches in flight when a throttle began (5 per connection, 16 KiB each)
+    assert stored * len(value) <= quota * (elapsed + WINDOWS * WINDOW_S) + 5 * 16384
+    assert stored > 0
+
+
+def test_consumer_over_its_byte_rate_gets_an_empty_throttled_answer(server):
+    quota = 1000.0
+    with RawConn(server.bootstrap) as conn:
+        topic = unique("quota-fetch")
+        create_topic(conn, topic)
+        for i in range(40):                                    # 40 batches of about 1 KiB
+            conn.send(_produce_frame(topic, "filler", 1000, 100 + i))
+            assert conn.read_response("Produce", 9, 100 + i).throttle_time_ms == 0
+        assert alter(conn, [([("client-id", "slow-consumer")], {"consumer_byte_rate": quota})]) == [(0, None)]
+        cls = message("FetchRequest").cls
+        tcls = cls.FetchTopic
+
+        def fetch(offset, cid):
+            request = cls(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+                          session_id=0, session_epoch=-1, topics=[tcls(topic=topic, partitions=[
+                              tcls.FetchPartition(partition=0, fetch_offset=offset, log_start_offset=-1,
+                                                  partition_max_bytes=1 << 20)])])
+            conn.send(encode_request("Fetch", 11, request, cid, client_id="slow-consumer"))
+            return conn.read_response("Fetch", 11, cid)
+
+        first = fetch(0, 1)
+        got = len(first.responses[0].partitions[0].records)
+        # max_bytes cut to what the quota allows in quota.window.num - 1 windows (KIP-74: whole batches)
+        assert 0 < got <= quota * (WINDOWS - 1) * WINDOW_S + 1100 and first.throttle_time_ms == 0
+        second = fetch(1, 2)
+        assert second.throttle_time_ms > 0 and second.responses == []        # KIP-219's empty throttled answer
+
+
+@pytest.mark.trireme_only("restarts the broker")
+@pytest.mark.xfail(strict=True, reason="the client quotas section is not yet wired into the durable security "
+                                       "metadata (the acls engineer's cluster metadata); remove once it is")
+def test_quotas_survive_a_restart(server):
+    with RawConn(server.bootstrap) as conn:
+        assert alter(conn, [([("user", None)], {"request_percentage": 25.0})]) == [(0, None)]
+    server.restart()
+    with RawConn(server.bootstrap) as conn:
+        assert describe(conn) == {(("user", None),): {"request_percentage": 25.0}}
