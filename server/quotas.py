@@ -65,12 +65,13 @@ class ClientQuotaManager:
         self.enabled = bool(self.quotas.quotas)
         self._resolved.clear()
 
-    def _limits(self, user: str, client_id: str) -> tuple | None:
+    def _limits(self, principal: str, client_id: str) -> tuple | None:
         """Per quota type: (sensor key, bound) or None; None for a client no quota applies to."""
-        key = (user, client_id)
+        key = (principal, client_id)
         found = self._resolved.get(key, False)
         if found is not False:
             return found
+        user = _user(principal)
         limits = []
         for quota_type, quota_key in _KEYS:
             hit = self.quotas.lookup(quota_key, user, client_id)
@@ -111,7 +112,7 @@ class ClientQuotaManager:
 
     def fetch_max_bytes(self, principal: str, client_id: str | None, max_bytes: int) -> int:
         """A Fetch's max_bytes, lowered to what the client's consumer_byte_rate allows in num - 1 windows."""
-        limits = self._limits(_user(principal), client_id or "")
+        limits = self._limits(principal, client_id or "")
         if limits is None or limits[1] is None:
             return max_bytes
         return min(max_bytes, int(limits[1][1] * (self.num - 1) * self.window_ms / 1000))
@@ -120,11 +121,13 @@ class ClientQuotaManager:
                handler_seconds: float, result):
         """What the connection calls once a handler returned ``result`` (only while ``enabled``): the request's
         cost recorded, its answer (or the Deferred's) given its throttle time, the connection muted."""
-        user = _user(conn.principal)
         client = client_id or ""
-        limits = self._limits(user, client)
+        limits = self._resolved.get((conn.principal, client), False)
+        if limits is False:
+            limits = self._limits(conn.principal, client)
         if limits is None:
             return result
+        user = _user(conn.principal)
         if type(result) is Deferred:
             inner = result
 

@@ -303,7 +303,8 @@ class SampledRate:
 def throttle_time_ms(rate: SampledRate, bound: float, now_ms: int) -> int:
     """How long a client over ``bound`` must wait for its rate to come back to it (Kafka's QuotaUtils.throttleTime):
     the excess over the bound as a fraction of it, times the window the rate is measured over; 0 within it."""
-    value = rate.measure(now_ms)
+    window = rate.window_size_ms(now_ms)
+    value = sum(rate.values) * 1000.0 / window
     if value <= bound:
         return 0
-    return math.floor((value - bound) / bound * rate.window_size_ms(now_ms) + 0.5)
+    return math.floor((value - bound) / bound * window + 0.5)
