@@ -160,3 +160,17 @@ def test_quotas_survive_a_restart(server):
     server.restart()
     with RawConn(server.bootstrap) as conn:
         assert describe(conn) == {(("user", None),): {"request_percentage": 25.0}}
+
+
+@pytest.mark.server_config({"connections.max.idle.ms": 2000})
+def test_connection_muted_longer_than_the_idle_timeout_is_closed(server):
+    """A byte-rate throttle has no bound of its own (1 KiB against 1 B/s: about 17 minutes); a connection muted
+    for longer than connections.max.idle.ms is closed then, as Kafka's idle expiry closes a muted channel."""
+    with RawConn(server.bootstrap, timeout=30) as conn:
+        topic = unique("quota-stuck")
+        create_topic(conn, topic)
+        assert alter(conn, [([("client-id", "stuck")], {"producer_byte_rate": 1.0})]) == [(0, None)]
+        conn.send(_produce_frame(topic, "stuck", 1000, 1))
+        assert conn.read_response("Produce", 9, 1).throttle_time_ms > 600_000
+        conn.send_request("ApiVersions", 3, req("ApiVersions", client_software_name="t", client_software_version="1"))
+        conn.expect_closed(timeout=30)

@@ -365,11 +365,11 @@ class Connection:
             frame = await reader.read_frame()
             if frame is None:
                 return reader.eof_reason
-            if self.throttled_until:                # KIP-219: a throttled client's next request waits its time out
-                await wait_throttled(self)
             self.requests += 1
             charged = reader.charged
             self.request_bytes += charged
+            if self.throttled_until and not await wait_throttled(self):     # KIP-219 (server/quotas.py)
+                return "throttled for longer than connections.max.idle.ms"
             try:
                 if not self.limits.answer_fits(ANSWER_TO_REQUEST * len(frame), self.response_bytes):
                     await self._wait_for_answer_room(frame)

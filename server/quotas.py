@@ -177,8 +177,15 @@ class ClientQuotaManager:
         return response
 
 
-async def wait_throttled(conn) -> None:
-    """KIP-219: read no request from a throttled client until its throttle time is over."""
+async def wait_throttled(conn) -> bool:
+    """KIP-219: read no request from a throttled client until its throttle time is over.  False when that is more
+    than connections.max.idle.ms away: the connection is then closed once it has been muted that long, as Kafka's
+    idle expiry closes a muted channel (a byte-rate throttle has no bound of its own)."""
+    give_up = trio.current_time() + conn.limits.idle_timeout
     while trio.current_time() < conn.throttled_until:
+        if conn.throttled_until > give_up:
+            await trio.sleep_until(give_up)
+            return False
         await trio.sleep_until(conn.throttled_until)
     conn.throttled_until = 0.0
+    return True
