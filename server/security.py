@@ -29,6 +29,15 @@ class Security:
         """The stored SCRAM credential of ``user`` for ``mechanism`` (SCRAM-SHA-256/512), or None."""
         return None
 
+    async def update(self, decide):
+        """Change security metadata: ``decide()`` → (records, answer) on the current state, its records replayed;
+        → the answer.  (Until the durable ``__cluster_metadata`` log lands, the records are replayed in memory
+        only; the acls branch replaces this with the write to that log.)"""
+        records, answer = decide()
+        for key, value in records:
+            self.client_quotas.replay(key, value)
+        return answer
+
     def client_quota(self, user: str | None, client_id: str | None) -> dict[str, float]:
         """The quotas that apply to this (user, client id) by Kafka's precedence: quota key → value."""
         return self.client_quotas.client_quota(user or "", client_id or "")

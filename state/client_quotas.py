@@ -1,19 +1,25 @@
 """Client quotas as Kafka keeps them: quota values per entity (user, client-id, their defaults), Kafka's precedence, and the sampled rate they are measured with.
 
 An entity is a tuple of (entity type, name) pairs sorted by type; a name of None is the type's default
-(``/config/users/<default>``).  :class:`ClientQuotas` is one section of the durable security metadata: it
-is changed only by :meth:`ClientQuotas.replay` of its records, and :meth:`ClientQuotas.alter` computes the
-records and the per-entry answers of an AlterClientQuotas request without changing anything (as Kafka's
-ClientQuotaControlManager), so ``validate_only`` is the same call with the records dropped.
+(``/config/users/<default>``).  :class:`ClientQuotas` is the "client quotas" section of the security
+metadata in ``__cluster_metadata`` (the section protocol: state/cluster_metadata.py): its records are
+type 14 (Kafka's ClientQuotaRecord's api key), key ClientQuotaKey (entity, quota key), value
+ClientQuotaValue, a tombstone removing the quota.  It is changed only by :meth:`ClientQuotas.replay`, and
+:meth:`ClientQuotas.alter` computes the records and the per-entry answers of an AlterClientQuotas request
+without changing anything (as Kafka's ClientQuotaControlManager), so ``validate_only`` is the same call with
+the records dropped.
 :class:`SampledRate` is Kafka's Rate over a SampledStat (``quota.window.num`` windows of
 ``quota.window.size.seconds``); callers pass the time, nothing here reads a clock.
 """
 from __future__ import annotations
 
 import ipaddress
-import json
 import math
 import struct
+
+from trireme.wire.codec import message
+
+from .coordinator_records import RecordError, decode, encode, split_version
 
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 ENTITY_TYPES = (USER, CLIENT_ID, IP)
@@ -30,7 +36,8 @@ LONG_MAX = float(2 ** 63 - 1)
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2       # DescribeClientQuotas' match types
 
-_VALUE = struct.Struct(">d")
+CLIENT_QUOTA = 14                # this section's record type in __cluster_metadata
+_TYPE = struct.Struct(">h")
 
 
 class QuotaError(Exception):
@@ -53,13 +60,30 @@ def describe_entity(entity: tuple) -> str:
 
 
 def record_key(entity: tuple, key: str) -> bytes:
-    """The section record key of one quota of one entity (a later record of the same key replaces it)."""
-    return json.dumps([[t, n] for t, n in entity] + [key], separators=(",", ":")).encode()
+    """The record key of one quota of one entity (a later record of the same key replaces it)."""
+    codec = message("ClientQuotaKey")
+    obj = codec.cls(entity=[codec.cls.EntityData(entity_type=t, entity_name=n) for t, n in entity], key=key)
+    try:
+        return _TYPE.pack(CLIENT_QUOTA) + codec.encode_bytes(obj, 0)
+    except (struct.error, ValueError, OverflowError) as e:
+        raise RecordError(f"cannot write ClientQuotaKey: {e}") from None
 
 
-def _parse_record_key(raw: bytes) -> tuple[tuple, str]:
-    items = json.loads(raw)
-    return entity_of((t, n) for t, n in items[:-1]), items[-1]
+def record_value(value: float) -> bytes:
+    return encode("ClientQuotaValue", message("ClientQuotaValue").cls(value=value), 0, RecordError)
+
+
+def _parse_record_key(raw) -> tuple[tuple, str]:
+    record_type, body = split_version(raw, RecordError)
+    if record_type != CLIENT_QUOTA:
+        raise RecordError(f"record type {record_type} is not a client quota")
+    k = decode("ClientQuotaKey", body, 0, RecordError)
+    return entity_of((e.entity_type, e.entity_name) for e in k.entity), k.key
+
+
+def _parse_record_value(raw) -> float:
+    version, body = split_version(raw, RecordError)
+    return decode("ClientQuotaValue", body, version, RecordError).value
 
 
 def _validate_entity(entity: tuple, raw_types: list[str]) -> str | None:
@@ -103,6 +127,8 @@ def _validate_value(entity: tuple, key: str, value: float) -> str | None:
 class ClientQuotas:
     """The quotas set with AlterClientQuotas: entity → {quota key: value}."""
 
+    record_types = (CLIENT_QUOTA,)
+
     def __init__(self):
         self.quotas: dict[tuple, dict[str, float]] = {}
         self.version = 0                   # changes with every replayed record (lookup caches compare it)
@@ -110,8 +136,10 @@ class ClientQuotas:
 
     # --- the durable section
     def replay(self, key: bytes, value: bytes | None) -> None:
-        """Apply one record of this section: a quota set (value: the big-endian double) or removed (None)."""
+        """Apply one record of this section: a quota set, or removed (a tombstone: None).  RecordError for bytes
+        that do not decode (nothing changes)."""
         entity, quota_key = _parse_record_key(key)
+        number = None if value is None else _parse_record_value(value)
         if value is None:
             values = self.quotas.get(entity)
             if values is not None:
@@ -119,14 +147,14 @@ class ClientQuotas:
                 if not values:
                     del self.quotas[entity]
         else:
-            self.quotas.setdefault(entity, {})[quota_key] = _VALUE.unpack(value)[0]
+            self.quotas.setdefault(entity, {})[quota_key] = number
         self.version += 1
         for listener in self.listeners:
             listener()
 
-    def records(self) -> list[tuple[bytes, bytes]]:
-        """The live records (for compaction): one per quota set."""
-        return [(record_key(entity, k), _VALUE.pack(v))
+    def live_records(self) -> list[tuple[bytes, bytes]]:
+        """The records that rebuild this state (compaction): one per quota set."""
+        return [(record_key(entity, k), record_value(v))
                 for entity, values in self.quotas.items() for k, v in values.items()]
 
     # --- AlterClientQuotas
@@ -165,7 +193,7 @@ class ClientQuotas:
                     if failed is not None:
                         break
                     if current.get(key) != value:
-                        mine.append((record_key(entity, key), _VALUE.pack(value)))
+                        mine.append((record_key(entity, key), record_value(value)))
                 if failed is None:
                     records.extend(mine)
             results.append((None, None) if failed is None else ("INVALID_REQUEST", failed))

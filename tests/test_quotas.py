@@ -13,6 +13,7 @@ from trireme.server.deferred import Deferred
 from trireme.server.quotas import MAX_SENSORS, SENSOR_EXPIRY_MS, ClientQuotaManager
 from trireme.state.client_quotas import (CLIENT_ID, USER, ClientQuotas, QuotaError, SampledRate, record_key,
                                          throttle_time_ms)
+from trireme.state.coordinator_records import RecordError
 from trireme.wire.codec import message
 from trireme.wire.small_produce import encode_small_produce_response, with_throttle
 
@@ -112,10 +113,25 @@ def test_section_records_replay_to_the_same_state():
     set_quota(q, [(USER, "a"), (CLIENT_ID, None)], PBR, 1024)
     set_quota(q, [(CLIENT_ID, "c")], RP, 33.3)
     copy = ClientQuotas()
-    for k, v in q.records():
+    for k, v in q.live_records():
         copy.replay(k, v)
-    assert copy.quotas == q.quotas and len(q.records()) == 2
-    assert struct.unpack(">d", dict(q.records())[record_key(((CLIENT_ID, "c"),), RP)])[0] == 33.3
+    assert copy.quotas == q.quotas and len(q.live_records()) == 2
+    key = record_key(((CLIENT_ID, "c"),), RP)
+    assert struct.unpack(">h", key[:2])[0] == 14 == ClientQuotas.record_types[0]     # the section's record type
+    assert struct.unpack(">hd", dict(q.live_records())[key][:10]) == (0, 33.3)      # ClientQuotaValue v0
+    copy.replay(record_key(((USER, "nobody"),), PBR), None)                         # a tombstone of nothing
+    assert copy.quotas == q.quotas
+
+
+@pytest.mark.parametrize("key, value", [
+    (b"", None), (b"\x00\x0e\x00", None), (b"\x00\x17" + b"\x00" * 8, None),
+    (record_key(((USER, "a"),), PBR), b"\x00"), (record_key(((USER, "a"),), PBR), b"\x00\x00\x01"),
+])
+def test_replay_refuses_records_it_cannot_read(key, value):
+    q = ClientQuotas()
+    with pytest.raises(RecordError):
+        q.replay(key, value)
+    assert q.quotas == {} and q.version == 0
 
 
 # --- DescribeClientQuotas filters ---------------------------------------------------------------------
@@ -349,8 +365,23 @@ def test_sensors_expire_after_an_hour_and_are_bounded():
 
 # --- the handlers (through the codec, as tests/test_admin_handlers.py) --------------------------------
 
-from tests.test_admin_handlers import broker, call, req, versions  # noqa: E402,F401  (the broker fixture)
+from tests.test_admin_handlers import broker, handler, req, versions  # noqa: E402,F401  (the broker fixture)
+from trireme.server.dispatch import RequestContext  # noqa: E402
 from trireme.wire import error_codes as E  # noqa: E402
+
+
+def call(broker, api, version, request):
+    """test_admin_handlers.call, with a Deferred answer waited for."""
+    h = handler(api)
+    frame = bytearray(h.request.encode_bytes(request, version))
+    decoded, _ = h.request.decode(frame, version)
+    ctx = RequestContext(broker=broker, api_key=h.api_key, api_version=version, correlation_id=7,
+                         client_id="tests", principal="User:ANONYMOUS", connection=None, frame=frame)
+    response = h.fn(ctx, decoded)
+    if type(response) is Deferred:
+        response = trio.run(response.wait)
+    out, _ = h.response.decode(h.response.encode_bytes(response, version), version)
+    return out
 
 ACQ, DCQ = req("AlterClientQuotas"), req("DescribeClientQuotas")
 

@@ -14,11 +14,13 @@ Behaviour / version notes:
 - ``remove`` drops a key (removing one that is not set is no error); a value equal to the one set
   writes nothing.  validate_only answers the same and changes nothing.
 - The changes are records of the "client quotas" section of the security metadata
-  (state/client_quotas.py), replayed into the quotas every connection's enforcement reads
-  (server/quotas.py).
+  (state/client_quotas.py), decided on the state every earlier change left, written and replayed
+  (Security.update) before the answer; the quotas every connection's enforcement reads
+  (server/quotas.py) are that state.
 """
 from __future__ import annotations
 
+from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
@@ -37,14 +39,23 @@ def alter_client_quotas(ctx, request):
         response.entries = [ecls(error_code=error.code, error_message="Cluster authorization failed.",
                                  entity=entity_of(entry)) for entry in request.entries]
         return response
-    quotas = ctx.broker.security.client_quotas
-    results, records = quotas.alter(
-        [((e.entity_type, e.entity_name) for e in entry.entity),
-         [(op.key, op.value, op.remove) for op in entry.ops]] for entry in request.entries)
-    if not request.validate_only:
-        for key, value in records:
-            quotas.replay(key, value)
-    response.entries = [ecls(error_code=0 if error is None else getattr(E, error).code, error_message=message,
-                             entity=entity_of(entry))
-                        for entry, (error, message) in zip(request.entries, results)]
-    return response
+    security = ctx.broker.security
+    entries = [([(e.entity_type, e.entity_name) for e in entry.entity], [(op.key, op.value, op.remove) for op in entry.ops])
+               for entry in request.entries]
+
+    def answer(results):
+        response.entries = [ecls(error_code=0 if error is None else getattr(E, error).code, error_message=message,
+                                 entity=entity_of(entry))
+                            for entry, (error, message) in zip(request.entries, results)]
+        return response
+
+    if request.validate_only:
+        return answer(security.client_quotas.alter(entries)[0])
+
+    def decide():
+        results, records = security.client_quotas.alter(entries)
+        return records, results
+
+    async def alter():
+        return answer(await security.update(decide))
+    return Deferred(alter)

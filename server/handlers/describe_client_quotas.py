@@ -20,6 +20,10 @@ from trireme.state.client_quotas import ENTITY_TYPES, QuotaError
 from trireme.wire import error_codes as E
 
 
+def _type_order(pair) -> int:
+    return ENTITY_TYPES.index(pair[0]) if pair[0] in ENTITY_TYPES else len(ENTITY_TYPES)
+
+
 @handles("DescribeClientQuotas", 0, 1)
 def describe_client_quotas(ctx, request):
     if not ctx.authorize(Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
@@ -33,7 +37,7 @@ def describe_client_quotas(ctx, request):
     response = ctx.response(error_code=0, error_message=None)
     ecls = type(response).EntryData
     response.entries = [ecls(entity=[ecls.EntityData(entity_type=t, entity_name=n)
-                                     for t, n in sorted(entity, key=lambda pair: ENTITY_TYPES.index(pair[0]))],
+                                     for t, n in sorted(entity, key=_type_order)],
                              values=[ecls.ValueData(key=k, value=v) for k, v in sorted(values.items())])
                         for entity, values in sorted(found, key=lambda item: repr(item[0]))]
     return response
