@@ -66,7 +66,15 @@ def _produce_frame(topic: str, client_id: str, value_bytes: int, cid: int) -> by
 
 
 def test_producer_over_its_byte_rate_gets_kafkas_throttle_time_and_is_muted(server):
-    quota = 40000.0
+    _throttled_producer(server, WINDOWS, WINDOW_S, 40000.0)
+
+
+@pytest.mark.server_config({"quota.window.num": 3, "quota.window.size.seconds": 2})
+def test_quota_windows_are_configurable(server):
+    _throttled_producer(server, 3, 2, 80000.0)
+
+
+def _throttled_producer(server, windows, window_s, quota):
     with RawConn(server.bootstrap, timeout=60) as conn:
         topic = unique("quota-produce")
         create_topic(conn, topic)
@@ -75,10 +83,11 @@ def test_producer_over_its_byte_rate_gets_kafkas_throttle_time_and_is_muted(serv
         conn.send(data)
         r = conn.read_response("Produce", 9, 1)
         assert r.responses[0].partition_responses[0].error_code == 0
-        # The first sample: the rate is counted over quota.window.num - 1 whole windows (10 s), so the throttle is
-        # exactly Kafka's (rate - quota) / quota × 10 s for this request's size.
+        # The first sample: the rate is counted over quota.window.num - 1 whole windows, so the throttle is exactly
+        # Kafka's (rate - quota) / quota × that time for this request's size.
         size = len(data) - 4
-        expected = kafka_round((size / ((WINDOWS - 1) * WINDOW_S) - quota) / quota * (WINDOWS - 1) * WINDOW_S * 1000)
+        measured = (windows - 1) * window_s
+        expected = kafka_round((size / measured - quota) / quota * measured * 1000)
         assert r.throttle_time_ms == expected > 2000
         # muted: the next request (not charged by any quota) is read only once the throttle time is over
         sent = time.monotonic()
