@@ -304,18 +304,19 @@ class SampledRate:
         self.values[self.current] += value
         self.last_ms = now_ms
 
-    def _purge(self, now_ms: int) -> None:
-        expire = self.num * self.window_ms
-        starts = self.starts
-        for i, start in enumerate(starts):
-            if now_ms - start >= expire:
-                starts[i] = now_ms
-                self.values[i] = 0.0
-
     def window_size_ms(self, now_ms: int) -> int:
-        """The time the rate is measured over (Kafka's Rate.windowSize)."""
-        self._purge(now_ms)
-        oldest = min(self.starts) if self.starts else now_ms
+        """The time the rate is measured over (Kafka's Rate.windowSize), samples ``num`` windows old reset first."""
+        starts = self.starts
+        if not starts:
+            return max((self.num - 1) * self.window_ms, 1)
+        oldest = min(starts)
+        if now_ms - oldest >= self.num * self.window_ms:          # Kafka's purgeObsoleteSamples
+            expire = self.num * self.window_ms
+            for i, start in enumerate(starts):
+                if now_ms - start >= expire:
+                    starts[i] = now_ms
+                    self.values[i] = 0.0
+            oldest = min(starts)
         elapsed = now_ms - oldest
         full = elapsed // self.window_ms
         if full < self.num - 1:
