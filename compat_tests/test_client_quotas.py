@@ -183,3 +183,17 @@ def test_connection_muted_longer_than_the_idle_timeout_is_closed(server):
         assert conn.read_response("Produce", 9, 1).throttle_time_ms > 600_000
         conn.send_request("ApiVersions", 3, req("ApiVersions", client_software_name="t", client_software_version="1"))
         conn.expect_closed(timeout=30)
+
+
+def test_java_admin_describes_the_quotas_set(server, java_harness):
+    """Kafka's own Admin.describeClientQuotas (what kafka-client-quotas.sh / kafka-configs.sh call) reads them."""
+    with RawConn(server.bootstrap) as conn:
+        assert alter(conn, [([("user", "alice"), ("client-id", None)], {"producer_byte_rate": 1024.0}),
+                            ([("user", None)], {"request_percentage": 12.5})]) == [(0, None), (0, None)]
+    java = java_harness("4.3.0")
+    entries = java.ok("describe_client_quotas")["entries"]
+    assert sorted((sorted(e["entity"].items(), key=str), e["values"]) for e in entries) == sorted([
+        (sorted({"user": "alice", "client-id": None}.items(), key=str), {"producer_byte_rate": 1024.0}),
+        ([("user", None)], {"request_percentage": 12.5})])
+    assert [e["values"] for e in java.ok("describe_client_quotas", user="alice")["entries"]] == [
+        {"producer_byte_rate": 1024.0}]
