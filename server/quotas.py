@@ -120,61 +120,83 @@ class ClientQuotaManager:
     def charge(self, conn, api: str, version: int, client_id: str | None, request_size: int,
                handler_seconds: float, result):
         """What the connection calls once a handler returned ``result`` (only while ``enabled``): the request's
-        cost recorded, its answer (or the Deferred's) given its throttle time, the connection muted."""
+        cost recorded, the connection muted if that takes the client over a quota, and the answer (or the
+        Deferred's) given its throttle time.  A Produce is charged here, when it is read, so that a client's
+        pipelined requests wait out the throttle its earlier ones earned; a Fetch once its answer is known."""
         client = client_id or ""
         limits = self._resolved.get((conn.principal, client), False)
         if limits is False:
             limits = self._limits(conn.principal, client)
         if limits is None:
             return result
-        user = _user(conn.principal)
-        if type(result) is Deferred:
-            inner = result
-
-            async def wait():
-                return self._answer(conn, limits, user, client, api, version, request_size, handler_seconds,
-                                    await inner.wait(), True)
-            return Deferred(wait, poll=inner.poll, ready=inner.ready)
-        return self._answer(conn, limits, user, client, api, version, request_size, handler_seconds, result,
-                            result is not None)
-
-    def _answer(self, conn, limits, user, client, api, version, request_size, handler_seconds, response,
-                answered: bool):
+        if api == FETCH:
+            if type(result) is Deferred:
+                return _then(result, lambda value: self._fetch_answer(conn, limits, version, handler_seconds, value))
+            return self._fetch_answer(conn, limits, version, handler_seconds, result)
         now = self.clock()
-        produce, fetch, request = limits
-        request_throttle = byte_throttle = 0
-        if request is not None and (answered or api != PRODUCE):         # acks=0: no request quota (Kafka)
-            request_throttle = self.record(request, handler_seconds * 100.0, now, bounded=True)
-        byte_limit = produce if api == PRODUCE else fetch if api == FETCH else None
-        fetched = 0
-        if byte_limit is not None:
-            if api == PRODUCE:
-                byte_throttle = self.record(byte_limit, request_size, now)
-            elif response is not None:
-                fetched = _record_bytes(response)
-                byte_throttle = self.record(byte_limit, fetched, now)
-        throttle = max(request_throttle, byte_throttle)
+        produce, _, request = limits
+        throttle, limit, quota_type = 0, None, REQUEST
+        if request is not None and (result is not None or api != PRODUCE):       # acks=0: no request quota
+            throttle, limit = self.record(request, handler_seconds * 100.0, now, bounded=True), request
+        if api == PRODUCE and produce is not None:
+            charged = self.record(produce, request_size, now)
+            if charged > throttle:
+                throttle, limit, quota_type = charged, produce, PRODUCE
         if throttle <= 0:
-            return response
-        if byte_throttle > request_throttle:
-            quota_type, tags = api, byte_limit[0]
-        else:
-            quota_type, tags = REQUEST, request[0]
-        self.metrics.client_throttled(tags[1], tags[2], quota_type, throttle)
-        until = trio.current_time() + throttle / 1000
-        if until > conn.throttled_until:
-            conn.throttled_until = until
+            return result
+        self._throttle(conn, limit, quota_type, throttle)
+        if type(result) is Deferred:
+            return _then(result, lambda value: _with_throttle_time(value, version, throttle))
+        return _with_throttle_time(result, version, throttle)
+
+    def _fetch_answer(self, conn, limits, version: int, handler_seconds: float, response):
+        """Charge a Fetch's answer: a throttled one is sent empty and its bytes are not counted (Kafka)."""
         if response is None:
             return None
-        if type(response) is Encoded:                   # Produce's fast path (wire/small_produce.py)
-            return Encoded(with_throttle(response.body, version, throttle))
-        if api == FETCH:
-            if byte_limit is not None:
-                self.unrecord(byte_limit, fetched, now)
-            response.responses = []                     # a throttled fetch is answered empty (Kafka)
-        if hasattr(response, "throttle_time_ms"):
-            response.throttle_time_ms = throttle
-        return response
+        now = self.clock()
+        _, fetch, request = limits
+        throttle, limit, quota_type = 0, None, REQUEST
+        if request is not None:
+            throttle, limit = self.record(request, handler_seconds * 100.0, now, bounded=True), request
+        fetched = 0
+        if fetch is not None:
+            fetched = _record_bytes(response)
+            charged = self.record(fetch, fetched, now)
+            if charged > throttle:
+                throttle, limit, quota_type = charged, fetch, FETCH
+        if throttle <= 0:
+            return response
+        if fetch is not None:
+            self.unrecord(fetch, fetched, now)
+        self._throttle(conn, limit, quota_type, throttle)
+        response.responses = []
+        return _with_throttle_time(response, version, throttle)
+
+    def _throttle(self, conn, limit, quota_type: str, throttle_ms: int) -> None:
+        """Mute ``conn`` for ``throttle_ms`` (KIP-219) and count it."""
+        tags = limit[0]
+        self.metrics.client_throttled(tags[1], tags[2], quota_type, throttle_ms)
+        until = trio.current_time() + throttle_ms / 1000
+        if until > conn.throttled_until:
+            conn.throttled_until = until
+
+
+def _then(deferred: Deferred, finish) -> Deferred:
+    """``deferred`` with ``finish`` applied to its answer (its poll and ready unchanged)."""
+    async def wait():
+        return finish(await deferred.wait())
+    return Deferred(wait, poll=deferred.poll, ready=deferred.ready)
+
+
+def _with_throttle_time(response, version: int, throttle_ms: int):
+    """``response`` (None, a response object or the Produce fast path's Encoded answer) with its ThrottleTimeMs."""
+    if response is None:
+        return None
+    if type(response) is Encoded:                   # Produce's fast path (wire/small_produce.py)
+        return Encoded(with_throttle(response.body, version, throttle_ms))
+    if hasattr(response, "throttle_time_ms"):
+        response.throttle_time_ms = throttle_ms
+    return response
 
 
 async def wait_throttled(conn) -> bool:

@@ -447,3 +447,24 @@ def test_without_cluster_permissions(broker, monkeypatch):
     r = call(broker, "DescribeClientQuotas", 1, DCQ(strict=False, components=[]))
     assert (r.error_code, r.entries) == (E.CLUSTER_AUTHORIZATION_FAILED.code, None)
     assert asked == [("ALTER_CONFIGS", "CLUSTER", "kafka-cluster"), ("DESCRIBE_CONFIGS", "CLUSTER", "kafka-cluster")]
+
+
+def test_a_produce_waiting_for_its_fsync_mutes_the_connection_at_once():
+    """Charged when read, not when answered: a pipelined request behind it waits out its throttle."""
+    m, q, clock, metrics = manager()
+    set_quota(q, [(CLIENT_ID, "app")], PBR, 10)
+    c = conn()
+
+    async def run():
+        durable = trio.Event()
+
+        async def wait():
+            await durable.wait()
+            return PRODUCE_RESPONSE(responses=[], throttle_time_ms=0)
+        wrapped = m.charge(c, "Produce", 9, "app", 1000, 0.0, Deferred(wait, ready=durable.is_set))
+        assert c.throttled_until > trio.current_time()                 # before the answer exists
+        assert metrics.throttles == [("", "app", "Produce", 90000)]    # 100 B/s against 10: (100-10)/10 × 10 s
+        assert wrapped.ready is not None and not wrapped.ready()
+        durable.set()
+        assert (await wrapped.wait()).throttle_time_ms == 90000
+    trio.run(run)
