@@ -197,3 +197,34 @@ def test_java_admin_describes_the_quotas_set(server, java_harness):
         ([("user", None)], {"request_percentage": 12.5})])
     assert [e["values"] for e in java.ok("describe_client_quotas", user="alice")["entries"]] == [
         {"producer_byte_rate": 1024.0}]
+
+
+def test_throttled_consumer_still_reads_everything(server):
+    """librdkafka takes the empty throttled answers in its stride (KIP-219) and reads every record in the end."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    count, size = 400, 500                                     # 200 KB against 20 KB/s: throttled after the burst
+    with RawConn(server.bootstrap) as conn:
+        topic = unique("quota-consume")
+        create_topic(conn, topic)
+        for i in range(0, count, 50):
+            batch = records.build_batch([(None, b"r" * size)] * 50)
+            conn.send(encode_request("Produce", 9, produce_request(topic, {0: batch}), 100 + i, client_id="filler"))
+            assert conn.read_response("Produce", 9, 100 + i).throttle_time_ms == 0
+        assert alter(conn, [([("client-id", "slow-consumer")], {"consumer_byte_rate": 20000.0})]) == [(0, None)]
+    throttles = []
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": server.bootstrap, "client.id": "slow-consumer", "group.id": unique("g"),
+        "auto.offset.reset": "earliest", "enable.auto.commit": False, "fetch.max.bytes": 1 << 20,
+        "throttle_cb": lambda event: throttles.append(event.throttle_time)})
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+        got = 0
+        deadline = time.monotonic() + 60                       # hang guard
+        while got < count and time.monotonic() < deadline:
+            message_ = consumer.poll(0.5)
+            if message_ is not None and message_.error() is None:
+                got += 1
+    finally:
+        consumer.close()
+    assert got == count
+    assert throttles and max(throttles) > 0
