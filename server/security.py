@@ -18,7 +18,8 @@ class Security:
     def __init__(self, config):
         self.config = config
         self.authorizer_enabled = False
-        self.client_quotas = ClientQuotas()        # the "client quotas" section of the security metadata
+        # the "client quotas" section of the security metadata
+        self.client_quotas = ClientQuotas(config["trireme.max.client.quota.entities"])
 
     def authorize(self, principal: str, host: str, operation: Operation, resource_type: ResourceType,
                   name: str) -> bool:

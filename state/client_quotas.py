@@ -129,7 +129,8 @@ class ClientQuotas:
 
     record_types = (CLIENT_QUOTA,)
 
-    def __init__(self):
+    def __init__(self, max_entities: int = 100000):
+        self.max_entities = max_entities       # AlterClientQuotas adds no entity past this (replay is not bounded)
         self.quotas: dict[tuple, dict[str, float]] = {}
         self.version = 0                   # changes with every replayed record (lookup caches compare it)
         self.listeners: list = []          # called with no argument after each change
@@ -161,10 +162,12 @@ class ClientQuotas:
     def alter(self, entries) -> tuple[list[tuple[str | None, str | None]], list[tuple[bytes, bytes | None]]]:
         """The answer and the records of an AlterClientQuotas request, changing nothing.  ``entries``: a list of
         (entity pairs [(type, name)], ops [(key, value, remove)]).  → one (error, message) per entry, in order
-        (error None: accepted; else "INVALID_REQUEST"), and the records to append (then :meth:`replay`)."""
+        (error None: accepted; else "INVALID_REQUEST", or "POLICY_VIOLATION" for an entry that would add an entity
+        past ``max_entities``), and the records to append (then :meth:`replay`)."""
         results: list[tuple[str | None, str | None]] = []
         records: list[tuple[bytes, bytes | None]] = []
         seen: set[tuple] = set()
+        entities = len(self.quotas)
         for pairs, ops in entries:
             pairs = list(pairs)
             entity = entity_of(pairs)
@@ -194,6 +197,13 @@ class ClientQuotas:
                         break
                     if current.get(key) != value:
                         mine.append((record_key(entity, key), record_value(value)))
+                if failed is None and mine and not current and any(v is not None for _, v in mine):
+                    if entities >= self.max_entities:
+                        results.append(("POLICY_VIOLATION", f"this broker keeps the quotas of at most "
+                                                            f"{self.max_entities} entities "
+                                                            f"(trireme.max.client.quota.entities)"))
+                        continue
+                    entities += 1
                 if failed is None:
                     records.extend(mine)
             results.append((None, None) if failed is None else ("INVALID_REQUEST", failed))

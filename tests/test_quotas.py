@@ -468,3 +468,12 @@ def test_a_produce_waiting_for_its_fsync_mutes_the_connection_at_once():
         durable.set()
         assert (await wrapped.wait()).throttle_time_ms == 90000
     trio.run(run)
+
+
+def test_entities_are_bounded():
+    q = ClientQuotas(max_entities=2)
+    set_quota(q, [(USER, "a")], PBR, 1)
+    results, records = q.alter([([(USER, "b")], [(PBR, 1.0, False)]), ([(USER, "c")], [(PBR, 1.0, False)]),
+                                ([(USER, "a")], [(RP, 5.0, False)]), ([(USER, "d")], [(PBR, 0.0, True)])])
+    assert [r[0] for r in results] == [None, "POLICY_VIOLATION", None, None]     # a's new key, d's no-op: no entity
+    assert "trireme.max.client.quota.entities" in results[1][1] and len(records) == 2

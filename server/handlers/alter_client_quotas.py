@@ -10,7 +10,9 @@ Behaviour / version notes:
   a quota key not among the three (controller_mutation_rate and the ip entity's
   connection_creation_rate are not enforced here, so they are unknown keys), a value not above 0, a
   fractional byte rate, the same key twice in one entry, the same entity twice in one request (the
-  later one).  A refused entry changes nothing; the others are applied.
+  later one).  An entry that would give quotas to one more entity than
+  trireme.max.client.quota.entities (100,000; Kafka has no bound) → POLICY_VIOLATION.  A refused entry
+  changes nothing; the others are applied.
 - ``remove`` drops a key (removing one that is not set is no error); a value equal to the one set
   writes nothing.  validate_only answers the same and changes nothing.
 - The changes are records of the "client quotas" section of the security metadata
