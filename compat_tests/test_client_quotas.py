@@ -161,8 +161,6 @@ def test_consumer_over_its_byte_rate_gets_an_empty_throttled_answer(server):
 
 
 @pytest.mark.trireme_only("restarts the broker")
-@pytest.mark.xfail(strict=True, reason="the client quotas section is not yet wired into the durable security "
-                                       "metadata (the acls engineer's cluster metadata); remove once it is")
 def test_quotas_survive_a_restart(server):
     with RawConn(server.bootstrap) as conn:
         assert alter(conn, [([("user", None)], {"request_percentage": 25.0})]) == [(0, None)]

@@ -32,6 +32,8 @@ SENSOR_EXPIRY_MS = 3600 * 1000          # Kafka's InactiveSensorExpirationTimeSe
 SWEEP_INTERVAL_MS = 60 * 1000
 MAX_SENSORS = 10000                     # client ids are the client's to choose: the sensors they make are bounded
 MAX_RESOLVED = 10000
+# Kafka's authenticator answers these itself, before (or, re-authenticating, beside) its request handlers: not charged
+NOT_CHARGED = frozenset(("SaslHandshake", "SaslAuthenticate"))
 
 
 def monotonic_ms() -> int:
@@ -127,7 +129,7 @@ class ClientQuotaManager:
         limits = self._resolved.get((conn.principal, client), False)
         if limits is False:
             limits = self._limits(conn.principal, client)
-        if limits is None:
+        if limits is None or api in NOT_CHARGED:
             return result
         if api == FETCH:
             if type(result) is Deferred:

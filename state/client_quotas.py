@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import ipaddress
 import math
-import struct
 
 from trireme.wire.codec import message
 
-from .coordinator_records import RecordError, decode, encode, split_version
+from .cluster_metadata import (CLIENT_QUOTA, MetadataRecordError, decode_key, decode_value, encode_key, encode_value,
+                               record_type)
 
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 ENTITY_TYPES = (USER, CLIENT_ID, IP)
@@ -36,8 +36,6 @@ LONG_MAX = float(2 ** 63 - 1)
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2       # DescribeClientQuotas' match types
 
-CLIENT_QUOTA = 14                # this section's record type in __cluster_metadata
-_TYPE = struct.Struct(">h")
 
 
 class QuotaError(Exception):
@@ -63,27 +61,22 @@ def record_key(entity: tuple, key: str) -> bytes:
     """The record key of one quota of one entity (a later record of the same key replaces it)."""
     codec = message("ClientQuotaKey")
     obj = codec.cls(entity=[codec.cls.EntityData(entity_type=t, entity_name=n) for t, n in entity], key=key)
-    try:
-        return _TYPE.pack(CLIENT_QUOTA) + codec.encode_bytes(obj, 0)
-    except (struct.error, ValueError, OverflowError) as e:
-        raise RecordError(f"cannot write ClientQuotaKey: {e}") from None
+    return encode_key(CLIENT_QUOTA, "ClientQuotaKey", obj)
 
 
 def record_value(value: float) -> bytes:
-    return encode("ClientQuotaValue", message("ClientQuotaValue").cls(value=value), 0, RecordError)
+    return encode_value("ClientQuotaValue", message("ClientQuotaValue").cls(value=value))
 
 
 def _parse_record_key(raw) -> tuple[tuple, str]:
-    record_type, body = split_version(raw, RecordError)
-    if record_type != CLIENT_QUOTA:
-        raise RecordError(f"record type {record_type} is not a client quota")
-    k = decode("ClientQuotaKey", body, 0, RecordError)
+    if record_type(raw) != CLIENT_QUOTA:
+        raise MetadataRecordError(f"record type {record_type(raw)} is not a client quota")
+    k = decode_key(raw, "ClientQuotaKey")
     return entity_of((e.entity_type, e.entity_name) for e in k.entity), k.key
 
 
 def _parse_record_value(raw) -> float:
-    version, body = split_version(raw, RecordError)
-    return decode("ClientQuotaValue", body, version, RecordError).value
+    return decode_value(raw, "ClientQuotaValue").value
 
 
 def _validate_entity(entity: tuple, raw_types: list[str]) -> str | None:

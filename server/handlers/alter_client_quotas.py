@@ -17,11 +17,13 @@ Behaviour / version notes:
   writes nothing.  validate_only answers the same and changes nothing.
 - The changes are records of the "client quotas" section of the security metadata
   (state/client_quotas.py), decided on the state every earlier change left, written and replayed
-  (Security.update) before the answer; the quotas every connection's enforcement reads
-  (server/quotas.py) are that state.
+  (Security.update: appended to __cluster_metadata, made durable, replayed) before the answer; the
+  quotas every connection's enforcement reads (server/quotas.py) are that state.  If the log cannot
+  be written, every entry → KAFKA_STORAGE_ERROR and nothing changes.
 """
 from __future__ import annotations
 
+from trireme.server.cluster_metadata import MetadataUnavailable
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
@@ -59,5 +61,8 @@ def alter_client_quotas(ctx, request):
         return records, results
 
     async def alter():
-        return answer(await security.update(decide))
+        try:
+            return answer(await security.update(decide))
+        except MetadataUnavailable as e:
+            return answer([("KAFKA_STORAGE_ERROR", f"quotas not stored: {e}")] * len(request.entries))
     return Deferred(alter)
