@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from compat_tests.sasl_support import plain_login, sasl_server  # noqa: F401  (fixture)
 from compat_tests.test_bad_input import (RawConn, create_topic, encode_request, produce_request, req, unique)
 from trireme.wire import error_codes as E
 from trireme.wire import records
@@ -226,3 +227,30 @@ def test_throttled_consumer_still_reads_everything(server):
         consumer.close()
     assert got == count
     assert throttles and max(throttles) > 0
+
+
+@pytest.mark.trireme_only("a SASL_PLAINTEXT listener stand-in")
+def test_user_quota_applies_to_the_authenticated_user_and_all_their_client_ids(sasl_server):
+    """Precedence with real principals: /users/alice applies to alice whatever her client id (one sensor for all of
+    them), not to bob; the SASL exchange itself is not charged."""
+    server = sasl_server()
+    quota = 40000.0
+    with RawConn(server.bootstrap, timeout=60) as alice, RawConn(server.bootstrap) as bob:
+        assert plain_login(alice).error_code == 0
+        assert plain_login(bob, "bob", "bob-secret").error_code == 0
+        topic = unique("quota-user")
+        create_topic(alice, topic)
+        assert alter(alice, [([("user", "alice")], {"producer_byte_rate": quota}),
+                             ([("user", None)], {"producer_byte_rate": 10 ** 9})]) == [(0, None), (0, None)]
+        data = _produce_frame(topic, "first-client-id", 300_000, 1)
+        alice.send(data)
+        first = alice.read_response("Produce", 9, 1).throttle_time_ms
+        assert first == 0                                           # 30 KB/s over 10 s: within 40 KB/s
+        alice.send(_produce_frame(topic, "second-client-id", 300_000, 2))
+        second = alice.read_response("Produce", 9, 2)
+        # throttled although this client id alone is within: both requests are in alice's one sensor, whose rate
+        # is (600 KB) / (10 s + the time between them), so the throttle is at most 600 KB / 40 KB/s - 10 s
+        total = len(data) - 4 + len(_produce_frame(topic, "second-client-id", 300_000, 2)) - 4
+        assert 0 < second.throttle_time_ms <= kafka_round(total / quota * 1000 - 10_000)
+        bob.send(_produce_frame(topic, "first-client-id", 300_000, 3))
+        assert bob.read_response("Produce", 9, 3).throttle_time_ms == 0     # bob: the default user's high quota

@@ -477,3 +477,15 @@ def test_entities_are_bounded():
                                 ([(USER, "a")], [(RP, 5.0, False)]), ([(USER, "d")], [(PBR, 0.0, True)])])
     assert [r[0] for r in results] == [None, "POLICY_VIOLATION", None, None]     # a's new key, d's no-op: no entity
     assert "trireme.max.client.quota.entities" in results[1][1] and len(records) == 2
+
+
+def test_alter_when_the_metadata_log_cannot_be_written(broker, monkeypatch):
+    from trireme.server.cluster_metadata import MetadataUnavailable
+
+    async def unavailable(decide):
+        raise MetadataUnavailable("no space left on device")
+    monkeypatch.setattr(broker.security, "update", unavailable)
+    r = alter(broker, 1, [([(USER, "alice")], [(PBR, 1024.0, False)]), ([(USER, "bob")], [(PBR, -1.0, False)])])
+    assert [x.error_code for x in r.entries] == [E.KAFKA_STORAGE_ERROR.code] * 2
+    assert "not stored" in r.entries[0].error_message
+    assert broker.security.client_quotas.quotas == {} and not broker.quotas.enabled
