@@ -20,7 +20,7 @@ import time
 import trio
 
 from trireme.state.client_quotas import (CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, SampledRate,
-                                         throttle_time_ms)
+                                         record_and_throttle)
 from trireme.wire.small_produce import with_throttle
 
 from .deferred import Deferred
@@ -104,10 +104,11 @@ class ClientQuotaManager:
 
     def record(self, limit, value: float, now: int, bounded: bool = False) -> int:
         """Record ``value`` in the sensor of ``limit`` ((sensor key, bound)) → the throttle time in ms (0: within)."""
-        sensor = self._sensor(limit[0], now)
-        sensor.record(value, now)
-        throttle = throttle_time_ms(sensor, limit[1], now)
-        return min(throttle, self.window_ms) if bounded else throttle
+        sensor = self.sensors.get(limit[0])
+        if sensor is None:
+            sensor = self._sensor(limit[0], now)
+        throttle = record_and_throttle(sensor, value, now, limit[1])
+        return throttle if not bounded or throttle <= self.window_ms else self.window_ms
 
     def unrecord(self, limit, value: float, now: int) -> None:
         self._sensor(limit[0], now).record(-value, now)

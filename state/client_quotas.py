@@ -340,3 +340,9 @@ def throttle_time_ms(rate: SampledRate, bound: float, now_ms: int) -> int:
     if value <= bound:
         return 0
     return math.floor((value - bound) / bound * window + 0.5)
+
+
+def record_and_throttle(rate: SampledRate, value: float, now_ms: int, bound: float) -> int:
+    """``rate.record(value, now_ms)`` then :func:`throttle_time_ms` (what a quota check does per request)."""
+    rate.record(value, now_ms)
+    return throttle_time_ms(rate, bound, now_ms)
