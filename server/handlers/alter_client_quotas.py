@@ -44,8 +44,8 @@ def alter_client_quotas(ctx, request):
                                  entity=entity_of(entry)) for entry in request.entries]
         return response
     security = ctx.broker.security
-    entries = [([(e.entity_type, e.entity_name) for e in entry.entity], [(op.key, op.value, op.remove) for op in entry.ops])
-               for entry in request.entries]
+    entries = [([(e.entity_type, e.entity_name) for e in entry.entity],
+                [(op.key, op.value, op.remove) for op in entry.ops]) for entry in request.entries]
 
     def answer(results):
         response.entries = [ecls(error_code=0 if error is None else getattr(E, error).code, error_message=message,
