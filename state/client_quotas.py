@@ -110,10 +110,8 @@ def _validate_value(entity: tuple, key: str, value: float) -> str | None:
     if key in INTEGRAL_KEYS:
         if value > LONG_MAX:
             return f"Proposed value for {key} is too large for a LONG."
-        if math.isinf(value) or abs(math.fmod(value, 1.0)) > 1e-6:
+        if abs(math.fmod(value, 1.0)) > 1e-6:
             return f"{key} cannot be a fractional value."
-    elif math.isinf(value):
-        return f"Proposed value for {key} is too large."
     return None
 
 

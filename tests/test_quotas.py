@@ -79,6 +79,7 @@ def test_precedence_is_per_key_and_other_clients_fall_through():
     ([(USER, "a")], [(RP, float("nan"), False)], "must be greater than 0"),
     ([(USER, "a")], [(PBR, 1.5, False)], "cannot be a fractional value"),
     ([(USER, "a")], [(PBR, 1e300, False)], "too large for a LONG"),
+    ([(USER, "a")], [(PBR, float("inf"), False)], "too large for a LONG"),
     ([(USER, "a")], [(PBR, 1.0, False), (PBR, 2.0, False)], "Duplicate quota key"),
 ])
 def test_alter_refuses_as_kafka(pairs, ops, message):
@@ -87,6 +88,12 @@ def test_alter_refuses_as_kafka(pairs, ops, message):
     assert results[0][0] == "INVALID_REQUEST" and message in results[0][1]
     assert results[1] == (None, None)                    # the other entry is applied
     assert [k for k, _ in records] == [record_key(((USER, "ok"),), PBR)]
+
+
+def test_a_double_quota_may_be_unbounded_as_in_kafka():
+    q = ClientQuotas()
+    set_quota(q, [(USER, "a")], RP, float("inf"))
+    assert q.client_quota("a", "c") == {RP: float("inf")}
 
 
 def test_alter_records_only_changes_and_removes():
