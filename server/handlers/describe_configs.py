@@ -29,6 +29,12 @@ Behaviour / version notes:
   resource cost 8.5 KiB of answer for 5 bytes of request: a 1 MiB request built a 1.7 GB response
   on the event loop.  Clients do not repeat a resource (librdkafka even refuses a second BROKER
   resource in one call: "Only one ConfigResource of type BROKER is allowed per call").
+- ACLs (as Kafka's ConfigHelper), per resource: BROKER, BROKER_LOGGER and CLIENT_METRICS need
+  DescribeConfigs on the cluster (else CLUSTER_AUTHORIZATION_FAILED), TOPIC DescribeConfigs on the
+  topic (else TOPIC_AUTHORIZATION_FAILED, whether it exists or not), GROUP DescribeConfigs on the
+  group (else GROUP_AUTHORIZATION_FAILED).  A refused resource answers with Kafka's message for the
+  code ("Topic authorization failed.", ...) and no configs, after the results of the others, as
+  Kafka orders them.  Unknown resource types are not checked.
 """
 from __future__ import annotations
 
@@ -37,6 +43,7 @@ from typing import NamedTuple
 
 from trireme.server.config import PROPERTIES, SENSITIVE_PROPERTIES
 from trireme.server.dispatch import handles
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.state.topics import TOPIC_CONFIGS, validate_topic_name
 from trireme.wire import error_codes as E
 
@@ -45,6 +52,30 @@ RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_TYPE_NAMES = {0: "UNKNOWN", 2: "TOPIC", 4: "BROKER", 8: "BROKER_LOGGER", 16: "CLIENT_METRICS",
                        32: "GROUP"}
+
+# Config resource type → (ACL resource type, whether the ACL resource is named by the config resource,
+# error when refused): what Kafka checks for DescribeConfigs (operation DescribeConfigs) and for
+# AlterConfigs/IncrementalAlterConfigs (operation AlterConfigs).
+CONFIG_ACLS = {
+    2: (ResourceType.TOPIC, True, E.TOPIC_AUTHORIZATION_FAILED),
+    4: (ResourceType.CLUSTER, False, E.CLUSTER_AUTHORIZATION_FAILED),
+    8: (ResourceType.CLUSTER, False, E.CLUSTER_AUTHORIZATION_FAILED),
+    16: (ResourceType.CLUSTER, False, E.CLUSTER_AUTHORIZATION_FAILED),
+    32: (ResourceType.GROUP, True, E.GROUP_AUTHORIZATION_FAILED),
+}
+AUTHORIZATION_MESSAGES = {E.TOPIC_AUTHORIZATION_FAILED.code: "Topic authorization failed.",
+                          E.CLUSTER_AUTHORIZATION_FAILED.code: "Cluster authorization failed.",
+                          E.GROUP_AUTHORIZATION_FAILED.code: "Group authorization failed."}
+
+
+def config_refusal(ctx, operation, resource_type: int, resource_name: str):
+    """The error (a KafkaError) refusing ``operation`` on a config resource, or None when allowed (or when the
+    resource type is not one Kafka checks)."""
+    acl = CONFIG_ACLS.get(resource_type)
+    if acl is None:
+        return None
+    acl_type, named, error = acl
+    return None if ctx.authorize(operation, acl_type, resource_name if named else CLUSTER_NAME) else error
 
 # DescribeConfigs ConfigSource values.
 SOURCE_TOPIC_CONFIG = 1
@@ -193,7 +224,14 @@ def describe_configs(ctx, request):
     scls = ccls.DescribeConfigsSynonym
     with_docs = ctx.api_version >= 3 and request.include_documentation
     seen = set()
+    denied = []
     for resource in request.resources:
+        error = config_refusal(ctx, Operation.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name)
+        if error is not None:
+            denied.append(rcls(error_code=error.code, error_message=AUTHORIZATION_MESSAGES[error.code],
+                                resource_type=resource.resource_type, resource_name=resource.resource_name,
+                                configs=[]))
+            continue
         result = rcls(error_code=0, error_message=None, resource_type=resource.resource_type,
                       resource_name=resource.resource_name)
         response.results.append(result)
@@ -219,4 +257,5 @@ def describe_configs(ctx, request):
                 synonyms=[scls(name=n, value=v, source=s) for n, v, s in e.synonyms]
                 if request.include_synonyms else [],
                 config_type=e.config_type, documentation=e.documentation if with_docs else None))
+    response.results += denied
     return response

@@ -12,12 +12,16 @@ Behaviour / version notes:
 - Per partition: PartitionSize = the bytes of its segment files (what is written, durable or
   not); OffsetLag = max(high watermark - log end offset, 0), which is 0 on a leader, as Kafka
   reports it; IsFutureKey false (no AlterReplicaLogDirs moves).
+- ACLs (as Kafka's KafkaApis): Describe on the cluster, else no results and (v3+) top-level
+  CLUSTER_AUTHORIZATION_FAILED; nothing is read.
 """
 from __future__ import annotations
 
 import os
 
 from trireme.server.dispatch import handles
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
+from trireme.wire import error_codes as E
 
 
 def _volume(path: str) -> tuple[int, int]:
@@ -38,6 +42,10 @@ def log_dir(broker) -> str:
 def describe_log_dirs(ctx, request):
     broker = ctx.broker
     response = ctx.response()
+    if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        response.error_code = E.CLUSTER_AUTHORIZATION_FAILED.code
+        response.results = []
+        return response
     rcls = type(response).DescribeLogDirsResult
     tcls = rcls.DescribeLogDirsTopic
     pcls = tcls.DescribeLogDirsPartition
