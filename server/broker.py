@@ -170,7 +170,6 @@ class Broker:
         self.storage = storage
         self.metrics = Metrics()
         self.security = Security(config)
-        new_data_dir = not self.storage.exists("meta.properties")
         try:
             self.meta = BrokerMeta.load_or_create(self.storage, node_id=config["node.id"])
             self.topics = TopicRegistry(self.storage, "topics.json")
@@ -211,10 +210,11 @@ class Broker:
         self.transactions.abort_orphans([((p.topic.name, p.index), pid, epoch)
                                          for p in self.partitions.values()
                                          for pid, epoch, _ in p.producers.open_transactions()])
-        # ACLs, SCRAM credentials and quotas (server/security.py); the first SCRAM users on a new data directory
+        # ACLs, SCRAM credentials and quotas (server/security.py); the first SCRAM users when the metadata log was
+        # never written (a new data directory; as features.json takes transaction.version when it is missing)
         self.cluster_metadata = ClusterMetadataService(self, self.open_internal_partition, self.security.metadata)
         self.security.attach(self.cluster_metadata)
-        if new_data_dir:
+        if self.cluster_metadata.partition.log.log_end_offset == 0:
             self.cluster_metadata.bootstrap(self.security.initial_records())
         # The coordinators' topics: not in the registry (clients neither create nor write them), but described
         # to clients as Kafka describes them, marked internal.

@@ -300,3 +300,12 @@ def test_record_type_errors_are_record_errors():
         record_type(b"")
     key = encode_key(7, "UserScramCredentialKey", message("UserScramCredentialKey").cls(name="u", mechanism=1))
     assert record_type(key) == 7
+
+
+def test_add_scram_applies_while_the_metadata_log_is_empty(tmp_path):
+    """"New" is the metadata log never written (as features.json missing takes transaction.version): a start that
+    stored nothing (or crashed before the users were durable) leaves the next start new."""
+    make_broker(tmp_path).close()
+    broker = make_broker(tmp_path, **{"trireme.storage.add.scram": "SCRAM-SHA-256=[name=late,password=x]"})
+    assert broker.security.scram_credential("late", "SCRAM-SHA-256") is not None
+    broker.close()
