@@ -23,6 +23,8 @@ from trireme.server.dispatch import handles
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
 
+from .describe_acls import CLUSTER_DENIED
+
 
 @handles("AlterUserScramCredentials", 0, 0)
 def alter_user_scram_credentials(ctx, request):
@@ -30,7 +32,7 @@ def alter_user_scram_credentials(ctx, request):
     rcls = type(response).AlterUserScramCredentialsResult
     users = list(dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions]))
     if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        response.results = [rcls(user=u, error_code=E.CLUSTER_AUTHORIZATION_FAILED.code, error_message=None)
+        response.results = [rcls(user=u, error_code=E.CLUSTER_AUTHORIZATION_FAILED.code, error_message=CLUSTER_DENIED)
                             for u in users]
         return response
     scram = ctx.broker.security.scram

@@ -21,7 +21,7 @@ from trireme.server.dispatch import handles
 from trireme.state.acls import CLUSTER_NAME, AclBinding, Operation, ResourceType
 from trireme.wire import error_codes as E
 
-from .describe_acls import NO_AUTHORIZER
+from .describe_acls import CLUSTER_DENIED, NO_AUTHORIZER
 
 
 def refuse_all(response, items, rcls, error, message=None):
@@ -34,7 +34,7 @@ def create_acls(ctx, request):
     response = ctx.response()
     rcls = type(response).AclCreationResult
     if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        return refuse_all(response, request.creations, rcls, E.CLUSTER_AUTHORIZATION_FAILED)
+        return refuse_all(response, request.creations, rcls, E.CLUSTER_AUTHORIZATION_FAILED, CLUSTER_DENIED)
     security = ctx.broker.security
     if not security.authorizer_enabled:
         return refuse_all(response, request.creations, rcls, E.SECURITY_DISABLED, NO_AUTHORIZER)

@@ -19,7 +19,7 @@ from trireme.server.dispatch import handles
 from trireme.state.acls import CLUSTER_NAME, AclFilter, Operation, ResourceType
 from trireme.wire import error_codes as E
 
-from .describe_acls import NO_AUTHORIZER
+from .describe_acls import CLUSTER_DENIED, NO_AUTHORIZER
 
 
 @handles("DeleteAcls", 1, 3)
@@ -34,7 +34,7 @@ def delete_acls(ctx, request):
         return response
 
     if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        return refuse_all(E.CLUSTER_AUTHORIZATION_FAILED)
+        return refuse_all(E.CLUSTER_AUTHORIZATION_FAILED, CLUSTER_DENIED)
     security = ctx.broker.security
     if not security.authorizer_enabled:
         return refuse_all(E.SECURITY_DISABLED, NO_AUTHORIZER)
