@@ -158,8 +158,8 @@ def test_stored_scram_users_log_in_and_are_authorized_as_themselves(server):
     results(admin_client.alter_user_scram_credentials([upsert]))
 
     alice = sasl_admin(server, "alice", "alice-secret", "SCRAM-SHA-256")
-    # (refused through CreateAcls: librdkafka 2.16 crashes the process on a DescribeUserScramCredentials answer with a
-    # top-level error, whatever the broker, sometimes with "munmap_chunk(): invalid pointer")
+    # (refused through CreateAcls: librdkafka 2.16 often crashes the process (SIGSEGV, or "munmap_chunk(): invalid
+    # pointer") after a DescribeUserScramCredentials answer with a top-level error, with or without its message)
     ours = AclBinding(ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, "User:alice", "*", AclOperation.READ,
                       AclPermissionType.ALLOW)
     with pytest.raises(KafkaException) as refused:

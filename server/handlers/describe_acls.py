@@ -22,8 +22,7 @@ from trireme.state.acls import CLUSTER_NAME, AclFilter, Operation, ResourceType
 from trireme.wire import error_codes as E
 
 NO_AUTHORIZER = "No Authorizer is configured."
-# Kafka's answers carry the message of Errors.CLUSTER_AUTHORIZATION_FAILED's exception (ApiError.fromThrowable); a
-# null one makes librdkafka 2.16 abort the client process on DescribeUserScramCredentials' top-level error.
+# Kafka's answers carry the message of Errors.CLUSTER_AUTHORIZATION_FAILED's exception (ApiError.fromThrowable).
 CLUSTER_DENIED = "Cluster authorization failed."
 
 
