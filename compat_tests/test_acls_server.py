@@ -180,3 +180,30 @@ def test_stored_scram_users_log_in_and_are_authorized_as_themselves(server):
     assert failed.value.args[0].code() in (KafkaError._AUTHENTICATION, KafkaError._TRANSPORT,
                                            KafkaError._TIMED_OUT), failed.value
     assert "Authentication failed" in server.stderr_tail() or "authentication" in server.stderr_tail().lower()
+
+
+@pytest.mark.server_config(SECURED)
+def test_acls_through_kafka_python(server):
+    from kafka import KafkaAdminClient
+    from kafka.admin import ACL, ACLFilter, ACLOperation, ACLPermissionType, ResourcePattern, ResourcePatternFilter
+    from kafka.admin import ResourceType as KResourceType
+    from kafka.admin._acls import ACLResourcePatternType
+    topic = unique("kp-acl")
+    a = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    try:
+        acl = ACL(principal="User:bob", host="*", operation=ACLOperation.WRITE, permission_type=ACLPermissionType.ALLOW,
+                  resource_pattern=ResourcePattern(KResourceType.TOPIC, topic, ACLResourcePatternType.PREFIXED))
+        outcome = a.create_acls([acl])
+        assert outcome["failed"] == [] and len(outcome["succeeded"]) == 1
+        match = ACLFilter(principal=None, host=None, operation=ACLOperation.ANY, permission_type=ACLPermissionType.ANY,
+                          resource_pattern=ResourcePatternFilter(KResourceType.TOPIC, topic + "-x",
+                                                                 ACLResourcePatternType.MATCH))
+        found, error = a.describe_acls(match)
+        assert error.errno == 0 and [(x.principal, x.resource_pattern.resource_name) for x in found] == \
+            [("User:bob", topic)]
+        [(_, matched, error)] = a.delete_acls([match])
+        assert error.errno == 0 and [m.principal for m in matched] == ["User:bob"]
+        found, _ = a.describe_acls(match)
+        assert found == []
+    finally:
+        a.close()
