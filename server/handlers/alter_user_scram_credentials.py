@@ -14,8 +14,11 @@ Behaviour / version notes:
 - The broker keeps the salt, StoredKey and ServerKey (derived from the salted password the client
   sends) and the iterations, never a password.  Changes are answered once durable and in force (the
   next SCRAM login uses them); if the log cannot be written, KAFKA_STORAGE_ERROR for those users.
+  The users changed are logged by name (trireme.security), nothing else of theirs.
 """
 from __future__ import annotations
+
+import logging
 
 from trireme.server.cluster_metadata import MetadataUnavailable
 from trireme.server.deferred import Deferred
@@ -24,6 +27,8 @@ from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
 
 from .describe_acls import CLUSTER_DENIED
+
+log = logging.getLogger("trireme.security")
 
 
 @handles("AlterUserScramCredentials", 0, 0)
@@ -49,5 +54,9 @@ def alter_user_scram_credentials(ctx, request):
             return response
         response.results = [rcls(user=r.user, error_code=getattr(E, r.error).code if r.error else 0,
                                  error_message=r.message) for r in results]
+        changed = [r.user for r in results if not r.error]
+        if changed:      # names only: never a salt, key or salted password
+            log.info("SCRAM credentials changed for users=%s (by %s from %s)", ",".join(changed), ctx.principal,
+                     ctx.host)
         return response
     return Deferred(alter)
