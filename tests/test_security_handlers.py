@@ -282,3 +282,15 @@ def test_acl_changes_on_a_full_disk_answer_storage_errors_and_never_hang(monkeyp
         assert broker.security.authorize(ALICE, "h", Operation.READ, T, "a")
     run(broker, body)
     broker.close()
+
+
+def test_describe_producers_does_not_reach_cluster_metadata(tmp_path):
+    broker = Broker(Config(data_dir=str(tmp_path)))
+    DP = req("DescribeProducers")
+
+    async def body():
+        r = await call(broker, "DescribeProducers", 0, DP(topics=[DP.TopicRequest(name="__cluster_metadata",
+                                                                                 partition_indexes=[0])]))
+        assert r.topics[0].partitions[0].error_code == E.UNKNOWN_TOPIC_OR_PARTITION.code
+    run(broker, body)
+    broker.close()
