@@ -358,6 +358,8 @@ class Broker:
     def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None,
                      validate_only: bool = False) -> Topic:
         """Create a topic atomically: its partitions are opened first, the registry names it last."""
+        if name == CLUSTER_METADATA_TOPIC:           # Kafka's ControllerApis: hidden, so not "already exists"
+            raise TopicError(E.INVALID_REQUEST.code, f"Creation of internal topic {name} is prohibited.")
         if name in INTERNAL_TOPICS:
             raise TopicError(E.TOPIC_ALREADY_EXISTS.code, f"{name} is an internal topic of this broker")
         if partitions == -1:

@@ -294,3 +294,17 @@ def test_describe_producers_does_not_reach_cluster_metadata(tmp_path):
         assert r.topics[0].partitions[0].error_code == E.UNKNOWN_TOPIC_OR_PARTITION.code
     run(broker, body)
     broker.close()
+
+
+def test_create_topics_of_cluster_metadata_is_prohibited(tmp_path):
+    broker = Broker(Config(data_dir=str(tmp_path)))
+    CT = req("CreateTopics")
+
+    async def body():
+        r = await call(broker, "CreateTopics", 7, CT(timeout_ms=1000, validate_only=False, topics=[
+            CT.CreatableTopic(name="__cluster_metadata", num_partitions=1, replication_factor=1, assignments=[],
+                              configs=[])]))
+        assert (r.topics[0].error_code, r.topics[0].error_message) == (
+            E.INVALID_REQUEST.code, "Creation of internal topic __cluster_metadata is prohibited.")
+    run(broker, body)
+    broker.close()
