@@ -198,8 +198,9 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
         100000, "ACLs this broker keeps; CreateAcls beyond it answers POLICY_VIOLATION per binding (Kafka: no "
                 "limit)."),
     "trireme.storage.add.scram": (
-        "", "SCRAM users created when the data directory is new, in kafka-storage format --add-scram's form "
-            "(SCRAM-SHA-512=[name=admin,password=...]), several separated by ';'.  Ignored afterwards."),
+        "", "SCRAM users created when the data directory is new (no ACL, user or quota stored yet), in kafka-storage "
+            "format --add-scram's form (SCRAM-SHA-512=[name=admin,password=...]), several separated by ';'.  Ignored "
+            "afterwards."),
     "trireme.fsync.enable": (True, "fsync before answering acks=1/all produce requests. false trades "
                                    "crash safety of acknowledged data for speed (Kafka's own default)."),
     "trireme.fsync.threads": (4, "How many partitions a group commit fsyncs at once (1-64; 1: one after "
