@@ -14,7 +14,7 @@ from compat_tests.test_bad_transactions import lso, markers
 from trireme.wire import error_codes as E
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient,  # noqa: E402
                                    NewTopic, ResourcePatternType, ResourceType)
 
@@ -90,6 +90,23 @@ def test_produce_needs_write_on_the_topic(module_server, admin):
     assert produce_one(module_server, "bob", topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert high_watermark(settings(module_server, "admin"), topic) == 0          # nothing was appended
     assert produce_one(module_server, "alice", topic) == 0
+    assert high_watermark(settings(module_server, "admin"), topic) == 1
+
+
+def test_idempotent_producer_needs_write_on_some_topic_or_idempotent_write(module_server, admin):
+    """InitProducerId without a transactional id: IdempotentWrite on the cluster, or (Kafka 3+) Write on at least one
+    topic; bob, who may only describe the topic, gets CLUSTER_AUTHORIZATION_FAILED, which is fatal to the producer."""
+    topic = new_topic(admin)
+    allow(admin, "bob", ResourceType.TOPIC, topic, AclOperation.DESCRIBE)
+    allow(admin, "alice", ResourceType.TOPIC, topic, AclOperation.WRITE)
+    assert produce_one(module_server, "alice", topic, **{"enable.idempotence": True}) == 0
+    producer = Producer(settings(module_server, "bob", **{"enable.idempotence": True}))
+    producer.produce(topic, b"v")
+    with pytest.raises(KafkaException) as raised:       # confluent-kafka raises the fatal error from poll()
+        for _ in range(30):
+            producer.poll(1)
+    error = raised.value.args[0]
+    assert (error.code(), error.fatal()) == (KafkaError.CLUSTER_AUTHORIZATION_FAILED, True)
     assert high_watermark(settings(module_server, "admin"), topic) == 1
 
 
