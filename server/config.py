@@ -148,6 +148,8 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
     "ssl.client.auth": ("none", "Client certificates on SSL listeners: none, requested or required (mTLS)."),
     "ssl.principal.mapping.rules": ("DEFAULT", "Kafka's rules (RULE:pattern/replacement/[LU], DEFAULT) from a client "
                                                "certificate's subject DN to the principal name."),
+    "ssl.allow.dn.changes": (False, "Let a certificate reload (AlterConfigs) change the certificate's subject."),
+    "ssl.allow.san.changes": (False, "Let a certificate reload change the certificate's subject alternative names."),
     "trireme.ssl.handshake.timeout.ms": (
         10000, "A TLS handshake must finish within this time of the connection's accept, else the connection is "
                "closed (the Kafka clients' socket.connection.setup.timeout.ms default)."),

@@ -14,7 +14,9 @@ Behaviour / version notes:
   read_only true (nothing can be altered at runtime, see incremental_alter_configs.py).  An empty
   resource name means the cluster-wide dynamic defaults, as in Kafka: there are none here, so
   the answer is an empty list.  Another id → INVALID_REQUEST "Unexpected broker id, ..."; a
-  non-integer name → INVALID_REQUEST "Broker id must be an integer, ...".
+  non-integer name → INVALID_REQUEST "Broker id must be an integer, ...".  Kafka's PASSWORD
+  properties (config.SENSITIVE: ssl.keystore.key, ssl.key.password, ...) are described with a null
+  value (synonyms too) and is_sensitive true, as Kafka does.
 - configuration_keys null or empty means every config (Kafka treats both alike); otherwise only
   the names listed that exist.
 - config_type (v3+) is Kafka's ConfigType number.  documentation (v3+) is sent only when
@@ -33,7 +35,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from trireme.server.config import PROPERTIES
+from trireme.server.config import PROPERTIES, SENSITIVE
 from trireme.server.dispatch import handles
 from trireme.state.topics import TOPIC_CONFIGS, validate_topic_name
 from trireme.wire import error_codes as E
@@ -138,6 +140,8 @@ def broker_config_entries(broker) -> list[ConfigEntry]:
         elif broker.config.is_set(name):          # log.retention.ms from log.retention.hours: its effective value
             synonyms.append((name, broker_value(broker.config[name]), SOURCE_STATIC_BROKER_CONFIG))
         synonyms.append((name, broker_value(default), SOURCE_DEFAULT_CONFIG))
+        if name in SENSITIVE:           # Kafka's PASSWORD configs: described without their value
+            synonyms = [(n, None, source) for n, _, source in synonyms]
         if name in _BROKER_TYPES:
             ctype = _BROKER_TYPES[name]
         elif isinstance(default, bool):
@@ -210,7 +214,7 @@ def describe_configs(ctx, request):
         for e in entries:
             result.configs.append(ccls(
                 name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
-                is_default=e.source == SOURCE_DEFAULT_CONFIG, is_sensitive=False,
+                is_default=e.source == SOURCE_DEFAULT_CONFIG, is_sensitive=e.name in SENSITIVE,
                 synonyms=[scls(name=n, value=v, source=s) for n, v, s in e.synonyms]
                 if request.include_synonyms else [],
                 config_type=e.config_type, documentation=e.documentation if with_docs else None))
