@@ -154,6 +154,32 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
         10000, "A TLS handshake must finish within this time of the connection's accept, else the connection is "
                "closed (the Kafka clients' socket.connection.setup.timeout.ms default)."),
     # --- SASL (mechanisms, JAAS, re-authentication, failed logins)
+    "sasl.enabled.mechanisms": (
+        "GSSAPI", "SASL mechanisms a SASL_PLAINTEXT/SASL_SSL listener offers, a comma list of PLAIN, SCRAM-SHA-256, "
+                  "SCRAM-SHA-512, OAUTHBEARER (Kafka's default GSSAPI is not supported: set this on a SASL listener); "
+                  "per listener: listener.name.<listener>.sasl.enabled.mechanisms."),
+    "sasl.server.max.receive.size": (524288, "Largest frame a client may send before it is authenticated."),
+    "connections.max.reauth.ms": (
+        0, "KIP-368: a SASL session lasts at most this long (also bounded by its token's expiry); the client "
+           "re-authenticates on the same connection, and one that does not is closed at its next request.  0: no "
+           "limit."),
+    "connection.failed.authentication.delay.ms": (
+        100, "A failed authentication is answered, and its connection closed, after this delay."),
+    "sasl.oauthbearer.jwks.endpoint.url": (
+        "", "OAUTHBEARER: validate JWTs with the keys of this JWKS (file:// or https://); empty: Kafka's unsecured "
+            "validator (alg none tokens, for development)."),
+    "sasl.oauthbearer.jwks.endpoint.refresh.ms": (3600000, "How long fetched JWKS keys are used before a refresh."),
+    "sasl.oauthbearer.expected.issuer": ("", "OAUTHBEARER/JWKS: the iss a token must have (empty: not checked)."),
+    "sasl.oauthbearer.expected.audience": (
+        "", "OAUTHBEARER/JWKS: a comma list; a token's aud must hold one of them (empty: not checked)."),
+    "sasl.oauthbearer.sub.claim.name": ("sub", "OAUTHBEARER/JWKS: the claim naming the principal."),
+    "sasl.oauthbearer.clock.skew.seconds": (30, "OAUTHBEARER/JWKS: clock difference allowed for exp and iat."),
+    "trireme.sasl.plain.credentials.file": (
+        "", "PLAIN users from this file of salted PBKDF2 hashes (docs/security.md, SASL), besides the user_NAME "
+            "options of plain.sasl.jaas.config; read again when it changes."),
+    "trireme.sasl.failed.authentications.per.minute": (
+        30, "Failed SASL authentications allowed per client address in a minute; an address over it is refused "
+            "without its credentials being checked until a minute after its oldest failure.  0: no limit."),
     "trireme.debug.transaction.marker.delay.ms": (
         0, "Fault injection for crash tests: wait this long before each WriteTxnMarkers request the "
            "coordinator sends, and send one partition per request.  0 (off) in production."),
@@ -162,6 +188,20 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
             "(a comma list of TOPIC-PARTITION) are answered TRANSACTION_COORDINATOR_FENCED instead of being sent; "
             "an operator's `trireme transactions complete` is not affected.  Empty (off) in production."),
     # --- authorizer (ACLs, super users, the first SCRAM user)
+    "authorizer.class.name": (
+        "", "Turns the authorizer on: Kafka's org.apache.kafka.metadata.authorizer.StandardAuthorizer (or Kafka 3's "
+            "kafka.security.authorizer.AclAuthorizer, or trireme) enforce ACLs with Kafka's semantics.  Empty: no "
+            "authorizer, every request allowed, the ACL APIs answer SECURITY_DISABLED."),
+    "super.users": ("", "Principals allowed everything whatever the ACLs say, separated by semicolons "
+                        "(User:admin;User:broker)."),
+    "allow.everyone.if.no.acl.found": (
+        False, "With the authorizer on: allow a request on a resource no ACL at all applies to."),
+    "trireme.max.acls": (
+        100000, "ACLs this broker keeps; CreateAcls beyond it answers POLICY_VIOLATION per binding (Kafka: no "
+                "limit)."),
+    "trireme.storage.add.scram": (
+        "", "SCRAM users created when the data directory is new, in kafka-storage format --add-scram's form "
+            "(SCRAM-SHA-512=[name=admin,password=...]), several separated by ';'.  Ignored afterwards."),
     "trireme.fsync.enable": (True, "fsync before answering acks=1/all produce requests. false trades "
                                    "crash safety of acknowledged data for speed (Kafka's own default)."),
     "trireme.fsync.threads": (4, "How many partitions a group commit fsyncs at once (1-64; 1: one after "
@@ -223,14 +263,20 @@ RANGES = {
     # --- TLS and listeners (security protocols, certificates, principal mapping)
     "trireme.ssl.handshake.timeout.ms": (1, LONG_MAX),
     # --- SASL (mechanisms, JAAS, re-authentication, failed logins)
+    "sasl.server.max.receive.size": (1, INT_MAX),
+    "connections.max.reauth.ms": (0, LONG_MAX),
+    "connection.failed.authentication.delay.ms": (0, INT_MAX),
+    "sasl.oauthbearer.jwks.endpoint.refresh.ms": (1, LONG_MAX),
+    "sasl.oauthbearer.clock.skew.seconds": (0, INT_MAX),
+    "trireme.sasl.failed.authentications.per.minute": (0, INT_MAX),
     "trireme.debug.transaction.marker.delay.ms": (0, LONG_MAX),
+    # --- authorizer
+    "trireme.max.acls": (0, INT_MAX),
 }
 # String properties with a fixed set of values (any case; kept upper case).
 CHOICES = {"trireme.log.level": ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL"),
            "ssl.client.auth": ("NONE", "REQUESTED", "REQUIRED"),
            "security.inter.broker.protocol": SECURITY_PROTOCOLS}
-# Kafka's PASSWORD properties: never logged, described as sensitive without their value.
-SENSITIVE = frozenset({"ssl.keystore.key", "ssl.key.password", "ssl.keystore.password", "ssl.truststore.password"})
 # Kafka's other forms of a property in other units, most precise first: (name, factor to the property's unit).
 # Kafka's precedence: the most precise form set wins; a negative value means no limit (-1).
 UNIT_FORMS = {"log.retention.ms": (("log.retention.ms", 1), ("log.retention.minutes", 60_000),
@@ -241,6 +287,9 @@ SECURITY_PREFIXES = ("ssl.", "sasl.", "listener.name.", "authorizer.", "super.us
                      "principal.builder.", "security.", "delegation.token.", "password.encoder.")
 # Kafka's per-listener overrides: listener.name.<listener>.<property> (Config.for_listener).
 LISTENER_PREFIX = "listener.name."
+# Properties whose values are secrets: DescribeConfigs answers them as Kafka answers its PASSWORD configs (value
+# null, is_sensitive), and nothing logs them.
+SENSITIVE_PROPERTIES = frozenset({"trireme.storage.add.scram", "ssl.keystore.key", "ssl.key.password"})
 # String properties that hold a comma list of TOPIC-PARTITION (see :func:`partition_list`).
 PARTITION_LISTS = frozenset({"trireme.debug.transaction.marker.refuse"})
 

@@ -13,6 +13,8 @@ Behaviour / version notes:
   given are the listener's whole dynamic set); other broker configs are static here → INVALID_REQUEST;
   other resource types → INVALID_REQUEST.
 - validate_only: every check, the same answer, nothing changed.
+- ACLs: AlterConfigs on the cluster (BROKER, BROKER_LOGGER, CLIENT_METRICS), the topic or the group,
+  after the duplicate and null checks, exactly as IncrementalAlterConfigs (see there).
 """
 from __future__ import annotations
 
