@@ -100,9 +100,17 @@ def stop_server(srv: ServerProcess) -> None:
         shutil.rmtree(srv.workdir, ignore_errors=True)
 
 
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-pw" '
+        'user_alice="alice-secret";')
+
+
 @pytest.fixture(scope="module")
 def tls_server(certs):
-    srv = start_server(certs, **{"message.max.bytes": 8 << 20})
+    srv = start_server(certs, **{
+        "message.max.bytes": 8 << 20,
+        "listeners": "SSL://127.0.0.1:0,MTLS://127.0.0.1:0,OPTIONAL://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL,OPTIONAL:SSL,SASL_SSL:SASL_SSL",
+        "sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS})
     try:
         yield srv
     finally:
@@ -149,6 +157,14 @@ def test_confluent_kafka_over_ssl_and_mtls(tls_server, certs):
     values = [f"v{i}".encode() * 50 for i in range(200)]
     assert confluent_round_trip(confluent_ssl(certs, tls_server.bootstrap_for("SSL")), values) == values
     assert confluent_round_trip(confluent_ssl(certs, tls_server.bootstrap_for("MTLS"), certs.alice), values) == values
+
+
+def test_sasl_plain_over_ssl(tls_server, certs):
+    """SASL_SSL: the SASL exchange and the requests after it over the TLS transport."""
+    conf = {**confluent_ssl(certs, tls_server.bootstrap_for("SASL_SSL")), "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "alice-secret"}
+    values = [f"s{i}".encode() for i in range(100)]
+    assert confluent_round_trip(conf, values) == values
 
 
 def test_large_frames_both_ways_over_tls(tls_server, certs):
