@@ -27,6 +27,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
 from compat_tests.conftest import ServerProcess
 from compat_tests.test_bad_input import Closed, LogWatch, RawConn, api_versions, metadata
+from trireme.wire.codec import message
 
 pytestmark = pytest.mark.trireme_only("TLS listeners configured with trustme certificates made by the test")
 
@@ -376,6 +377,20 @@ def test_certificate_reload_through_alter_configs(certs, tmp_path):
         assert refused.value.args[0].name() == "INVALID_REQUEST", refused.value
         assert "Invalid config value for resource" in refused.value.args[0].str()
         assert _served_certificate(port, certs) == after
+        # the legacy AlterConfigs: the configs given are the listener's whole dynamic set (kafka-python's
+        # alter_configs only sets names DescribeConfigs lists, so the request goes raw)
+        cls = message("AlterConfigsRequest").cls
+        third = certs.broker_keystore("third.keystore.pem")
+        with RawConn(srv.bootstrap) as conn:
+            answer = conn.request("AlterConfigs", 2, cls(validate_only=False, resources=[cls.AlterConfigsResource(
+                resource_type=4, resource_name="1", configs=[cls.AlterConfigsResource.AlterableConfig(
+                    name="listener.name.ssl.ssl.keystore.location", value=third)])]))
+        assert [(r.error_code, r.error_message) for r in answer.responses] == [(0, None)]
+        assert _served_certificate(port, certs) not in (before, after)
+        described = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, "1")])
+        configs = next(iter(described.values())).result(30)
+        dynamic = configs["listener.name.ssl.ssl.keystore.location"]
+        assert (dynamic.value, dynamic.source, dynamic.is_read_only) == (third, 2, False)   # DYNAMIC_BROKER_CONFIG
         # the listener prefix is needed, as in Kafka
         futures = admin.incremental_alter_configs([resource("ssl.keystore.location", renewed)])
         with pytest.raises(KafkaException, match="per-listener"):
