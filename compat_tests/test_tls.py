@@ -398,3 +398,19 @@ def test_certificate_reload_through_alter_configs(certs, tmp_path):
                 future.result(30)
     finally:
         stop_server(srv)
+
+
+def test_shutdown_with_handshakes_under_way(certs):
+    """SIGTERM while clients sit in their handshakes: they are dropped at once and the broker exits cleanly."""
+    srv = start_server(certs, **{"trireme.ssl.handshake.timeout.ms": 600000})
+    silent = []
+    try:
+        for _ in range(20):
+            silent.append(socket.create_connection(("127.0.0.1", srv.listener_ports["SSL"]), timeout=10))
+        with TlsConn(srv.bootstrap_for("SSL"), certs.context()) as conn:      # all accepted by now
+            assert api_versions(conn).error_code == 0
+    finally:
+        stop_server(srv)            # exit code 0, no traceback
+    for sock in silent:
+        assert sock.recv(1) == b""  # closed by the broker
+        sock.close()

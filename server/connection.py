@@ -378,6 +378,10 @@ class Connection:
                 await self._close_transport()
             log.info("connection close %s requests=%d reason=%r", self._log_fields(), self.requests, reason)
 
+    def stop_reading(self) -> None:
+        """The broker is shutting down: read no further request (those in flight still get their answers)."""
+        self.reader_scope.cancel()
+
     async def _close_transport(self) -> None:
         try:
             await self.stream.aclose()
@@ -775,6 +779,11 @@ class TlsConnection(Connection):
         super().__init__(stream, broker, peer, listener)
         self.tls_stream = trio.SSLStream(stream, listener.tls.context, server_side=True)
         self.client_dn: str | None = None
+        self._handshake_scope = trio.CancelScope()
+
+    def stop_reading(self) -> None:
+        self._handshake_scope.cancel()          # a handshake under way ends at once: nothing was asked yet
+        super().stop_reading()
 
     async def run(self) -> None:
         try:
@@ -797,7 +806,9 @@ class TlsConnection(Connection):
         metrics = self.broker.metrics
         timeout = self.broker.config["trireme.ssl.handshake.timeout.ms"] / 1000
         reason = None
-        with trio.move_on_after(timeout) as scope:
+        scope = self._handshake_scope
+        scope.deadline = trio.current_time() + timeout
+        with scope:
             try:
                 await self.tls_stream.do_handshake()
             except trio.BrokenResourceError as e:
@@ -805,6 +816,8 @@ class TlsConnection(Connection):
                 reason = (f"{cause.reason or cause}" if isinstance(cause, ssl.SSLError) and
                           not isinstance(cause, (ssl.SSLEOFError, ssl.SSLSyscallError)) else "closed by client")
         if scope.cancelled_caught:
+            if scope.cancel_called and trio.current_time() < scope.deadline:
+                return False                    # the broker is shutting down
             self.limits.count(self.limits.closed, "TLS handshake timeout")
             reason = f"not finished within trireme.ssl.handshake.timeout.ms={timeout * 1000:.0f}"
         if reason is None:

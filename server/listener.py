@@ -76,7 +76,7 @@ class Listener:
                 for listener in endpoint.sockets:
                     await listener.aclose()
             for conn in list(self.connections):
-                conn.reader_scope.cancel()
+                conn.stop_reading()
             grace = self.broker.config["trireme.shutdown.grace.ms"] / 1000
             with trio.move_on_after(grace):
                 while self.connections:
