@@ -111,7 +111,8 @@ def tls_server(certs):
         "message.max.bytes": 8 << 20,
         "listeners": "SSL://127.0.0.1:0,MTLS://127.0.0.1:0,OPTIONAL://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL,OPTIONAL:SSL,SASL_SSL:SASL_SSL",
-        "sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS})
+        "sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
+        "listener.name.optional.ssl.enabled.protocols": "TLSv1.3"})
     try:
         yield srv
     finally:
@@ -221,6 +222,21 @@ def test_principal_from_the_client_certificate(tls_server, certs):
     assert principals == ["User:alice",                                     # RULE: the CN of OU=Clients, lower case
                           "User:CN=Bob,OU=Staff,O=trustme v1.2.1",          # DEFAULT: the DN as Java renders it
                           "User:ANONYMOUS"], lines                          # requested, none given
+
+
+def test_tls_versions_per_listener(tls_server, certs):
+    """TLS 1.2 and 1.3 by default; a listener's ssl.enabled.protocols=TLSv1.3 refuses a TLS 1.2 client."""
+    def version(listener: str, highest: ssl.TLSVersion) -> str:
+        context = certs.context()
+        context.maximum_version = highest
+        with TlsConn(tls_server.bootstrap_for(listener), context) as conn:
+            assert api_versions(conn).error_code == 0
+            return conn.sock.version()
+    assert version("SSL", ssl.TLSVersion.TLSv1_2) == "TLSv1.2"
+    assert version("SSL", ssl.TLSVersion.TLSv1_3) == "TLSv1.3"
+    assert version("OPTIONAL", ssl.TLSVersion.TLSv1_3) == "TLSv1.3"
+    with pytest.raises(ssl.SSLError):
+        version("OPTIONAL", ssl.TLSVersion.TLSv1_2)
 
 
 def test_mtls_refuses_a_client_without_certificate(tls_server, certs):
