@@ -271,8 +271,10 @@ class TlsFrameReader(FrameReader):
         """Decrypted records already in trio's receive buffer, up to ``limit`` bytes, without waiting: the same
         SSLObject.read SSLStream.receive_some makes, stopping where it would wait (an error is left for the next
         receive_some to raise)."""
-        ssl_object = self.tls._ssl_object          # trio's SSLStream keeps its SSLObject here (trio < 1)
-        parts = []
+        ssl_object = getattr(self.tls, "_ssl_object", None)     # trio's SSLStream keeps its SSLObject here
+        parts: list[bytes] = []
+        if ssl_object is None:
+            return parts                        # another trio: one record per receive_some, still correct
         while limit > 0:
             try:
                 part = ssl_object.read(limit)
