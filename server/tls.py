@@ -60,7 +60,17 @@ def _setting(config, listener: str, name: str, overrides: dict | None) -> str:
     return "" if value is None else str(value).strip()
 
 
-def build_context(config, listener: str, overrides: dict | None = None) -> ssl.SSLContext:
+def client_auth(config, listener: str, security_protocol: str = "SSL") -> str:
+    """ssl.client.auth of a listener: none, requested or required.  On SASL_SSL only the listener's own
+    ``listener.name.<l>.ssl.client.auth`` counts (Kafka, KIP-684: the broker-wide one is for SSL listeners)."""
+    if security_protocol == "SASL_SSL" and \
+            f"listener.name.{listener.lower()}.ssl.client.auth" not in config.listener_values:
+        return "none"
+    return (_setting(config, listener, "ssl.client.auth", None) or "none").lower()
+
+
+def build_context(config, listener: str, overrides: dict | None = None,
+                  security_protocol: str = "SSL") -> ssl.SSLContext:
     """The server SSL context of ``listener`` from its settings (``overrides``: name → value taking the place of the
     configured ones, for a reload); any problem is a ConfigError of one line naming the setting.  The leaf
     certificate it serves is ``context.leaf_certificate`` (DER)."""
@@ -85,7 +95,7 @@ def build_context(config, listener: str, overrides: dict | None = None) -> ssl.S
             raise ConfigError(f"ssl.cipher.suites: no cipher suite OpenSSL knows in {get('ssl.cipher.suites')!r} "
                               f"(use OpenSSL names, e.g. ECDHE-RSA-AES128-GCM-SHA256)") from None
     context.leaf_certificate = _load_keystore(context, get)
-    auth = (get("ssl.client.auth") or "none").lower()
+    auth = client_auth(config, listener, security_protocol)
     if auth not in CLIENT_AUTH:
         raise ConfigError(f"ssl.client.auth must be none, requested or required, not {auth!r}")
     _load_truststore(context, get, auth != "none")
@@ -169,12 +179,13 @@ class ListenerTls:
     """One SSL/SASL_SSL listener's TLS: its current context (replaced whole by :meth:`reload`, so connections keep
     the context they started with), client authentication and principal mapper."""
 
-    def __init__(self, config, listener: str):
+    def __init__(self, config, listener: str, security_protocol: str = "SSL"):
         self.config = config
         self.listener = listener
         self.overrides: dict[str, str] = {}         # settings changed since start-up (AlterConfigs)
-        self.context = build_context(config, listener)
-        self.client_auth = (_setting(config, listener, "ssl.client.auth", None) or "none").lower()
+        self.security_protocol = security_protocol
+        self.context = build_context(config, listener, security_protocol=security_protocol)
+        self.client_auth = client_auth(config, listener, security_protocol)
         self.mapper = PrincipalMapper(_setting(config, listener, "ssl.principal.mapping.rules", None) or "DEFAULT")
 
     def check(self, overrides: dict[str, str]) -> ssl.SSLContext:
@@ -183,7 +194,7 @@ class ListenerTls:
         ssl.allow.dn.changes / ssl.allow.san.changes, default false).  Nothing changes."""
         static = {name: value for name, value in overrides.items() if value is not None}
         context = build_context(self.config, self.listener, _with_unset(self.config, self.listener, static,
-                                                                        overrides))
+                                                                        overrides), self.security_protocol)
         old, new = (x509.load_der_x509_certificate(c.leaf_certificate) for c in (self.context, context))
         if old.subject != new.subject and not _flag(self.config, self.listener, "ssl.allow.dn.changes"):
             raise ConfigError(f"the new certificate's subject {subject_dn(context.leaf_certificate)} differs from "

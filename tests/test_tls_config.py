@@ -117,6 +117,17 @@ def test_versions_client_auth_and_listener_overrides(tmp_path, ca):
                          "SSL").verify_mode == ssl.CERT_OPTIONAL
 
 
+def test_sasl_ssl_takes_client_auth_from_its_listener_only(tmp_path, ca):
+    """KIP-684: the broker-wide ssl.client.auth is for SSL listeners; a SASL_SSL one needs its listener prefix."""
+    config = _config(**{"ssl.keystore.location": _keystore(tmp_path, ca), "ssl.client.auth": "required",
+                        "ssl.truststore.certificates": ca.cert_pem.bytes().decode(),
+                        "listener.name.secure.ssl.client.auth": "requested"})
+    assert ListenerTls(config, "SSL").context.verify_mode == ssl.CERT_REQUIRED
+    assert ListenerTls(config, "SASL_SSL", "SASL_SSL").client_auth == "none"
+    assert ListenerTls(config, "SASL_SSL", "SASL_SSL").context.verify_mode == ssl.CERT_NONE
+    assert ListenerTls(config, "SECURE", "SASL_SSL").client_auth == "requested"
+
+
 def test_reload_keeps_the_subject_unless_allowed(tmp_path, ca):
     config = _config(**{"ssl.keystore.location": _keystore(tmp_path, ca, "localhost")})
     tls = ListenerTls(config, "SSL")
