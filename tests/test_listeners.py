@@ -148,3 +148,13 @@ def test_fixture_runs_extra_listeners_and_counts_client_certificate_handshakes(t
         metrics = broker._listener.broker.metrics
         assert dict(metrics.authentications) == {("MTLS", "SSL", "success"): 1, ("MTLS", "SSL", "failure"): 1}
         assert "tls_principal=User:CN=carol" in broker.log_text()
+
+
+def test_a_listener_on_every_interface_advertises_the_host_name():
+    import socket
+
+    from trireme.server.config import ListenerSpec
+    from trireme.server.listener import EndPoint
+    assert EndPoint(ListenerSpec("PLAINTEXT", "PLAINTEXT", "0.0.0.0", 9092), []).advertised_host == socket.getfqdn()
+    assert EndPoint(ListenerSpec("SSL", "SSL", "127.0.0.1", 9093, "kafka.example", 19093), []).advertised_port == 19093
+    assert EndPoint(ListenerSpec("SSL", "SSL", "127.0.0.1", 9093), []).advertised_host == "127.0.0.1"
