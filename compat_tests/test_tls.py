@@ -430,3 +430,36 @@ def test_shutdown_with_handshakes_under_way(certs):
     for sock in silent:
         assert sock.recv(1) == b""  # closed by the broker
         sock.close()
+
+
+def test_mapped_certificate_principals_meet_the_authorizer(certs):
+    """The mapped TLS principal is what ACLs name: the super user (CN=admin of OU=Clients → User:admin) grants
+    User:alice Write on a topic; alice's certificate may produce to it, Bob's (DEFAULT: his whole DN) may not."""
+    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, NewTopic, ResourcePatternType,
+                                       ResourceType)
+    admin_cert = certs.client("admin", "Clients")
+    srv = start_server(certs, **{"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                                 "super.users": "User:admin"})
+    try:
+        topic = f"acl-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient(confluent_ssl(certs, srv.bootstrap_for("MTLS"), admin_cert))
+        for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+            future.result(30)
+        for future in admin.create_acls([AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL,
+                                                    "User:alice", "*", AclOperation.WRITE,
+                                                    AclPermissionType.ALLOW)]).values():
+            future.result(30)
+
+        def produce(client: str):
+            outcome = []
+            producer = Producer({**confluent_ssl(certs, srv.bootstrap_for("MTLS"), client),
+                                 "message.timeout.ms": 20000})
+            producer.produce(topic, b"x", on_delivery=lambda err, msg: outcome.append(err))
+            producer.flush(30)
+            return outcome
+
+        assert produce(certs.alice) == [None]
+        refused = produce(certs.bob)
+        assert len(refused) == 1 and refused[0].name() == "TOPIC_AUTHORIZATION_FAILED", refused
+    finally:
+        stop_server(srv)
