@@ -1,5 +1,6 @@
 """SASL over a SASL_PLAINTEXT listener against a real broker: stock clients (confluent-kafka, kafka-python) with PLAIN,
-SCRAM-SHA-512 and OAUTHBEARER (unsecured JWS), and raw frames for the pre-authentication gate, the v0 unframed
+SCRAM-SHA-256/512, OAUTHBEARER (unsecured JWS, and JWTs against a JWKS), PLAIN from the hashed credentials file, librdkafka's
+re-authentication, and raw frames for the pre-authentication gate, the v0 unframed
 exchange, the failure delay and KIP-368 re-authentication and expiry.
 
 The listener is a stand-in (compat_tests/sasl_standin.py) until SASL_PLAINTEXT listeners and stored SCRAM credentials
@@ -13,13 +14,14 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 
 from compat_tests.sasl_support import plain_login, sasl_server  # noqa: F401  (fixture)
-from compat_tests.test_bad_input import Closed, LogWatch, RawConn, req, unique
+from compat_tests.test_bad_input import LogWatch, RawConn, req, unique
 from trireme.wire import error_codes as E
 
 pytestmark = pytest.mark.trireme_only("a SASL_PLAINTEXT listener stand-in")
 
 MECHANISM_SETTINGS = {
     "PLAIN": {"sasl.username": "alice", "sasl.password": "alice-secret"},
+    "SCRAM-SHA-256": {"sasl.username": "alice", "sasl.password": "alice-secret"},
     "SCRAM-SHA-512": {"sasl.username": "alice", "sasl.password": "alice-secret"},
     "OAUTHBEARER": {"enable.sasl.oauthbearer.unsecure.jwt": True, "sasl.oauthbearer.config": "principal=alice"},
 }
@@ -30,28 +32,97 @@ def confluent(bootstrap, mechanism, **extra):
             **MECHANISM_SETTINGS[mechanism], **extra}
 
 
-@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512", "OAUTHBEARER"])
-def test_confluent_kafka_produces_and_consumes(sasl_server, mechanism):
-    srv = sasl_server()
+def roundtrip(bootstrap, settings, count=5) -> None:
+    """Produce ``count`` records (idempotent) and read them back in a group, with these client settings."""
     topic = unique("sasl")
-    producer = Producer(confluent(srv.bootstrap, mechanism, **{"enable.idempotence": True}))
-    for i in range(5):
+    producer = Producer({**settings, "bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(count):
         producer.produce(topic, value=b"m%d" % i)
     assert producer.flush(30) == 0
-    consumer = Consumer(confluent(srv.bootstrap, mechanism, **{"group.id": unique("g"),
-                                                                "auto.offset.reset": "earliest"}))
+    consumer = Consumer({**settings, "bootstrap.servers": bootstrap, "group.id": unique("g"),
+                         "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     got = []
     deadline = time.monotonic() + 30
-    while len(got) < 5 and time.monotonic() < deadline:
+    while len(got) < count and time.monotonic() < deadline:
         m = consumer.poll(0.5)
         if m is not None and m.error() is None:
             got.append(m.value())
     consumer.close()
-    assert got == [b"m%d" % i for i in range(5)]
+    assert got == [b"m%d" % i for i in range(count)]
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"])
+def test_confluent_kafka_produces_and_consumes(sasl_server, mechanism):
+    srv = sasl_server()
+    roundtrip(srv.bootstrap, confluent(srv.bootstrap, mechanism))
     log = srv.stderr_path.read_text()
     assert f"authenticated principal=User:alice mechanism={mechanism}" in log
     assert "alice-secret" not in log
+
+
+def test_plain_users_from_the_hashed_credentials_file(sasl_server, tmp_path):
+    from trireme.server import plain_credentials
+    path = tmp_path / "plain.credentials"
+    plain_credentials.set_user(str(path), "carol", "carol-secret")
+    srv = sasl_server(**{"trireme.sasl.plain.credentials.file": str(path)})
+    roundtrip(srv.bootstrap, {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
+                              "sasl.username": "carol", "sasl.password": "carol-secret"})
+    plain_credentials.set_user(str(path), "dave", "dave-secret")          # read again when it changes
+    roundtrip(srv.bootstrap, {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
+                              "sasl.username": "dave", "sasl.password": "dave-secret"}, count=1)
+    assert "carol-secret" not in path.read_text()
+    assert "authenticated principal=User:dave mechanism=PLAIN" in srv.stderr_path.read_text()
+
+
+def test_oauthbearer_jwt_validated_against_a_jwks(sasl_server, tmp_path):
+    import json
+
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    public.update(kid="test-key", use="sig", alg="RS256")
+    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [public]}))
+    srv = sasl_server(**{"sasl.oauthbearer.jwks.endpoint.url": f"file://{tmp_path / 'jwks.json'}",
+                         "sasl.oauthbearer.expected.issuer": "https://idp.example",
+                         "sasl.oauthbearer.expected.audience": "kafka"})
+
+    def token_for(issuer):
+        def oauth_cb(_config):
+            now = time.time()
+            claims = {"sub": "service-a", "iss": issuer, "aud": "kafka", "iat": int(now), "exp": int(now) + 300}
+            return jwt.encode(claims, key, algorithm="RS256", headers={"kid": "test-key"}), now + 300
+        return oauth_cb
+    roundtrip(srv.bootstrap, {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "OAUTHBEARER",
+                              "oauth_cb": token_for("https://idp.example")}, count=2)
+    assert "authenticated principal=User:service-a mechanism=OAUTHBEARER" in srv.stderr_path.read_text()
+    errors = []
+    producer = Producer({"bootstrap.servers": srv.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanisms": "OAUTHBEARER", "oauth_cb": token_for("https://evil.example"),
+                         "error_cb": errors.append})
+    deadline = time.monotonic() + 20
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.2)
+    assert errors and errors[0].code() == KafkaError._AUTHENTICATION, errors
+    assert '{"status":"invalid_token"}' in errors[0].str(), errors[0]
+
+
+def test_librdkafka_reauthenticates_within_the_session_lifetime(sasl_server):
+    srv = sasl_server(**{"connections.max.reauth.ms": 3000})
+    settings = confluent(srv.bootstrap, "SCRAM-SHA-512")
+    producer = Producer({**settings, "enable.idempotence": True})
+    topic = unique("reauth")
+    deadline = time.monotonic() + 8                 # past two session lifetimes: the client re-authenticates
+    sent = 0
+    while time.monotonic() < deadline:
+        producer.produce(topic, value=b"r%d" % sent)
+        sent += 1
+        assert producer.flush(10) == 0
+        time.sleep(0.2)
+    log = srv.stderr_path.read_text()
+    assert "re-authenticated principal=User:alice mechanism=SCRAM-SHA-512" in log, log[-3000:]
+    assert "expired" not in log
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
@@ -72,13 +143,31 @@ def test_confluent_kafka_wrong_password_fails_with_kafkas_error(sasl_server, mec
     assert "not-it" not in log
 
 
-@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def unsecured_jws(sub: str, lifetime_s: int = 300) -> str:
+    import base64
+    import json
+
+    def b64(obj):
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+    now = int(time.time())
+    return f"{b64({'alg': 'none'})}.{b64({'sub': sub, 'iat': now, 'exp': now + lifetime_s})}."
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512", "OAUTHBEARER"])
 def test_kafka_python_produces_and_consumes(sasl_server, mechanism):
     from kafka import KafkaConsumer, KafkaProducer
+    from kafka.net.sasl.oauth import AbstractTokenProvider
+
+    class Unsecured(AbstractTokenProvider):
+        def token(self):
+            return unsecured_jws("bob")
     srv = sasl_server()
     topic = unique("sasl-kp")
-    common = {"bootstrap_servers": srv.bootstrap, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
-              "sasl_plain_username": "bob", "sasl_plain_password": "bob-secret"}
+    common = {"bootstrap_servers": srv.bootstrap, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism}
+    if mechanism == "OAUTHBEARER":
+        common["sasl_oauth_token_provider"] = Unsecured()
+    else:
+        common.update(sasl_plain_username="bob", sasl_plain_password="bob-secret")
     producer = KafkaProducer(**common)
     for i in range(3):
         producer.send(topic, b"k%d" % i).get(timeout=30)
