@@ -1,49 +1,45 @@
-"""A real broker whose connections are on a SASL_PLAINTEXT listener (compat_tests/sasl_standin.py), and raw SASL
-exchanges for the SASL tests."""
+"""A real broker with a SASL_PLAINTEXT listener (besides the fixture's PLAINTEXT one), its first SCRAM users created
+by trireme.storage.add.scram, and raw SASL exchanges, for the SASL tests."""
 from __future__ import annotations
-
-import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from compat_tests.conftest import ServerProcess
 from compat_tests.test_bad_input import RawConn, req
 
-REPO = Path(__file__).resolve().parent.parent
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-pw" '
         'user_alice="alice-secret" user_bob="bob-secret";')
 BASE = {
+    "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
     "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
     "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+    "trireme.storage.add.scram": ";".join(f"{m}=[name={u},password={p}]" for u, p in USERS.items()
+                                          for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")),
 }
 
 
-class SaslServerProcess(ServerProcess):
-    def _command(self) -> list[str]:
-        return [sys.executable, str(REPO / "compat_tests" / "sasl_standin.py"), "serve", "--data-dir",
-                str(self.data_dir), "--listen", f"{self.host}:{self.port}", "--config", str(self.config_path),
-                *self.extra_args]
+class SaslServer(ServerProcess):
+    @property
+    def sasl_bootstrap(self) -> str:
+        return self.bootstrap_for("SASL_PLAINTEXT")
 
 
-def start_sasl_server(tmp_path, monkeypatch, **props):
-    monkeypatch.setenv("TRIREME_TEST_SCRAM_USERS", json.dumps(USERS))
+def start_sasl_server(tmp_path, **props) -> SaslServer:
     tmp_path.mkdir(parents=True, exist_ok=True)
-    srv = SaslServerProcess(tmp_path, config={**BASE, **props})
+    srv = SaslServer(tmp_path, config={**BASE, **props})
     srv.start()
     return srv
 
 
 @pytest.fixture
-def sasl_server(tmp_path, monkeypatch):
-    """Factory: ``sasl_server(**properties)`` starts a broker whose connections are SASL_PLAINTEXT; afterwards its log
-    must hold no traceback and no internal error."""
+def sasl_server(tmp_path):
+    """Factory: ``sasl_server(**properties)`` starts a broker with a SASL_PLAINTEXT listener (``.sasl_bootstrap``);
+    afterwards its log must hold no traceback and no internal error."""
     started = []
 
     def start(**props):
-        srv = start_sasl_server(tmp_path / f"broker{len(started)}", monkeypatch, **props)
+        srv = start_sasl_server(tmp_path / f"broker{len(started)}", **props)
         started.append(srv)
         return srv
     yield start

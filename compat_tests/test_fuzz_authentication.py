@@ -197,11 +197,11 @@ def test_authentication_fuzz(sasl_server):
                          "trireme.sasl.failed.authentications.per.minute": 1_000_000,
                          "sasl.server.max.receive.size": 65536})
     rnd = random.Random(SEED)
-    bystander = RawConn(srv.bootstrap, timeout=ANSWER_TIMEOUT_S)
+    bystander = RawConn(srv.sasl_bootstrap, timeout=ANSWER_TIMEOUT_S)
     assert plain_login(bystander).error_code == 0
-    slow = [slow_login(srv.bootstrap) for _ in range(SLOW_LOGINS)]
+    slow = [slow_login(srv.sasl_bootstrap) for _ in range(SLOW_LOGINS)]
     rss_before = rss_mb(srv.proc.pid)
-    fuzzer = Fuzzer(srv.bootstrap, rnd)
+    fuzzer = Fuzzer(srv.sasl_bootstrap, rnd)
     try:
         for i in range(ATTEMPTS):
             fuzzer.attempt(i)
@@ -216,7 +216,7 @@ def test_authentication_fuzz(sasl_server):
         bystander.close()
     print(f"seed {SEED}, {ATTEMPTS} attempts: {dict(fuzzer.stats)}; RSS {rss_before:.0f} -> {rss_after:.0f} MiB")
     assert rss_after - rss_before < MAX_RSS_GROWTH_MB, f"seed {SEED}: RSS {rss_before:.0f} -> {rss_after:.0f} MiB"
-    with RawConn(srv.bootstrap) as conn:            # not wedged: a fresh login is served
+    with RawConn(srv.sasl_bootstrap) as conn:            # not wedged: a fresh login is served
         assert plain_login(conn).error_code == 0
         assert conn.request("Metadata", 12, req("Metadata", topics=[], allow_auto_topic_creation=False)).brokers
     log = srv.stderr_path.read_text(errors="replace")

@@ -3,8 +3,7 @@ SCRAM-SHA-256/512, OAUTHBEARER (unsecured JWS, and JWTs against a JWKS), PLAIN f
 re-authentication, and raw frames for the pre-authentication gate, the v0 unframed
 exchange, the failure delay and KIP-368 re-authentication and expiry.
 
-The listener is a stand-in (compat_tests/sasl_standin.py) until SASL_PLAINTEXT listeners and stored SCRAM credentials
-are on main."""
+SCRAM users come from trireme.storage.add.scram (stored durably by the broker)."""
 from __future__ import annotations
 
 import struct
@@ -17,7 +16,7 @@ from compat_tests.sasl_support import plain_login, sasl_server  # noqa: F401  (f
 from compat_tests.test_bad_input import LogWatch, RawConn, req, unique
 from trireme.wire import error_codes as E
 
-pytestmark = pytest.mark.trireme_only("a SASL_PLAINTEXT listener stand-in")
+pytestmark = pytest.mark.trireme_only("reads the broker's log")
 
 MECHANISM_SETTINGS = {
     "PLAIN": {"sasl.username": "alice", "sasl.password": "alice-secret"},
@@ -55,7 +54,7 @@ def roundtrip(bootstrap, settings, count=5) -> None:
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"])
 def test_confluent_kafka_produces_and_consumes(sasl_server, mechanism):
     srv = sasl_server()
-    roundtrip(srv.bootstrap, confluent(srv.bootstrap, mechanism))
+    roundtrip(srv.sasl_bootstrap, confluent(srv.sasl_bootstrap, mechanism))
     log = srv.stderr_path.read_text()
     assert f"authenticated principal=User:alice mechanism={mechanism}" in log
     assert "alice-secret" not in log
@@ -66,10 +65,10 @@ def test_plain_users_from_the_hashed_credentials_file(sasl_server, tmp_path):
     path = tmp_path / "plain.credentials"
     plain_credentials.set_user(str(path), "carol", "carol-secret")
     srv = sasl_server(**{"trireme.sasl.plain.credentials.file": str(path)})
-    roundtrip(srv.bootstrap, {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
+    roundtrip(srv.sasl_bootstrap, {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
                               "sasl.username": "carol", "sasl.password": "carol-secret"})
     plain_credentials.set_user(str(path), "dave", "dave-secret")          # read again when it changes
-    roundtrip(srv.bootstrap, {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
+    roundtrip(srv.sasl_bootstrap, {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
                               "sasl.username": "dave", "sasl.password": "dave-secret"}, count=1)
     assert "carol-secret" not in path.read_text()
     assert "authenticated principal=User:dave mechanism=PLAIN" in srv.stderr_path.read_text()
@@ -94,11 +93,11 @@ def test_oauthbearer_jwt_validated_against_a_jwks(sasl_server, tmp_path):
             claims = {"sub": "service-a", "iss": issuer, "aud": "kafka", "iat": int(now), "exp": int(now) + 300}
             return jwt.encode(claims, key, algorithm="RS256", headers={"kid": "test-key"}), now + 300
         return oauth_cb
-    roundtrip(srv.bootstrap, {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "OAUTHBEARER",
+    roundtrip(srv.sasl_bootstrap, {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "OAUTHBEARER",
                               "oauth_cb": token_for("https://idp.example")}, count=2)
     assert "authenticated principal=User:service-a mechanism=OAUTHBEARER" in srv.stderr_path.read_text()
     errors = []
-    producer = Producer({"bootstrap.servers": srv.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+    producer = Producer({"bootstrap.servers": srv.sasl_bootstrap, "security.protocol": "SASL_PLAINTEXT",
                          "sasl.mechanisms": "OAUTHBEARER", "oauth_cb": token_for("https://evil.example"),
                          "error_cb": errors.append})
     deadline = time.monotonic() + 20
@@ -110,7 +109,7 @@ def test_oauthbearer_jwt_validated_against_a_jwks(sasl_server, tmp_path):
 
 def test_librdkafka_reauthenticates_within_the_session_lifetime(sasl_server):
     srv = sasl_server(**{"connections.max.reauth.ms": 3000})
-    settings = confluent(srv.bootstrap, "SCRAM-SHA-512")
+    settings = confluent(srv.sasl_bootstrap, "SCRAM-SHA-512")
     producer = Producer({**settings, "enable.idempotence": True})
     topic = unique("reauth")
     deadline = time.monotonic() + 8                 # past two session lifetimes: the client re-authenticates
@@ -129,7 +128,7 @@ def test_librdkafka_reauthenticates_within_the_session_lifetime(sasl_server):
 def test_confluent_kafka_wrong_password_fails_with_kafkas_error(sasl_server, mechanism):
     srv = sasl_server()
     errors = []
-    producer = Producer({**confluent(srv.bootstrap, mechanism), "sasl.password": "not-it",
+    producer = Producer({**confluent(srv.sasl_bootstrap, mechanism), "sasl.password": "not-it",
                          "error_cb": lambda e: errors.append(e)})
     deadline = time.monotonic() + 20
     while not errors and time.monotonic() < deadline:
@@ -163,7 +162,7 @@ def test_kafka_python_produces_and_consumes(sasl_server, mechanism):
             return unsecured_jws("bob")
     srv = sasl_server()
     topic = unique("sasl-kp")
-    common = {"bootstrap_servers": srv.bootstrap, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism}
+    common = {"bootstrap_servers": srv.sasl_bootstrap, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism}
     if mechanism == "OAUTHBEARER":
         common["sasl_oauth_token_provider"] = Unsecured()
     else:
@@ -185,12 +184,12 @@ def test_kafka_python_produces_and_consumes(sasl_server, mechanism):
 def test_request_before_authentication_closes_with_one_log_line(sasl_server):
     srv = sasl_server()
     watch = LogWatch(srv)
-    with RawConn(srv.bootstrap) as conn:
+    with RawConn(srv.sasl_bootstrap) as conn:
         conn.send_request("Metadata", 12, req("Metadata", topics=[], allow_auto_topic_creation=False))
         conn.expect_closed()
     line = watch.wait_for("Metadata before SASL authentication completed")
     assert line.count("closing connection") == 1
-    with RawConn(srv.bootstrap) as conn:           # ApiVersions may come first; then SaslHandshake
+    with RawConn(srv.sasl_bootstrap) as conn:           # ApiVersions may come first; then SaslHandshake
         assert conn.request("ApiVersions", 3, req("ApiVersions", client_software_name="raw",
                                                   client_software_version="1")).error_code == 0
         assert plain_login(conn).error_code == 0
@@ -200,7 +199,7 @@ def test_request_before_authentication_closes_with_one_log_line(sasl_server):
 
 def test_unsupported_mechanism_answers_the_enabled_list_then_closes(sasl_server):
     srv = sasl_server(**{"connection.failed.authentication.delay.ms": 0})
-    with RawConn(srv.bootstrap) as conn:
+    with RawConn(srv.sasl_bootstrap) as conn:
         r = conn.request("SaslHandshake", 1, req("SaslHandshake", mechanism="GSSAPI"))
         assert r.error_code == E.UNSUPPORTED_SASL_MECHANISM.code
         assert sorted(r.mechanisms) == ["OAUTHBEARER", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -213,7 +212,7 @@ def read_raw(conn: RawConn, timeout: float = 10.0) -> bytes:
 
 def test_v0_unframed_plain_exchange(sasl_server):
     srv = sasl_server(**{"connection.failed.authentication.delay.ms": 0})
-    with RawConn(srv.bootstrap) as conn:
+    with RawConn(srv.sasl_bootstrap) as conn:
         r = conn.request("SaslHandshake", 0, req("SaslHandshake", mechanism="PLAIN"))
         assert r.error_code == 0 and "PLAIN" in r.mechanisms
         token = b"\0alice\0alice-secret"
@@ -221,7 +220,7 @@ def test_v0_unframed_plain_exchange(sasl_server):
         assert read_raw(conn) == b""                              # PLAIN's empty answer, size-prefixed
         r = conn.request("Metadata", 12, req("Metadata", topics=[], allow_auto_topic_creation=False))
         assert r.brokers
-    with RawConn(srv.bootstrap) as conn:                          # a wrong password: nothing, then closed
+    with RawConn(srv.sasl_bootstrap) as conn:                          # a wrong password: nothing, then closed
         conn.request("SaslHandshake", 0, req("SaslHandshake", mechanism="PLAIN"))
         token = b"\0alice\0wrong"
         conn.send(struct.pack(">i", len(token)) + token)
@@ -230,7 +229,7 @@ def test_v0_unframed_plain_exchange(sasl_server):
 
 def test_failed_login_is_answered_after_the_delay_then_closed(sasl_server):
     srv = sasl_server(**{"connection.failed.authentication.delay.ms": 1500})
-    with RawConn(srv.bootstrap) as conn:
+    with RawConn(srv.sasl_bootstrap) as conn:
         conn.request("SaslHandshake", 1, req("SaslHandshake", mechanism="PLAIN"))
         cid = conn.send_request("SaslAuthenticate", 2, req("SaslAuthenticate", auth_bytes=b"\0alice\0wrong"))
         with pytest.raises(TimeoutError):           # not before the delay (a lower bound: slowness only adds)
@@ -244,7 +243,7 @@ def test_failed_login_is_answered_after_the_delay_then_closed(sasl_server):
 def test_oversized_frame_before_authentication_closes(sasl_server):
     srv = sasl_server(**{"sasl.server.max.receive.size": 1024})
     watch = LogWatch(srv)
-    with RawConn(srv.bootstrap) as conn:
+    with RawConn(srv.sasl_bootstrap) as conn:
         conn.send(struct.pack(">i", 4096) + b"\0" * 16)
         conn.expect_closed()
     watch.wait_for("over sasl.server.max.receive.size=1024")
@@ -252,7 +251,7 @@ def test_oversized_frame_before_authentication_closes(sasl_server):
 
 def test_reauthentication_and_session_expiry(sasl_server):
     srv = sasl_server(**{"connections.max.reauth.ms": 2000, "connection.failed.authentication.delay.ms": 0})
-    with RawConn(srv.bootstrap) as conn:
+    with RawConn(srv.sasl_bootstrap) as conn:
         r = plain_login(conn, version=1)
         assert r.error_code == 0 and 0 < r.session_lifetime_ms <= 2000
         time.sleep(1.1)                                            # Kafka: at most one re-authentication a second
@@ -264,7 +263,7 @@ def test_reauthentication_and_session_expiry(sasl_server):
         conn.send_request("Metadata", 12, req("Metadata", topics=[], allow_auto_topic_creation=False))
         conn.expect_closed()
     assert "expired" in srv.stderr_path.read_text()
-    with RawConn(srv.bootstrap) as conn:                          # another principal may not take over
+    with RawConn(srv.sasl_bootstrap) as conn:                          # another principal may not take over
         assert plain_login(conn, version=1).error_code == 0
         time.sleep(1.1)
         r = plain_login(conn, "bob", "bob-secret", version=1)
