@@ -2,6 +2,10 @@
 by trireme.storage.add.scram, and raw SASL exchanges, for the SASL tests."""
 from __future__ import annotations
 
+import socket
+import ssl
+from pathlib import Path
+
 import pytest
 
 from compat_tests.conftest import ServerProcess
@@ -23,6 +27,46 @@ class SaslServer(ServerProcess):
     @property
     def sasl_bootstrap(self) -> str:
         return self.bootstrap_for("SASL_PLAINTEXT")
+
+
+class Certificates:
+    """A trustme CA and the broker's PEM keystore (PKCS#8 key + chain), made for the run in ``directory``."""
+
+    def __init__(self, directory: Path):
+        import trustme
+        from cryptography.hazmat.primitives import serialization
+        directory.mkdir(parents=True, exist_ok=True)
+        self.ca = trustme.CA()
+        self.ca_path = str(directory / "ca.pem")
+        self.ca.cert_pem.write_to_path(self.ca_path)
+        cert = self.ca.issue_cert("localhost", "127.0.0.1", common_name="localhost")
+        key = serialization.load_pem_private_key(cert.private_key_pem.bytes(), None).private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        self.keystore = str(directory / "broker.keystore.pem")
+        Path(self.keystore).write_bytes(key + b"".join(c.bytes() for c in cert.cert_chain_pems))
+
+    def listener_config(self) -> dict:
+        """A SASL_SSL listener besides the SASL_PLAINTEXT one."""
+        return {"listeners": "SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+                "ssl.keystore.type": "PEM", "ssl.keystore.location": self.keystore,
+                "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS}
+
+    def context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=self.ca_path)
+
+
+class TlsRawConn(RawConn):
+    """RawConn over TLS (a SASL_SSL listener)."""
+
+    def __init__(self, bootstrap: str, context: ssl.SSLContext, timeout: float = 10.0):
+        host, _, port = bootstrap.rpartition(":")
+        raw = socket.create_connection((host, int(port)), timeout=timeout)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = context.wrap_socket(raw, server_hostname="localhost")
+        self.timeout = timeout
+        import itertools
+        self._ids = itertools.count(1)
+        self.buf = bytearray()
 
 
 def start_sasl_server(tmp_path, **props) -> SaslServer:

@@ -270,3 +270,14 @@ def test_reauthentication_and_session_expiry(sasl_server):
         assert r.error_code == E.SASL_AUTHENTICATION_FAILED.code
         assert r.error_message == "Cannot change principals during re-authentication from User.alice: User.bob"
         conn.expect_closed()
+
+
+def test_confluent_kafka_over_sasl_ssl(sasl_server, tmp_path):
+    from compat_tests.sasl_support import Certificates
+    certs = Certificates(tmp_path / "certs")
+    srv = sasl_server(**certs.listener_config())
+    bootstrap = srv.bootstrap_for("SASL_SSL")
+    roundtrip(bootstrap, {**confluent(bootstrap, "SCRAM-SHA-512"), "security.protocol": "SASL_SSL",
+                          "ssl.ca.location": certs.ca_path})
+    assert "authenticated principal=User:alice mechanism=SCRAM-SHA-512 listener=SASL_SSL" in \
+        srv.stderr_path.read_text()
