@@ -281,3 +281,15 @@ def test_confluent_kafka_over_sasl_ssl(sasl_server, tmp_path):
                           "ssl.ca.location": certs.ca_path})
     assert "authenticated principal=User:alice mechanism=SCRAM-SHA-512 listener=SASL_SSL" in \
         srv.stderr_path.read_text()
+
+
+@pytest.mark.parametrize("props, said", [
+    ({"sasl.enabled.mechanisms": "GSSAPI"}, "GSSAPI not supported"),
+    ({"listener.name.sasl_plaintext.plain.sasl.jaas.config": "PlainLoginModule required user_a=b"},
+     "JAAS config entry not terminated by semi-colon"),
+])
+def test_a_sasl_listener_that_cannot_work_refuses_to_start(tmp_path, props, said):
+    from compat_tests.sasl_support import start_sasl_server
+    with pytest.raises(Exception) as e:
+        start_sasl_server(tmp_path / "broker", **props)
+    assert said in str(e.value)
