@@ -521,3 +521,13 @@ def test_check_listeners_refuses_what_cannot_work():
                             "listener.name.sasl_plaintext.plain.sasl.jaas.config": "M required;"}, "no users")):
         with pytest.raises(authentication.SaslConfigError, match=needle):
             authentication.check_listeners(stand_in_broker(**props).config, listeners)
+
+
+def test_jaas_lines_are_not_reported_as_without_effect(caplog):
+    config = stand_in_broker(**{"sasl.jaas.config": "M required user_x=\"y\";",
+                                "listener.name.sasl_ssl.oauthbearer.sasl.oauthbearer.expected.issuer": "https://i",
+                                "num.network.threads": 3}).config
+    with caplog.at_level("INFO", logger="trireme.config"):
+        config.report_no_effect()
+    assert "jaas" not in caplog.text and "expected.issuer" not in caplog.text
+    assert "num.network.threads" in caplog.text            # what has no effect is still said
