@@ -169,6 +169,7 @@ class SaslService:
         self.delay_s = int(config["connection.failed.authentication.delay.ms"]) / 1000
         self._listeners: dict[str, ListenerSasl | SaslConfigError] = {}
         self._credentials: dict[str, object] = {}
+        self._check_threads: trio.CapacityLimiter | None = None     # made in the broker's trio run, on first use
         self._validators: dict[str, object] = {}
 
     def listener(self, name: str) -> ListenerSasl:
@@ -191,7 +192,9 @@ class SaslService:
                 from .plain_credentials import CredentialsFile
                 credentials = self._credentials.setdefault(settings.credentials_path,
                                                            CredentialsFile(settings.credentials_path))
-            return sasl_mechanisms.PlainServer(settings.plain_users, credentials)
+            if credentials is not None and self._check_threads is None:
+                self._check_threads = trio.CapacityLimiter(sasl_mechanisms.CHECK_THREADS)
+            return sasl_mechanisms.PlainServer(settings.plain_users, credentials, self._check_threads)
         if mechanism == OAUTHBEARER:
             return sasl_mechanisms.OAuthBearerServer(self._validator(settings))
         return sasl_mechanisms.ScramServer(mechanism, self.broker.security)

@@ -19,8 +19,8 @@ from .oauthbearer import TokenInvalid
 PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER = "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"
 MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER)
 MAX_LOGGED_NAME = 128
-# PBKDF2 checks of the PLAIN credentials file at once (worker threads); the rest wait their turn.
-CHECK_THREADS = trio.CapacityLimiter(2)
+# PBKDF2 checks of the PLAIN credentials file at once per broker (worker threads); the rest wait their turn.
+CHECK_THREADS = 2
 
 
 class SaslFailure(Exception):
@@ -44,9 +44,10 @@ class PlainServer:
 
     mechanism = PLAIN
 
-    def __init__(self, jaas_users: dict[str, str], credentials_file):
+    def __init__(self, jaas_users: dict[str, str], credentials_file, check_threads: trio.CapacityLimiter | None = None):
         self.jaas_users = jaas_users
         self.credentials_file = credentials_file
+        self.check_threads = check_threads
         self.complete = False
         self.user: str | None = None
         self.attempted_user: str | None = None
@@ -86,8 +87,8 @@ class PlainServer:
                               "could not be verified") from None
         if stored is None:
             return False
-        async with CHECK_THREADS:
-            return await trio.to_thread.run_sync(plain_credentials.verify, stored, password)
+        limiter = self.check_threads or trio.CapacityLimiter(CHECK_THREADS)
+        return await trio.to_thread.run_sync(plain_credentials.verify, stored, password, limiter=limiter)
 
 
 class ScramServer:
