@@ -261,6 +261,7 @@ class Authenticator:
         self.service = svc
         self.listener = listener
         self.state = INITIAL
+        self.passes = False                 # authenticated for good (no session expiry): requests go straight on
         self.versions_seen = False
         self.headers = True                 # SaslAuthenticate frames (SaslHandshake v1+), else raw tokens (v0)
         self.mechanism: str | None = None
@@ -304,7 +305,7 @@ class Authenticator:
         CloseConnection for what closes the connection."""
         from .connection import CloseConnection
         state = self.state
-        if state == COMPLETE and self.expires_at is None:
+        if self.passes:                     # (the connection does not ask then; a direct caller may)
             return None
         if state == AUTHENTICATE and not self.headers:
             return await self._raw_token(bytes(frame))
@@ -325,6 +326,7 @@ class Authenticator:
                 self.reauth_started = now
                 self.reauthenticating = True
                 self.state = HANDSHAKE
+                self.passes = False
                 self._apply_limit()
                 return None
             if now >= self.expires_at:
@@ -437,6 +439,7 @@ class Authenticator:
         self.conn.principal = principal
         self.user = self.server.user
         self.state = COMPLETE
+        self.passes = self.expires_at is None
         self._apply_limit()
         svc.broker.metrics.authentication(self.listener.name, self.mechanism, True)
         log.info("%s principal=%s mechanism=%s listener=%s peer=%s session_lifetime_ms=%d",
@@ -468,6 +471,7 @@ class Authenticator:
         nothing; the connection closes once that is sent (:meth:`finish`)."""
         svc = self.service
         self.state = FAILED
+        self.passes = False
         self.closing = f"SASL authentication failed: {failure.reason}"
         self.server_user = getattr(self.server, "attempted_user", None)
         host = getattr(self.conn, "host", "") or ""
