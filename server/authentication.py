@@ -35,6 +35,7 @@ MAX_ROUNDS = 16                      # SaslAuthenticate rounds of one authentica
 MIN_REAUTH_INTERVAL_S = 1.0          # Kafka: a re-authentication at most once a second
 FAILURE_WINDOW_S = 60.0
 MAX_TRACKED_ADDRESSES = 10_000       # failed-login history kept for at most this many client addresses
+DEFAULT_MAX_RECEIVE = 524288         # sasl.server.max.receive.size's default
 
 # Gate verdicts besides None (dispatch the request as usual) and bytes (a raw token to send).
 NO_ANSWER = object()
@@ -278,27 +279,25 @@ class Authenticator:
     # ---------------------------------------------------------------- the connection's hooks
 
     def limit_frames(self, reader) -> None:
-        """Frames before authentication are held to sasl.server.max.receive.size (Kafka's authenticator)."""
+        """Frames before authentication (and during a re-authentication) are held to sasl.server.max.receive.size, as
+        Kafka's authenticator reads them; afterwards the reader's own limit applies again."""
         self.reader = reader
+        self._request_limit = (reader.max_size, reader.limit_name)
         self._apply_limit()
 
     def _apply_limit(self) -> None:
         reader = self.reader
         if reader is None:
             return
-        if not hasattr(self, "_request_limit"):
-            self._request_limit = (reader.max_size, getattr(reader, "limit_name", "socket.request.max.bytes"))
         if self.state == COMPLETE:
             reader.max_size, reader.limit_name = self._request_limit
-        else:
-            reader.max_size = min(self._request_limit[0], self._settings_or_default().max_receive)
-            reader.limit_name = "sasl.server.max.receive.size"
-
-    def _settings_or_default(self):
+            return
         try:
-            return self.service.listener(self.listener.name)
-        except SaslConfigError:
-            return dataclasses.make_dataclass("S", [("max_receive", int)])(524288)
+            max_receive = self.service.listener(self.listener.name).max_receive
+        except SaslConfigError:             # (the handshake closes the connection with the reason)
+            max_receive = DEFAULT_MAX_RECEIVE
+        reader.max_size = min(self._request_limit[0], max_receive)
+        reader.limit_name = "sasl.server.max.receive.size"
 
     async def gate(self, frame: bytearray):
         """Whether ``frame`` may be dispatched (None), or the raw token answering it (bytes), or NO_ANSWER; raises
@@ -364,7 +363,9 @@ class Authenticator:
                                 ctx.response(error_code=E.ILLEGAL_SASL_STATE.code, mechanisms=[]))
         try:
             settings = self.service.listener(self.listener.name)
-        except SaslConfigError as e:
+            if request.mechanism in settings.mechanisms:
+                server = self.service.mechanism_server(settings, request.mechanism)
+        except SaslConfigError as e:        # (a start-up check refuses this before; embedded use may skip it)
             from .connection import CloseConnection
             raise CloseConnection(str(e)) from None
         requested = request.mechanism or ""
@@ -379,7 +380,7 @@ class Authenticator:
             self.state = REAUTH_BAD_MECHANISM
         else:
             self.mechanism = requested
-            self.server = self.service.mechanism_server(settings, requested)
+            self.server = server
             self.rounds = 0
             self.state = AUTHENTICATE
         return ctx.response(error_code=E.NONE.code, mechanisms=list(settings.mechanisms))
