@@ -33,6 +33,7 @@ from .groups import GroupService
 from .limits import Limits, out_of_descriptors
 from .local_peer import LocalPeer
 from .metrics import Metrics
+from .quotas import ClientQuotaManager
 from .security import Security
 from .startup import StartupError, StartupInterrupted, os_reason
 from .transactions import TransactionService
@@ -171,6 +172,7 @@ class Broker:
         self.metrics = Metrics()
         self.security = Security(config)
         new_data_dir = not self.storage.exists("meta.properties")
+        self.quotas = ClientQuotaManager(config, self.security.client_quotas, self.metrics)
         try:
             self.meta = BrokerMeta.load_or_create(self.storage, node_id=config["node.id"])
             self.topics = TopicRegistry(self.storage, "topics.json")
