@@ -293,3 +293,22 @@ def test_a_sasl_listener_that_cannot_work_refuses_to_start(tmp_path, props, said
     with pytest.raises(Exception) as e:
         start_sasl_server(tmp_path / "broker", **props)
     assert said in str(e.value)
+
+
+def test_out_of_order_sasl_requests_get_illegal_sasl_state(sasl_server):
+    srv = sasl_server(**{"connection.failed.authentication.delay.ms": 0})
+    with RawConn(srv.sasl_bootstrap) as conn:       # after authentication: answered, and the connection goes on
+        assert plain_login(conn).error_code == 0
+        r = conn.request("SaslAuthenticate", 2, req("SaslAuthenticate", auth_bytes=b"\0alice\0alice-secret"))
+        assert r.error_code == E.ILLEGAL_SASL_STATE.code
+        r = conn.request("SaslHandshake", 1, req("SaslHandshake", mechanism="PLAIN"))
+        assert (r.error_code, r.mechanisms) == (E.ILLEGAL_SASL_STATE.code, [])
+        assert conn.request("Metadata", 12, req("Metadata", topics=[], allow_auto_topic_creation=False)).brokers
+    with RawConn(srv.sasl_bootstrap) as conn:       # a second handshake during the exchange: answered, then closed
+        assert conn.request("SaslHandshake", 1, req("SaslHandshake", mechanism="PLAIN")).error_code == 0
+        r = conn.request("SaslHandshake", 1, req("SaslHandshake", mechanism="PLAIN"))
+        assert r.error_code == E.ILLEGAL_SASL_STATE.code
+        conn.expect_closed()
+    with RawConn(srv.sasl_bootstrap) as conn:       # SaslAuthenticate before any handshake: closed, as Kafka
+        conn.send_request("SaslAuthenticate", 2, req("SaslAuthenticate", auth_bytes=b"\0alice\0alice-secret"))
+        conn.expect_closed()
