@@ -8,8 +8,10 @@ log and never holds a secret.
 """
 from __future__ import annotations
 
+import functools
 import hmac
 import re
+import secrets
 
 import trio
 
@@ -24,6 +26,8 @@ CHECK_THREADS = 2
 
 
 class SaslFailure(Exception):
+    """An authentication refused: ``reason`` for the log, ``client_message`` (or None: the standard one) for the client."""
+
     def __init__(self, reason: str, client_message: str | None = None):
         super().__init__(reason)
         self.reason = reason
@@ -36,6 +40,12 @@ def printable(name: str | None) -> str:
         return "-"
     shown = name[:MAX_LOGGED_NAME].encode("unicode_escape").decode("ascii")
     return shown + ("..." if len(name) > MAX_LOGGED_NAME else "")
+
+
+@functools.cache
+def _unknown_user_hash() -> str:
+    from .plain_credentials import hash_password
+    return hash_password(secrets.token_urlsafe(16))
 
 
 class PlainServer:
@@ -80,15 +90,20 @@ class PlainServer:
         if self.credentials_file is None:
             return False
         from . import plain_credentials
-        try:
-            stored = self.credentials_file.lookup(username)
+        limiter = self.check_threads or trio.CapacityLimiter(CHECK_THREADS)
+        try:        # reading the file again (when it changed) and PBKDF2 both in a worker thread
+            return await trio.to_thread.run_sync(self._check_file, username, password, limiter=limiter)
         except (OSError, plain_credentials.CredentialsError) as e:
             raise SaslFailure(f"credentials file unreadable: {e}", "Authentication failed: credentials for user "
                               "could not be verified") from None
-        if stored is None:
+
+    def _check_file(self, username: str, password: str) -> bool:
+        from . import plain_credentials
+        stored = self.credentials_file.lookup(username)
+        if stored is None:          # as long as a known user's check: the answer's time does not tell who exists
+            plain_credentials.verify(_unknown_user_hash(), password)
             return False
-        limiter = self.check_threads or trio.CapacityLimiter(CHECK_THREADS)
-        return await trio.to_thread.run_sync(plain_credentials.verify, stored, password, limiter=limiter)
+        return plain_credentials.verify(stored, password)
 
 
 class ScramServer:
