@@ -297,6 +297,23 @@ SECURITY_PREFIXES = ("ssl.", "sasl.", "listener.name.", "authorizer.", "super.us
                      "principal.builder.", "security.", "delegation.token.", "password.encoder.")
 # Kafka's per-listener overrides: listener.name.<listener>.<property> (Config.for_listener).
 LISTENER_PREFIX = "listener.name."
+# --- SASL: Kafka properties kept as given (secrets: not in PROPERTIES, so never described) that SASL reads
+_SASL_MECHANISM_PREFIXES = ("plain.", "scram-sha-256.", "scram-sha-512.", "oauthbearer.")
+
+
+def read_by_sasl(name: str) -> bool:
+    """Whether SASL (server/authentication.py) reads ``name``: the JAAS lines (``sasl.jaas.config``, per listener and
+    mechanism) and the per-listener, per-mechanism forms of the SASL properties."""
+    if name == "sasl.jaas.config":
+        return True
+    if not name.startswith(LISTENER_PREFIX):
+        return False
+    prop = name[len(LISTENER_PREFIX):].partition(".")[2]
+    for prefix in _SASL_MECHANISM_PREFIXES:
+        if prop.startswith(prefix):
+            prop = prop[len(prefix):]
+            break
+    return prop == "sasl.jaas.config" or (prop.startswith("sasl.") and prop in PROPERTIES)
 # Properties whose values are secrets: DescribeConfigs answers them as Kafka answers its PASSWORD configs (value
 # null, is_sensitive), and nothing logs them.
 SENSITIVE_PROPERTIES = frozenset({"trireme.storage.add.scram", "ssl.keystore.key", "ssl.key.password"})
@@ -489,7 +506,7 @@ class Config:
 
     def report_no_effect(self) -> None:
         """Log, once at start-up, the Kafka properties that were set but mean nothing here."""
-        names = sorted(self.no_effect)
+        names = sorted(n for n in self.no_effect if not read_by_sasl(n))
         secure = [n for n in names if n.startswith(SECURITY_PREFIXES)]
         other = [n for n in names if n not in secure]
         if other:

@@ -490,7 +490,7 @@ class Connection:
         ``received`` is when its frame began to arrive (``time.perf_counter()``).  A Deferred releases the
         request's ``charged`` budget bytes when it completes."""
         dispatched = time.perf_counter()
-        if self.authentication is not None:         # a SASL listener: what may pass before authentication
+        if self.authentication is not None and not self.authentication.passes:    # SASL, not (for good) authenticated
             verdict = await self.authentication.gate(frame)
             if verdict is not None:
                 return None if verdict is authentication.NO_ANSWER else self._raw_token(verdict, received)
