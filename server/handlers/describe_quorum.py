@@ -10,23 +10,30 @@ Behaviour / version notes:
   node keeps, so it never goes down; current voters = [this node] with last fetch / caught-up time =
   now (Kafka reports the leader so); no observers.  v2: replica directory id ZERO_UUID (a static
   quorum, as Kafka reports voters configured by controller.quorum.voters) and ``nodes`` = this node
-  with its advertised listener ``PLAINTEXT`` (there is no separate controller listener).
+  with the listener the request came in on and its advertised address (there is no separate controller
+  listener).
+- ACLs (as Kafka's controller): Describe on the cluster, else top-level CLUSTER_AUTHORIZATION_FAILED
+  "Cluster authorization failed." and no topics or nodes.
 """
 from __future__ import annotations
 
 from trireme.server.dispatch import handles
+from trireme.server.listener import advertised_address, listener_name
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
 from trireme.wire.primitives import ZERO_UUID
 
 METADATA_TOPIC = "__cluster_metadata"
 LEADER_EPOCH = 1
-LISTENER_NAME = "PLAINTEXT"
 UNKNOWN_PARTITION_MESSAGE = "This server does not host this topic-partition."
 
 
 @handles("DescribeQuorum", 0, 2)
 def describe_quorum(ctx, request):
     broker = ctx.broker
+    if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return ctx.response(error_code=E.CLUSTER_AUTHORIZATION_FAILED.code,
+                            error_message="Cluster authorization failed.", topics=[], nodes=[])
     response = ctx.response(error_code=0, error_message=None)
     tcls = type(response).TopicData
     pcls = tcls.PartitionData
@@ -45,6 +52,7 @@ def describe_quorum(ctx, request):
         partition_index=0, error_code=0, error_message=None, leader_id=broker.node_id, leader_epoch=LEADER_EPOCH,
         high_watermark=offset, current_voters=[voter], observers=[])])]
     ncls = type(response).Node
+    host, port = advertised_address(ctx)
     response.nodes = [ncls(node_id=broker.node_id, listeners=[ncls.Listener(
-        name=LISTENER_NAME, host=broker.advertised_host, port=broker.advertised_port)])]
+        name=listener_name(ctx), host=host, port=port)])]
     return response
