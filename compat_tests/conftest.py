@@ -417,20 +417,6 @@ def module_server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
     yield from _start_server(request, request.node)
 
 
-def _free_ports(host: str, n: int) -> list[int]:
-    """``n`` ports free on ``host`` now (bound together, then released for the broker to bind)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 @pytest.fixture(scope="module")
 def secured_server(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[security.SecuredListeners]:
     """One broker per module with the fixture's PLAINTEXT listener, an SSL listener requiring client
@@ -439,12 +425,11 @@ def secured_server(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator
     if request.config.getoption("bootstrap"):
         not_applicable("starts a broker with TLS and SASL listeners of its own")
     tls = security.make_tls_files(tmp_path_factory.mktemp("tls"))
-    host = "127.0.0.1"
-    ssl_port, sasl_ssl_port = _free_ports(host, 2)
-    gen = _start_server(request, request.node, security.secured_broker_config(tls, host, ssl_port, sasl_ssl_port))
+    gen = _start_server(request, request.node, security.secured_broker_config(tls))
     srv = next(gen)
     try:
-        yield security.SecuredListeners(srv.bootstrap, f"{host}:{ssl_port}", f"{host}:{sasl_ssl_port}", tls, srv)
+        yield security.SecuredListeners(srv.bootstrap, srv.bootstrap_for("SSL"), srv.bootstrap_for("SASL_SSL"), tls,
+                                        srv)
     finally:
         next(gen, None)
 

@@ -341,11 +341,11 @@ class SecuredListeners:
         return ClientSecurity.oauthbearer(self.tls, principal)
 
 
-def secured_broker_config(tls: TlsFiles, host: str, ssl_port: int, sasl_ssl_port: int) -> dict[str, str]:
-    """Broker properties (Kafka's names) for the SSL and SASL_SSL listeners beside the fixture's PLAINTEXT one
-    (``--listen``, put first), and the first SCRAM user."""
+def secured_broker_config(tls: TlsFiles, host: str = "127.0.0.1") -> dict[str, Any]:
+    """Broker properties (Kafka's names) for the SSL and SASL_SSL listeners (free ports) beside the fixture's
+    PLAINTEXT one (``--listen``, put first), and the first SCRAM user."""
     return {
-        "listeners": f"SSL://{host}:{ssl_port},SASL_SSL://{host}:{sasl_ssl_port}",
+        "listeners": f"SSL://{host}:0,SASL_SSL://{host}:0",
         "ssl.keystore.type": "PEM",
         "ssl.keystore.location": str(tls.server_keystore),
         "ssl.truststore.type": "PEM",
@@ -358,4 +358,7 @@ def secured_broker_config(tls: TlsFiles, host: str, ssl_port: int, sasl_ssl_port
             "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
             'unsecuredLoginStringClaim_sub="broker";',
         "trireme.storage.add.scram": f"{SCRAM_MECHANISM}=[name={SCRAM_USER},password={SCRAM_PASSWORD}]",
+        # Every client of a test module logs in from 127.0.0.1, the wrong-password tests too (and their clients
+        # retry): no per-address limit on failed logins, so that one test's failures never refuse the next one.
+        "trireme.sasl.failed.authentications.per.minute": 0,
     }
