@@ -140,6 +140,9 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
                                    "empty: off."),
     "trireme.metrics.group.lag.max.groups": (
         100, "trireme_group_lag reports the consumer groups with the largest lag, at most this many."),
+    "trireme.metrics.security.max.series": (
+        100, "The security metrics labelled by principal, resource or client (denied requests, throttled clients) "
+             "report the series with the largest counts, at most this many per metric."),
     "trireme.status.listen": ("", "HOST:PORT for the status page (open http://HOST:PORT/ in a browser); :PORT "
                                   "binds 127.0.0.1; the same address as trireme.metrics.listen serves both; "
                                   "empty: off."),
@@ -185,6 +188,7 @@ RANGES = {
     "trireme.response.send.timeout.ms": (1, LONG_MAX),
     "trireme.shutdown.grace.ms": (0, LONG_MAX),
     "trireme.metrics.group.lag.max.groups": (0, INT_MAX),
+    "trireme.metrics.security.max.series": (0, INT_MAX),
     # --- TLS and listeners (security protocols, certificates, principal mapping)
     # --- SASL (mechanisms, JAAS, re-authentication, failed logins)
     "trireme.debug.transaction.marker.delay.ms": (0, LONG_MAX),
