@@ -51,8 +51,7 @@ log.segment.bytes=1073741824
 log.retention.check.interval.ms=300000
 """
 
-NO_EFFECT = ["controller.listener.names", "controller.quorum.bootstrap.servers", "controller.quorum.voters",
-             "inter.broker.listener.name", "listener.security.protocol.map", "log.dirs", "num.io.threads",
+NO_EFFECT = ["controller.quorum.bootstrap.servers", "controller.quorum.voters", "log.dirs", "num.io.threads",
              "num.network.threads", "num.recovery.threads.per.data.dir", "offsets.topic.replication.factor",
              "process.roles", "share.coordinator.state.topic.min.isr",
              "share.coordinator.state.topic.replication.factor", "socket.receive.buffer.bytes",

@@ -16,7 +16,8 @@ from trireme.state.topics import TopicError
 from . import admin, dispatch, metrics, web
 from .broker import Broker
 from .config import LONG_MAX, PROPERTIES, Config, ConfigError, parse_host_port, parse_topic_spec, read_config_file
-from .listener import Listener
+from .listener import EndPoint, Listener
+from .tls import ListenerTls
 from .startup import StartupError, StartupInterrupted, StopSignals, open_listeners, startup_failure
 from .status_page import StatusPage
 
@@ -48,7 +49,8 @@ def _properties_help(width: int | None = None) -> str:
     width = width or min(shutil.get_terminal_size((100, 24)).columns, 100)
     lines = ["broker properties (Kafka's names; set in --config or with --set NAME=VALUE):"]
     for name, (default, text) in PROPERTIES.items():
-        lines.append(f"  {name} (default {_default_text(default)})")
+        lines.extend(textwrap.wrap(f"{name} (default {_default_text(default)})", width=width, initial_indent="  ",
+                                   subsequent_indent=" " * 6, break_on_hyphens=False))
         lines.extend(textwrap.wrap(text, width=width, initial_indent=" " * 6, subsequent_indent=" " * 6))
     return "\n".join(lines)
 
@@ -85,16 +87,9 @@ def load_config(args) -> Config:
         if not sep:
             raise ConfigError(f"--set expects NAME=VALUE, got {item!r}")
         config.set(name.strip(), value, source="--set")
-    # The flags win over Kafka's listener properties, as --set wins over --config (which are checked all the same).
-    listeners, advertised = config.listener("listeners"), config.listener("advertised.listeners")
-    if args.listen:
-        config.listen_host, config.listen_port = parse_host_port(args.listen)
-    elif listeners:
-        config.listen_host, config.listen_port = listeners
-    if args.advertised:
-        config.advertised_host, config.advertised_port = parse_host_port(args.advertised)
-    elif advertised:
-        config.advertised_host, config.advertised_port = advertised
+    # The flags win over Kafka's listener properties for the PLAINTEXT listener, as --set wins over --config.
+    config.resolve_listeners(parse_host_port(args.listen) if args.listen else None,
+                             parse_host_port(args.advertised) if args.advertised else None)
     for name in WEB_LISTEN_PROPERTIES:         # checked now, not after the logs have loaded
         if config[name]:
             try:
@@ -112,47 +107,77 @@ async def run_broker(config: Config, storage=None, topics=(), *, standalone: boo
     ``task_status`` and stop when the listener's shutdown is set.  The address is bound before the logs load, so a
     taken port is said at once; what keeps the broker from starting is a StartupError."""
     dispatch.load_handlers()
-    bound = await open_listeners(config.listen_host, config.listen_port)
-    port = bound[0].socket.getsockname()[1]
+    specs = config.listeners or config.resolve_listeners(
+        (config.listen_host, config.listen_port),
+        (config.advertised_host, config.advertised_port or 0) if config.advertised_host else None)
+    tls = {}
+    for spec in specs:          # key material checked before anything is bound or loaded
+        if spec.security_protocol in ("SSL", "SASL_SSL"):
+            try:
+                tls[spec.name] = ListenerTls(config, spec.name)
+            except ConfigError as e:
+                raise StartupError(f"listener {spec.name}: {e}") from None
+    endpoints: list[EndPoint] = []
     try:
-        try:
-            broker = Broker(config, storage, listen=f"{config.listen_host}:{port}",
-                            stop_requested=signals.requested if signals else None)
-        except StartupInterrupted as e:
-            log.info("shutting down on signal %d: %s", signals.received, e)
-            log.info("stopped")
-            return
-        listener = Listener(broker, config.listen_host, config.listen_port, bound)
-        try:
-            for name, partitions, configs in topics:
-                broker.ensure_topic(name, partitions, configs)
-            async with trio.open_nursery() as nursery:
-                if signals is not None:
-                    nursery.start_soon(_shutdown_on_signal, signals, listener)
-                await nursery.start(broker.run)
-                sites = web.sites(config, {"trireme.metrics.listen": metrics.routes(broker),
-                                           "trireme.status.listen": StatusPage(broker).routes()})
-                for (host, web_port), routes in sites.items():
-                    settings = _web_settings(config, host, web_port)
-                    bound_web = await nursery.start(web.serve, routes, host, web_port, settings)
-                    if ("GET", "/metrics") in routes:
-                        log.info("metrics on http://%s:%d/metrics", host, bound_web)
-                    if ("GET", "/") in routes:
-                        log.info("status page on http://%s:%d/", host, bound_web)
-                async with trio.open_nursery() as serving:
-                    await serving.start(listener.serve)
-                    if config.listen_port == 0 or broker.advertised_port == 0:
-                        broker.advertised_port = config.advertised_port or port
-                    task_status.started((listener, port))
-                    if standalone:
-                        print(f"listening on {config.listen_host}:{port}", flush=True)
-                nursery.cancel_scope.cancel()
-        finally:
-            broker.close()
-            log.info("stopped")
+        for spec in specs:
+            sockets = await open_listeners(spec.host, spec.port, f"listener {spec.name}" if len(specs) > 1 else "")
+            endpoints.append(EndPoint(spec, sockets, tls.get(spec.name)))
+        await _serve_endpoints(config, storage, topics, endpoints, standalone, signals, task_status)
     finally:
-        for sock in bound:
-            sock.socket.close()         # the listener closed them already, unless it never served
+        for endpoint in endpoints:
+            for sock in endpoint.sockets:
+                sock.socket.close()         # the listener closed them already, unless it never served
+
+
+async def _serve_endpoints(config: Config, storage, topics, endpoints: list, standalone: bool,
+                           signals: StopSignals | None, task_status) -> None:
+    """run_broker once the listeners are bound: load the broker, serve until asked to stop."""
+    port = endpoints[0].port
+    try:
+        broker = Broker(config, storage, listen=f"{config.listen_host}:{port}",
+                        stop_requested=signals.requested if signals else None)
+    except StartupInterrupted as e:
+        log.info("shutting down on signal %d: %s", signals.received, e)
+        log.info("stopped")
+        return
+    broker.endpoints = {endpoint.name: endpoint for endpoint in endpoints}
+    listener = Listener(broker, endpoints)
+    try:
+        for name, partitions, configs in topics:
+            broker.ensure_topic(name, partitions, configs)
+        async with trio.open_nursery() as nursery:
+            if signals is not None:
+                nursery.start_soon(_shutdown_on_signal, signals, listener)
+            await nursery.start(broker.run)
+            sites = web.sites(config, {"trireme.metrics.listen": metrics.routes(broker),
+                                       "trireme.status.listen": StatusPage(broker).routes()})
+            for (host, web_port), routes in sites.items():
+                settings = _web_settings(config, host, web_port)
+                bound_web = await nursery.start(web.serve, routes, host, web_port, settings)
+                if ("GET", "/metrics") in routes:
+                    log.info("metrics on http://%s:%d/metrics", host, bound_web)
+                if ("GET", "/") in routes:
+                    log.info("status page on http://%s:%d/", host, bound_web)
+            async with trio.open_nursery() as serving:
+                await serving.start(listener.serve)
+                broker.advertised_host = endpoints[0].advertised_host
+                broker.advertised_port = endpoints[0].advertised_port
+                task_status.started((listener, port))
+                if standalone:
+                    print(f"listening on {config.listen_host}:{port}", flush=True)
+                    for endpoint in endpoints[1:]:
+                        print(listening_line(endpoint), flush=True)
+            nursery.cancel_scope.cancel()
+    finally:
+        broker.close()
+        log.info("stopped")
+
+
+def listening_line(endpoint) -> str:
+    """The stdout line of a listener after the first (whose line stays ``listening on HOST:PORT``); trireme.testing
+    reads it back (LISTENING_LINE)."""
+    return f"listening on {endpoint.host}:{endpoint.port} listener={endpoint.name} " \
+           f"security_protocol={endpoint.security_protocol}"
 
 
 def _web_settings(config: Config, host: str, port: int) -> str:

@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import json
 import logging
+import re
 import tomllib
 from typing import Any
 
@@ -114,11 +115,42 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
     "log.flush.interval.ms": (
         9223372036854775807, "Opt in to Kafka's flush policy: acknowledge after the write and fsync every this "
                              "many ms.  Unset: fsync before every acknowledgement."),
-    "listeners": ("", "Kafka's listener list: one PLAINTEXT://HOST:PORT (an empty host binds every interface); "
-                      "the same as --listen, which wins.  Other security protocols are refused."),
-    "advertised.listeners": ("", "PLAINTEXT://HOST:PORT clients are told to connect to; the same as --advertised, "
-                                 "which wins."),
+    "listeners": ("", "Kafka's listener list: NAME://HOST:PORT,... one per listener name (an empty host binds "
+                      "every interface; port 0 picks a free port).  --listen sets the PLAINTEXT listener's address "
+                      "(adding one in front when the list has none)."),
+    "advertised.listeners": ("", "NAME://HOST:PORT,... clients are told to connect to, per listener name (a listener "
+                                 "not named here advertises its own address); --advertised sets the PLAINTEXT one."),
     # --- TLS and listeners (security protocols, certificates, principal mapping)
+    "listener.security.protocol.map": (
+        "PLAINTEXT:PLAINTEXT, SSL:SSL, SASL_PLAINTEXT:SASL_PLAINTEXT, SASL_SSL:SASL_SSL",
+        "LISTENER_NAME:SECURITY_PROTOCOL pairs: the security protocol of each listener name."),
+    "controller.listener.names": ("", "Listener names of the KRaft controller: left out of `listeners` here (a single "
+                                      "node has no separate controller listener)."),
+    "inter.broker.listener.name": ("", "The listener brokers use to talk to each other (the broker's own identity for "
+                                       "a cluster); must be a listener in `listeners`.  Unset: the listener named "
+                                       "after security.inter.broker.protocol, else the first listener."),
+    "security.inter.broker.protocol": ("PLAINTEXT", "Security protocol between brokers, when "
+                                                    "inter.broker.listener.name is unset (not both)."),
+    "ssl.protocol": ("TLSv1.3", "TLS protocol of the SSL context (TLSv1.2 or TLSv1.3)."),
+    "ssl.enabled.protocols": ("TLSv1.2,TLSv1.3", "TLS versions accepted (TLSv1.2 and/or TLSv1.3; older ones are "
+                                                 "refused at start-up)."),
+    "ssl.cipher.suites": ("", "TLS 1.2 cipher suites (OpenSSL or IANA names), comma-separated; empty: OpenSSL's "
+                              "defaults.  TLS 1.3 suites are OpenSSL's."),
+    "ssl.keystore.type": ("PEM", "Format of the key material: PEM only (Kafka: JKS; JKS and PKCS12 are refused at "
+                                 "start-up)."),
+    "ssl.keystore.location": ("", "PEM file holding the private key (PKCS#8) followed by the certificate chain."),
+    "ssl.keystore.key": ("", "The private key inline (PEM, PKCS#8), with ssl.keystore.certificate.chain."),
+    "ssl.keystore.certificate.chain": ("", "The certificate chain inline (PEM), with ssl.keystore.key."),
+    "ssl.key.password": ("", "Password of an encrypted private key."),
+    "ssl.truststore.type": ("PEM", "Format of the trusted certificates: PEM only (Kafka: JKS)."),
+    "ssl.truststore.location": ("", "PEM file of the CA certificates client certificates are checked against."),
+    "ssl.truststore.certificates": ("", "The trusted CA certificates inline (PEM)."),
+    "ssl.client.auth": ("none", "Client certificates on SSL listeners: none, requested or required (mTLS)."),
+    "ssl.principal.mapping.rules": ("DEFAULT", "Kafka's rules (RULE:pattern/replacement/[LU], DEFAULT) from a client "
+                                               "certificate's subject DN to the principal name."),
+    "trireme.ssl.handshake.timeout.ms": (
+        10000, "A TLS handshake must finish within this time of the connection's accept, else the connection is "
+               "closed (the Kafka clients' socket.connection.setup.timeout.ms default)."),
     # --- SASL (mechanisms, JAAS, re-authentication, failed logins)
     "trireme.debug.transaction.marker.delay.ms": (
         0, "Fault injection for crash tests: wait this long before each WriteTxnMarkers request the "
@@ -152,6 +184,7 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
 
 
 INT_MAX = 2**31 - 1
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 LONG_MAX = 2**63 - 1
 # Integer properties that only make sense within a range: (lowest, highest) (Kafka's validators where it has one);
 # other integers are Java longs.
@@ -190,11 +223,16 @@ RANGES = {
     "trireme.metrics.group.lag.max.groups": (0, INT_MAX),
     "trireme.metrics.security.max.series": (0, INT_MAX),
     # --- TLS and listeners (security protocols, certificates, principal mapping)
+    "trireme.ssl.handshake.timeout.ms": (1, LONG_MAX),
     # --- SASL (mechanisms, JAAS, re-authentication, failed logins)
     "trireme.debug.transaction.marker.delay.ms": (0, LONG_MAX),
 }
 # String properties with a fixed set of values (any case; kept upper case).
-CHOICES = {"trireme.log.level": ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")}
+CHOICES = {"trireme.log.level": ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL"),
+           "ssl.client.auth": ("NONE", "REQUESTED", "REQUIRED"),
+           "security.inter.broker.protocol": SECURITY_PROTOCOLS}
+# Kafka's PASSWORD properties: never logged, described as sensitive without their value.
+SENSITIVE = frozenset({"ssl.keystore.key", "ssl.key.password", "ssl.keystore.password", "ssl.truststore.password"})
 # Kafka's other forms of a property in other units, most precise first: (name, factor to the property's unit).
 # Kafka's precedence: the most precise form set wins; a negative value means no limit (-1).
 UNIT_FORMS = {"log.retention.ms": (("log.retention.ms", 1), ("log.retention.minutes", 60_000),
@@ -328,6 +366,9 @@ class Config:
     sources: dict[str, str] = dataclasses.field(default_factory=dict)
     # Kafka's per-listener overrides as given: listener.name.<listener>.<property> (listener lower case) → value.
     listener_values: dict[str, str] = dataclasses.field(default_factory=dict)
+    # The client listeners (resolve_listeners), the first one's address in listen_host/port above.
+    listeners: list = dataclasses.field(default_factory=list)
+    inter_broker_listener: str = "PLAINTEXT"
 
     def __getitem__(self, name: str) -> Any:
         if name in UNIT_FORMS:
@@ -397,27 +438,131 @@ class Config:
         if other:
             log.info("no effect here (Kafka properties Trireme does not use): %s", ", ".join(other))
         if secure:
-            log.warning("no effect here: %s; Trireme has no TLS, SASL or ACLs yet: connections are plaintext "
-                        "and every client may do everything", ", ".join(secure))
+            log.warning("no effect here: %s; Trireme has no SASL or ACLs yet: every client may do everything",
+                        ", ".join(secure))
 
-    def listener(self, name: str) -> tuple[str, int] | None:
-        """HOST, PORT of the client listener in ``listeners`` / ``advertised.listeners`` (None when unset): the
-        controller listeners (controller.listener.names) are left out, the rest must be one PLAINTEXT listener
-        (listener.security.protocol.map names the protocol of a listener with another name)."""
-        value = self[name]
-        if not value:
-            return None
-        controllers = {n.strip().upper() for n in self.no_effect.get("controller.listener.names", ("", ""))[0]
-                       .split(",") if n.strip()}
-        protocols = {p: p for p in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}
-        for pair in self.no_effect.get("listener.security.protocol.map", ("", ""))[0].split(","):
-            listener_name, sep, protocol = pair.partition(":")
-            if sep:
-                protocols[listener_name.strip().upper()] = protocol.strip().upper()
+    def resolve_listeners(self, listen: tuple[str, int] | None = None,
+                          advertised: tuple[str, int] | None = None) -> list["ListenerSpec"]:
+        """The client listeners from ``listeners`` / ``advertised.listeners`` / ``listener.security.protocol.map``
+        (the controller listeners left out), with ``listen`` (--listen, the fixture) as the PLAINTEXT listener's
+        address, put first (added when ``listeners`` has none) and ``advertised`` as its advertised address.
+        Sets ``self.listeners`` and the first listener's address (listen_host/port, advertised_host/port)."""
         try:
-            return listener_address(name, value, controllers, protocols)
+            specs = self._listener_specs(listen, advertised)
         except ConfigError as e:
-            raise ConfigError(f"{self.sources.get(name, '--set')}: {e}") from None
+            source = next((self.sources[n] for n in ("listeners", "advertised.listeners",
+                                                     "listener.security.protocol.map", "inter.broker.listener.name",
+                                                     "security.inter.broker.protocol") if n in self.sources), "--set")
+            raise ConfigError(f"{source}: {e}") from None
+        self.listeners = specs
+        first = specs[0]
+        self.listen_host, self.listen_port = first.host, first.port
+        self.advertised_host, self.advertised_port = first.advertised_host, first.advertised_port
+        return specs
+
+    def _listener_specs(self, listen, advertised) -> list["ListenerSpec"]:
+        protocols = protocol_map(self["listener.security.protocol.map"])
+        controllers = {n.strip().upper() for n in self["controller.listener.names"].split(",") if n.strip()}
+        specs = []
+        for name, host, port in parse_listener_list("listeners", self["listeners"], controllers):
+            protocol = protocols.get(name)
+            if protocol is None:
+                raise ConfigError(f"listeners: listener.security.protocol.map gives no security protocol for "
+                                  f"listener {name}")
+            specs.append(ListenerSpec(name, protocol, host or "0.0.0.0", port))   # empty: every interface
+        if listen is not None:
+            plain = next((s for s in specs if s.security_protocol == "PLAINTEXT"), None)
+            if plain is None:
+                if any(s.name == "PLAINTEXT" for s in specs):
+                    raise ConfigError("listeners: --listen needs a PLAINTEXT listener, and the name PLAINTEXT is "
+                                      "mapped to another security protocol")
+                plain = ListenerSpec("PLAINTEXT", "PLAINTEXT", *listen)
+            else:
+                specs.remove(plain)
+                plain.host, plain.port = listen
+            specs.insert(0, plain)
+        if not specs:
+            specs.append(ListenerSpec("PLAINTEXT", "PLAINTEXT", self.listen_host, self.listen_port))
+        by_name = {s.name: s for s in specs}
+        for name, host, port in parse_listener_list("advertised.listeners", self["advertised.listeners"], controllers):
+            if name not in by_name:
+                raise ConfigError(f"advertised.listeners: listener {name} is not in listeners (advertised listener "
+                                  f"names must be listeners' names)")
+            if not host or host == "0.0.0.0":
+                raise ConfigError(f"advertised.listeners: {name}://{host}:{port} needs a host clients can connect to")
+            by_name[name].advertised_host, by_name[name].advertised_port = host, port
+        if advertised is not None:
+            specs[0].advertised_host, specs[0].advertised_port = advertised
+        self.inter_broker_listener = self._inter_broker_listener(by_name, specs)
+        return specs
+
+    def _inter_broker_listener(self, by_name: dict[str, "ListenerSpec"], specs: list["ListenerSpec"]) -> str:
+        """Kafka's inter.broker.listener.name / security.inter.broker.protocol (not both), checked against the
+        listeners; unset, the listener named after the protocol, else the first (Kafka would refuse to start)."""
+        name = self["inter.broker.listener.name"].strip().upper()
+        if name:
+            if self.is_set("security.inter.broker.protocol"):
+                raise ConfigError("Only one of inter.broker.listener.name and security.inter.broker.protocol "
+                                  "should be set.")
+            if name not in by_name:
+                raise ConfigError(f"inter.broker.listener.name must be a listener name defined in listeners, "
+                                  f"not {name}")
+            return name
+        protocol = self["security.inter.broker.protocol"]
+        if protocol in by_name and by_name[protocol].security_protocol == protocol:
+            return protocol
+        if self.is_set("security.inter.broker.protocol"):
+            raise ConfigError(f"security.inter.broker.protocol={protocol} needs a listener named {protocol} in "
+                              f"listeners")
+        return specs[0].name
+
+
+@dataclasses.dataclass
+class ListenerSpec:
+    """One client listener as configured: Kafka's EndPoint (listener name, security protocol, address) with the
+    address advertised for it (None: its own)."""
+    name: str
+    security_protocol: str
+    host: str
+    port: int
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+
+
+def protocol_map(text: str) -> dict[str, str]:
+    """listener.security.protocol.map (NAME:PROTOCOL,...) → {listener name: security protocol}, checked."""
+    out = {}
+    for pair in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, protocol = pair.partition(":")
+        name, protocol = name.strip().upper(), protocol.strip().upper()
+        if not sep or not name:
+            raise ConfigError(f"listener.security.protocol.map: expected LISTENER_NAME:SECURITY_PROTOCOL, got {pair!r}")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"listener.security.protocol.map: {pair!r}: the security protocol must be one of "
+                              f"{', '.join(SECURITY_PROTOCOLS)}")
+        out[name] = protocol
+    return out
+
+
+def parse_listener_list(prop: str, value: str, controllers=frozenset()) -> list[tuple[str, str, int]]:
+    """Kafka's ``listeners`` / ``advertised.listeners`` value → [(listener name, host, port)], the ``controllers``
+    (listener names, upper case) left out; each name once, as Kafka requires.  An empty host stays empty."""
+    out: list[tuple[str, str, int]] = []
+    for entry in (e.strip() for e in value.split(",") if e.strip()):
+        scheme, sep, address = entry.partition("://")
+        name = scheme.strip().upper()
+        if not sep or not name or not re.fullmatch(r"[A-Z0-9_.-]+", name):
+            raise ConfigError(f"{prop}: expected NAME://HOST:PORT, got {entry!r}")
+        if name in controllers:
+            continue
+        if any(n == name for n, _, _ in out):
+            raise ConfigError(f"{prop}: each listener must have a different name, {name} is there twice")
+        host, port = parse_host_port(address, default_host="")
+        out.append((name, host, port))
+    ports = [p for _, _, p in out if p]
+    if prop == "listeners" and len(set(ports)) != len(ports):
+        raise ConfigError(f"{prop}: each listener must have a different port, got {value!r}")
+    return out
 
 
 def parse_host_port(text: str, default_host: str = "0.0.0.0") -> tuple[str, int]:
@@ -427,34 +572,6 @@ def parse_host_port(text: str, default_host: str = "0.0.0.0") -> tuple[str, int]
     if int(port) > 65535:
         raise ConfigError(f"port out of range (0-65535) in {text!r}")
     return host.strip("[]") or default_host, int(port)
-
-
-def listener_address(name: str, value: str, controllers: frozenset[str] | set[str] = frozenset(),
-                     protocols: dict[str, str] | None = None) -> tuple[str, int]:
-    """HOST, PORT of Kafka's ``listeners`` / ``advertised.listeners`` value: exactly one PLAINTEXT listener, besides
-    the ``controllers`` (listener names, upper case) which are left out.  ``protocols``: listener name → security
-    protocol (default: each name is its protocol)."""
-    entries = []
-    for entry in (e.strip() for e in value.split(",") if e.strip()):
-        scheme, sep, _ = entry.partition("://")
-        if not sep:
-            raise ConfigError(f"{name}: expected NAME://HOST:PORT, got {entry!r}")
-        if scheme.upper() in controllers:
-            continue
-        protocol = (protocols or {}).get(scheme.upper(), scheme.upper() if protocols is None else None)
-        if protocol is None:
-            raise ConfigError(f"{name}: {entry!r}: listener.security.protocol.map gives no security protocol for "
-                              f"listener {scheme}")
-        if protocol != "PLAINTEXT":
-            raise ConfigError(f"{name}: {entry!r} is not supported: Trireme has no TLS or SASL yet and serves one "
-                              f"PLAINTEXT listener (a controller listener is named in controller.listener.names)")
-        entries.append(entry)
-    if len(entries) != 1:
-        raise ConfigError(f"{name}: Trireme serves exactly one PLAINTEXT listener, got {value!r}")
-    address = entries[0].partition("://")[2]
-    if name == "advertised.listeners" and address.startswith(":"):
-        raise ConfigError(f"{name}: {entries[0]!r} needs a host clients can connect to")
-    return parse_host_port(address)
 
 
 def parse_topic_spec(text: str) -> tuple[str, int, dict[str, str]]:

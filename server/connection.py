@@ -8,6 +8,11 @@ produce requests share one fsync.  The writer sends every answer that is ready w
 ``sendmsg``.  Anything a client can send that is not a well-formed request — garbage, an
 oversized or truncated frame, an unknown API key — closes this connection with a log line and
 touches nothing else.
+
+On PLAINTEXT and SASL_PLAINTEXT listeners the socket is read and written through its descriptor
+(os.read/os.writev, the fast path); on SSL and SASL_SSL listeners :class:`TlsConnection` does the
+bounded TLS handshake first and then reads and writes through trio's SSLStream, with the same
+framing, budgets, deadlines and idle watchdog.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import itertools
 import logging
 import os
 import re
+import ssl
 import time
 import traceback
 
@@ -30,6 +36,7 @@ from trireme.wire.primitives import INT32, CodecError
 from . import dispatch
 from .deferred import Deferred
 from .dispatch import RequestContext
+from .tls import NoMatchingRule, peer_principal
 
 log = logging.getLogger("trireme.connection")
 
@@ -42,6 +49,8 @@ GROW_MIN = 1 << 20          # a frame's buffer starts at this (or its size, if s
 _API_VERSIONS = message("ApiVersionsResponse")
 _IOV_MAX = 1024
 EOF_GRACE = 5.0             # seconds answers other than long polls may still take after the client's EOF
+TLS_SEND_CHUNK = 256 * 1024     # plaintext bytes per SSLStream.send_all (the send deadline restarts after each)
+TLS_CLOSE_TIMEOUT = 1.0     # seconds a TLS connection's close_notify may take before the socket is just closed
 
 _ids = itertools.count(1)
 _NEVER_HELD_BACK = frozenset((dispatch.API_KEYS["Produce"],))   # its answer is small whatever it carries
@@ -187,10 +196,9 @@ class FrameReader:
         as bytes fill it; each allocation waits for room in the request budget."""
         conn = self.conn
         budget = conn.limits.requests
-        sock = self.stream.socket
         have = len(self.buf) - 4
         if not have:
-            await trio.lowlevel.wait_readable(sock)
+            await self._wait_readable(size)
         first = min(size, max(GROW_MIN, have))
         await budget.acquire(first, conn.request_bytes)
         self.charged = first
@@ -201,14 +209,14 @@ class FrameReader:
             self.buf.clear()
             while have < size:
                 if have == len(frame):
-                    await trio.lowlevel.wait_readable(sock)
+                    await self._wait_readable(size - have)
                     step = min(size, 2 * have) - have
                     await budget.acquire(step, conn.request_bytes)
                     self.charged += step
                     conn.request_bytes += step
                     frame += bytes(step)
                 with memoryview(frame) as view, view[have:] as rest:
-                    n = await sock.recv_into(rest)
+                    n = await self._recv_into(rest)
                 if n == 0:
                     raise CloseConnection(f"connection closed inside a frame ({have} bytes of {size} received)")
                 have += n
@@ -221,16 +229,64 @@ class FrameReader:
         self.drained = False                    # the next frame may have followed this one: read before waiting
         return frame
 
+    async def _wait_readable(self, wanted: int) -> None:
+        """Wait until bytes of the frame (``wanted`` more to come) can be received."""
+        await trio.lowlevel.wait_readable(self.fd)
+
+    async def _recv_into(self, view: memoryview) -> int:
+        return await self.stream.socket.recv_into(view)
+
+
+class TlsFrameReader(FrameReader):
+    """FrameReader over the connection's SSLStream: records are decrypted by trio/OpenSSL, the framing and the
+    budget and deadline rules are FrameReader's.  A TLS protocol error closes the connection (one log line); an EOF
+    without close_notify is an EOF."""
+
+    def __init__(self, conn: "TlsConnection", max_size: int):
+        super().__init__(conn, max_size)
+        self.tls = conn.tls_stream
+        self._pending: bytes | None = None     # received by _wait_readable, for the next _recv_into
+
+    async def receive_some(self, max_bytes: int = READ_CHUNK) -> bytes:
+        try:
+            return await self.tls.receive_some(max_bytes)
+        except trio.BrokenResourceError as e:
+            cause = e.__cause__
+            if cause is None or isinstance(cause, (ssl.SSLEOFError, ssl.SSLSyscallError, ssl.SSLZeroReturnError)):
+                return b""
+            if isinstance(cause, ssl.SSLError):
+                raise CloseConnection(f"TLS error: {cause.reason or cause}") from None
+            raise
+
+    async def _wait_readable(self, wanted: int) -> None:
+        if self._pending is None:
+            self._pending = await self.receive_some(min(wanted, READ_CHUNK))
+
+    async def _recv_into(self, view: memoryview) -> int:
+        data, self._pending = self._pending, None
+        if data is None:
+            data = await self.receive_some(min(len(view), 1 << 20))
+        n = min(len(data), len(view))
+        view[:n] = data[:n]
+        if n < len(data):
+            self._pending = data[n:]
+        return n
+
 
 class Connection:
-    def __init__(self, stream: trio.SocketStream, broker, peer: str):
+    reader_class = FrameReader
+
+    def __init__(self, stream: trio.SocketStream, broker, peer: str, listener=None):
         self.id = next(_ids)
         self.stream = stream
         self.broker = broker
         self.limits = broker.limits
         self.peer = peer
         self.host = peer.rpartition(":")[0].strip("[]")      # the client's IP address (ACL host)
+        # The listener it came in on (server.listener.EndPoint: name, security_protocol, advertised address).
+        self.listener = listener
         self.principal = "User:ANONYMOUS"
+        self.tls_principal: str | None = None       # the client certificate's mapped principal (TLS listeners)
         self.unstable_api_versions = bool(broker.config["unstable.api.versions.enable"])
         self.client_id: str | None = None
         self.client_software_name: str | None = None
@@ -292,11 +348,14 @@ class Connection:
             self.limits.responses.release(self.response_bytes)
             self.request_bytes = self.response_bytes = 0
             with trio.CancelScope(shield=True):
-                try:
-                    await self.stream.aclose()
-                except Exception:
-                    pass
+                await self._close_transport()
             log.info("connection close %s requests=%d reason=%r", self._log_fields(), self.requests, reason)
+
+    async def _close_transport(self) -> None:
+        try:
+            await self.stream.aclose()
+        except Exception:
+            pass
 
     async def _watch_idle(self, scope: trio.CancelScope) -> None:
         """connections.max.idle.ms: wake the reader's receive (trio's notify_closing) once it has waited that long
@@ -353,7 +412,7 @@ class Connection:
             self._queued = None
 
     async def _read_requests(self) -> str:
-        reader = FrameReader(self, self.broker.config["socket.request.max.bytes"])
+        reader = self.reader_class(self, self.broker.config["socket.request.max.bytes"])
         queue = self._queue
         while True:
             await self._wait_for_room()
@@ -661,6 +720,115 @@ class Connection:
             self.limits.count(self.limits.closed, "send timeout")
             raise CloseConnection(f"the client read nothing of a response for "
                                   f"trireme.response.send.timeout.ms={timeout * 1000:.0f}")
+
+
+class TlsConnection(Connection):
+    """A connection of an SSL or SASL_SSL listener: the TLS handshake, bounded by trireme.ssl.handshake.timeout.ms,
+    then the request loop of :class:`Connection` over trio's SSLStream.  The context is the listener's at accept
+    (a reload changes it for later connections only).  The client certificate's principal is ``tls_principal``,
+    and ``principal`` on SSL listeners (SASL_SSL authenticates with SASL, as Kafka)."""
+
+    reader_class = TlsFrameReader
+
+    def __init__(self, stream: trio.SocketStream, broker, peer: str, listener):
+        super().__init__(stream, broker, peer, listener)
+        self.tls_stream = trio.SSLStream(stream, listener.tls.context, server_side=True)
+        self.client_dn: str | None = None
+
+    async def run(self) -> None:
+        try:
+            established = await self._handshake()
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self._close_transport()
+            raise
+        if established:
+            await super().run()
+        else:
+            with trio.CancelScope(shield=True):
+                await self._close_transport()
+
+    async def _handshake(self) -> bool:
+        """The TLS handshake and the client's principal → whether the connection goes on; a failure is logged in one
+        line and counted (metrics.authentication for client certificates)."""
+        listener = self.listener
+        tls = listener.tls
+        metrics = self.broker.metrics
+        timeout = self.broker.config["trireme.ssl.handshake.timeout.ms"] / 1000
+        reason = None
+        with trio.move_on_after(timeout) as scope:
+            try:
+                await self.tls_stream.do_handshake()
+            except trio.BrokenResourceError as e:
+                cause = e.__cause__
+                reason = (f"{cause.reason or cause}" if isinstance(cause, ssl.SSLError) and
+                          not isinstance(cause, (ssl.SSLEOFError, ssl.SSLSyscallError)) else "closed by client")
+        if scope.cancelled_caught:
+            self.limits.count(self.limits.closed, "TLS handshake timeout")
+            reason = f"not finished within trireme.ssl.handshake.timeout.ms={timeout * 1000:.0f}"
+        if reason is None:
+            try:
+                self.tls_principal, self.client_dn = peer_principal(self.tls_stream, tls.mapper)
+            except NoMatchingRule as e:
+                reason = str(e)
+        if reason is not None:
+            if tls.client_auth != "none":
+                metrics.authentication(listener.name, "SSL", False)
+            log.warning("TLS handshake failed: %s listener=%s conn=%d peer=%s", reason, listener.name, self.id,
+                        self.peer)
+            return False
+        if self.client_dn is not None or tls.client_auth == "required":
+            metrics.authentication(listener.name, "SSL", True)
+        if listener.security_protocol == "SSL":
+            self.principal = self.tls_principal
+        log.info("TLS established conn=%d peer=%s listener=%s version=%s cipher=%s client_dn=%r tls_principal=%s",
+                 self.id, self.peer, listener.name, self.tls_stream.version(), self.tls_stream.cipher()[0],
+                 self.client_dn, self.tls_principal)
+        return True
+
+    async def _close_transport(self) -> None:
+        """close_notify when it can be sent at once, then the socket closed whatever happened."""
+        with trio.move_on_after(TLS_CLOSE_TIMEOUT):
+            try:
+                await self.tls_stream.aclose()
+            except Exception:
+                pass
+        await super()._close_transport()
+
+    def _send_now(self, buffers: list) -> tuple[list, int]:
+        """Over TLS nothing is sent synchronously: the writer sends it all (_send_rest)."""
+        return [memoryview(b) for b in buffers if len(b)], 0
+
+    async def _send_rest(self, views: list, first: int) -> None:
+        if first == len(views):
+            return
+        timeout = self.limits.send_timeout
+        with trio.move_on_after(timeout) as stalled:
+            for chunk in _tls_chunks(views, first):
+                await self.tls_stream.send_all(chunk)
+                stalled.deadline = trio.current_time() + timeout
+        if stalled.cancelled_caught:
+            self.limits.count(self.limits.closed, "send timeout")
+            raise CloseConnection(f"the client read nothing of a response for "
+                                  f"trireme.response.send.timeout.ms={timeout * 1000:.0f}")
+
+
+def _tls_chunks(views: list, first: int):
+    """``views[first:]`` as pieces of about TLS_SEND_CHUNK bytes (small views joined, large ones sliced)."""
+    pending: list = []
+    size = 0
+    for view in views[first:]:
+        if pending and size + len(view) > TLS_SEND_CHUNK:
+            yield b"".join(pending)
+            pending, size = [], 0
+        if len(view) > TLS_SEND_CHUNK:
+            for start in range(0, len(view), TLS_SEND_CHUNK):
+                yield view[start:start + TLS_SEND_CHUNK]
+            continue
+        pending.append(view)
+        size += len(view)
+    if pending:
+        yield pending[0] if len(pending) == 1 else b"".join(pending)
 
 
 def _waits_for_flush(deferred: Deferred) -> bool:

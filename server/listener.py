@@ -1,6 +1,8 @@
-"""The trio TCP listener: an accept loop that admits connections within the broker's limits, and shutdown with a grace deadline.
+"""The trio TCP listeners: an accept loop per listener (Kafka's listener names) that admits connections within the broker's limits, and shutdown with a grace deadline.
 
-``serve`` reports the bound port through ``task_status`` (so port 0 works), accepts until
+Each configured listener is an :class:`EndPoint` (its name, security protocol, advertised address
+and, on SSL/SASL_SSL, its TLS); a connection knows the one it came in on (``conn.listener``).
+``serve`` reports the first listener's bound port through ``task_status`` (so port 0 works), accepts until
 ``shutdown`` is set, then stops reading new requests on every connection, lets in-flight ones
 finish for up to ``trireme.shutdown.grace.ms``, and cancels whatever is left.
 
@@ -18,7 +20,7 @@ import os
 
 import trio
 
-from .connection import Connection
+from .connection import Connection, TlsConnection
 from .limits import out_of_descriptors
 
 log = logging.getLogger("trireme.listener")
@@ -26,31 +28,53 @@ log = logging.getLogger("trireme.listener")
 BACKOFF = 0.1       # seconds the accept loop sleeps after running out of descriptors
 
 
+class EndPoint:
+    """One listener as a connection sees it (``conn.listener``): Kafka's listener name and security protocol, the
+    address it is bound to and the one it advertises (Metadata, FindCoordinator, DescribeCluster answer with it),
+    and its TLS (server.tls.ListenerTls; None on PLAINTEXT and SASL_PLAINTEXT)."""
+
+    def __init__(self, spec, sockets: list[trio.SocketListener], tls=None):
+        self.name = spec.name
+        self.security_protocol = spec.security_protocol
+        self.host = spec.host
+        self.port = sockets[0].socket.getsockname()[1] if sockets else spec.port    # the bound one (port 0 too)
+        self.advertised_host = spec.advertised_host or spec.host
+        self.advertised_port = spec.advertised_port or self.port
+        self.tls = tls
+        self.sockets = sockets
+
+    def __repr__(self) -> str:
+        return f"<EndPoint {self.name} {self.security_protocol} {self.host}:{self.port}>"
+
+
 class Listener:
-    def __init__(self, broker, host: str, port: int, listeners: list[trio.SocketListener]):
-        """``listeners``: already bound (server/startup.open_listeners, before the logs load)."""
+    def __init__(self, broker, endpoints: list[EndPoint]):
+        """``endpoints``: already bound (server/startup.open_listeners, before the logs load); the first is the one
+        ``serve`` reports."""
         self.broker = broker
-        self.host = host
-        self.port = port
+        self.endpoints = endpoints
+        self.host = endpoints[0].host
+        self.port = endpoints[0].port
         self.connections: set[Connection] = set()
         self.shutdown = trio.Event()
         self._spare: int | None = None
-        self._listeners = listeners
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        listeners = self._listeners
-        bound = listeners[0].socket.getsockname()
-        task_status.started(bound[1])
-        log.info("listening host=%s port=%d", self.host, bound[1])
+        task_status.started(self.endpoints[0].port)
+        for endpoint in self.endpoints:
+            log.info("listening host=%s port=%d listener=%s security_protocol=%s", endpoint.host, endpoint.port,
+                     endpoint.name, endpoint.security_protocol)
         self._take_spare()
         async with trio.open_nursery() as connection_nursery:
             async with trio.open_nursery() as accept_nursery:
-                for listener in listeners:
-                    accept_nursery.start_soon(self._accept_loop, listener.socket, connection_nursery)
+                for endpoint in self.endpoints:
+                    for listener in endpoint.sockets:
+                        accept_nursery.start_soon(self._accept_loop, listener.socket, connection_nursery, endpoint)
                 await self.shutdown.wait()
                 accept_nursery.cancel_scope.cancel()
-            for listener in listeners:
-                await listener.aclose()
+            for endpoint in self.endpoints:
+                for listener in endpoint.sockets:
+                    await listener.aclose()
             for conn in list(self.connections):
                 conn.reader_scope.cancel()
             grace = self.broker.config["trireme.shutdown.grace.ms"] / 1000
@@ -69,7 +93,7 @@ class Listener:
             except OSError:
                 pass        # still out of descriptors; the next shortage retries
 
-    async def _accept_loop(self, listen_sock, nursery) -> None:
+    async def _accept_loop(self, listen_sock, nursery, endpoint: EndPoint) -> None:
         admission = self.broker.limits.admission
         while True:
             await admission.pace()
@@ -90,7 +114,7 @@ class Listener:
                 sock.close()
                 continue
             admission.opened(ip)
-            nursery.start_soon(self._handle, trio.SocketStream(sock), ip)
+            nursery.start_soon(self._handle, trio.SocketStream(sock), ip, endpoint)
 
     async def _shed(self, listen_sock, error: OSError) -> None:
         """Out of descriptors: refuse the waiting connection with the spare descriptor, then back off."""
@@ -109,14 +133,14 @@ class Listener:
             self._take_spare()
         await trio.sleep(BACKOFF)
 
-    async def _handle(self, stream: trio.SocketStream, ip: str) -> None:
+    async def _handle(self, stream: trio.SocketStream, ip: str, endpoint: EndPoint) -> None:
         admission = self.broker.limits.admission
         try:
             try:
                 peer = "%s:%d" % stream.socket.getpeername()[:2]
             except OSError:
                 peer = "?"
-            conn = Connection(stream, self.broker, peer)
+            conn = (Connection if endpoint.tls is None else TlsConnection)(stream, self.broker, peer, endpoint)
             self.connections.add(conn)
             try:
                 await conn.run()
@@ -126,3 +150,22 @@ class Listener:
                 self.connections.discard(conn)
         finally:
             admission.closed(ip)
+
+
+def advertised_address(ctx) -> tuple[str, int]:
+    """HOST, PORT a request's answer names for this broker: the advertised address of the listener the request came
+    in on (Kafka answers Metadata, FindCoordinator and DescribeCluster per listener), the first listener's for the
+    broker's own requests."""
+    endpoint = getattr(ctx.connection, "listener", None)
+    if endpoint is None:
+        return ctx.broker.advertised_host, ctx.broker.advertised_port
+    return endpoint.advertised_host, endpoint.advertised_port
+
+
+def listener_name(ctx) -> str:
+    """The name of the listener a request came in on (the first listener's for the broker's own requests)."""
+    endpoint = getattr(ctx.connection, "listener", None)
+    if endpoint is None:
+        endpoints = getattr(ctx.broker, "endpoints", None)
+        return next(iter(endpoints)) if endpoints else "PLAINTEXT"
+    return endpoint.name

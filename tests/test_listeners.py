@@ -1,4 +1,4 @@
-"""Kafka's ``listeners`` / ``advertised.listeners`` properties beside --listen / --advertised: PLAINTEXT only."""
+"""Kafka's ``listeners`` / ``advertised.listeners`` / ``listener.security.protocol.map`` beside --listen / --advertised."""
 import subprocess
 import sys
 
@@ -6,7 +6,7 @@ import pytest
 from kafka import KafkaAdminClient
 
 from trireme.server.cli import build_parser, load_config
-from trireme.server.config import ConfigError, listener_address
+from trireme.server.config import ConfigError, parse_listener_list
 
 
 def _config(tmp_path, *argv):
@@ -27,24 +27,63 @@ def test_listener_properties_set_the_addresses(tmp_path):
 
 
 @pytest.mark.parametrize("name, value, says", [
-    ("listeners", "SSL://:9093", "not supported"),
-    ("listeners", "SASL_PLAINTEXT://host:9093", "not supported"),
-    ("listeners", "PLAINTEXT://:9092,CONTROLLER://:9093", "not supported"),
-    ("listeners", "PLAINTEXT://:9092,PLAINTEXT://:9094", "exactly one"),
+    ("listeners", "PLAINTEXT://:9092,PLAINTEXT://:9094", "different name"),
+    ("listeners", "PLAINTEXT://:9092,SSL://:9092", "different port"),
     ("listeners", "localhost:9092", "NAME://HOST:PORT"),
     ("listeners", "PLAINTEXT://host", "HOST:PORT"),
-    ("advertised.listeners", "PLAINTEXT://:9092", "needs a host"),
 ])
-def test_other_listeners_are_refused(name, value, says):
+def test_malformed_listener_lists_are_refused(name, value, says):
     with pytest.raises(ConfigError, match=says):
-        listener_address(name, value)
+        parse_listener_list(name, value)
 
 
-def test_serve_refuses_an_ssl_listener_with_a_message(tmp_path):
+def test_several_listeners_with_their_protocols_and_advertised_addresses(tmp_path):
+    path = tmp_path / "server.properties"
+    path.write_text("listeners=PLAINTEXT://127.0.0.1:0,SSL://:9093,INTERNAL://127.0.0.1:9094,CONTROLLER://:9095\n"
+                    "controller.listener.names=CONTROLLER\n"
+                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL,INTERNAL:SASL_SSL,"
+                    "CONTROLLER:PLAINTEXT\n"
+                    "advertised.listeners=SSL://broker.example:19093,INTERNAL://internal.example:9094\n"
+                    "inter.broker.listener.name=INTERNAL\n")
+    config = _config(tmp_path, "--config", str(path))
+    assert [(s.name, s.security_protocol, s.host, s.port, s.advertised_host, s.advertised_port)
+            for s in config.listeners] == [
+        ("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 0, None, None),
+        ("SSL", "SSL", "0.0.0.0", 9093, "broker.example", 19093),
+        ("INTERNAL", "SASL_SSL", "127.0.0.1", 9094, "internal.example", 9094)]
+    assert config.inter_broker_listener == "INTERNAL"
+    # --listen takes the PLAINTEXT listener and puts it first; without one in the list it is added
+    config = _config(tmp_path, "--set", "listeners=SSL://:9093,PLAINTEXT://:9092", "--listen", "127.0.0.1:0")
+    assert [(s.name, s.host, s.port) for s in config.listeners] == [("PLAINTEXT", "127.0.0.1", 0), ("SSL", "0.0.0.0", 9093)]
+    config = _config(tmp_path, "--set", "listeners=SASL_SSL://:9094", "--listen", "127.0.0.1:0")
+    assert [(s.name, s.security_protocol) for s in config.listeners] == [("PLAINTEXT", "PLAINTEXT"),
+                                                                         ("SASL_SSL", "SASL_SSL")]
+
+
+@pytest.mark.parametrize("settings, says", [
+    (["listeners=CLIENTS://:9092"], "no security protocol for listener CLIENTS"),
+    (["listeners=SSL://:9093", "listener.security.protocol.map=SSL:TLS"], "must be one of"),
+    (["listeners=SSL://:9093", "advertised.listeners=OTHER://h:1"], "OTHER is not in listeners"),
+    (["listeners=SSL://:9093", "advertised.listeners=SSL://:9093"], "needs a host"),
+    (["listeners=SSL://:9093", "inter.broker.listener.name=INTERNAL"], "must be a listener name"),
+    (["listeners=SSL://:9093", "inter.broker.listener.name=SSL", "security.inter.broker.protocol=SSL"],
+     "Only one of"),
+    (["listeners=SSL://:9093", "security.inter.broker.protocol=SASL_SSL"], "needs a listener named SASL_SSL"),
+])
+def test_inconsistent_listener_settings_are_refused_in_one_line(tmp_path, settings, says):
+    argv = [a for setting in settings for a in ("--set", setting)]
+    with pytest.raises(ConfigError, match=f"^--set: .*{says}"):
+        _config(tmp_path, *argv)
+
+
+def test_serve_refuses_a_jks_keystore_in_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "trireme", "serve", "--data-dir", str(tmp_path / "data"),
-                           "--set", "listeners=SSL://:9093"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert "SSL://:9093" in proc.stderr and "PLAINTEXT" in proc.stderr
+                           "--set", "listeners=SSL://127.0.0.1:0", "--set", "ssl.keystore.type=JKS",
+                           "--set", "ssl.keystore.location=/x.jks"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "trireme: listener SSL: ssl.keystore.type=JKS is not supported: Trireme reads PEM key material only "
+        "(Python's ssl has no Java key stores); convert the store to PEM with keytool/openssl")
 
 
 def test_serve_with_listener_properties(tmp_path):

@@ -13,7 +13,10 @@ touches the disk) or a temporary data directory (``storage="disk"``).  ``mode="s
 
 Topics given up front exist when the bootstrap address is handed out.  Test-friendly defaults
 (``TEST_DEFAULTS``: no initial rebalance delay, as Kafka's test containers set it) apply unless ``config``
-overrides them with Kafka's property names.  ``restart()`` stops cleanly and starts again on the same data
+overrides them with Kafka's property names.  Extra listeners come from Kafka's ``listeners`` property
+(``config={"listeners": "SSL://127.0.0.1:0", "ssl.keystore.location": ...}``): the fixture's own address
+stays the PLAINTEXT listener and ``bootstrap``; ``listener_ports`` maps every listener name to its bound
+port and ``bootstrap_for("SSL")`` gives that listener's address.  ``restart()`` stops cleanly and starts again on the same data
 and port (clients reconnect by themselves); ``close()`` (or leaving the ``with``) stops and removes the
 temporary data.  ``log_text()`` is the broker's log: its own records in thread mode (they are kept off the
 ``trireme`` logger's parents so they don't mix with your application's), its stderr in subprocess mode.
@@ -28,6 +31,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import re
 import tempfile
 import threading
 from typing import Any, Iterable, Mapping
@@ -41,6 +45,8 @@ MEMORY_DEFAULTS: dict[str, Any] = {"trireme.fsync.enable": False}
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+# The stdout line of each listener after the first (server/cli.py listening_line).
+LISTENING_LINE = re.compile(r"listening on (\S*):(\d+) listener=(\S+) security_protocol=(\S+)$")
 
 _ids = itertools.count(1)
 
@@ -146,6 +152,7 @@ class TriremeBroker:
         self._cwd: str | None = None
         self._preexec_fn = None                  # run in the child before exec (e.g. setrlimit)
         self.starts = 0
+        self.listener_ports: dict[str, int] = {}     # listener name → bound port, once started
 
     # --- what tests use ----------------------------------------------------------------------
 
@@ -154,6 +161,15 @@ class TriremeBroker:
         if not self.running:
             raise BrokerError(f"{self.name} is not running")
         return f"{self.host}:{self.port}"
+
+    def bootstrap_for(self, listener: str) -> str:
+        """HOST:PORT of the listener named ``listener`` (e.g. "SSL"), once started."""
+        if not self.running:
+            raise BrokerError(f"{self.name} is not running")
+        try:
+            return f"{self.host}:{self.listener_ports[listener.upper()]}"
+        except KeyError:
+            raise BrokerError(f"{self.name} has no listener {listener} ({', '.join(self.listener_ports)})") from None
 
     @property
     def running(self) -> bool:
@@ -236,8 +252,7 @@ class TriremeBroker:
         config = Config(data_dir=self.data_dir or f"<memory:{self.name}>", listen_host=self.host,
                         listen_port=self.port)
         config.update(dict(self.config), source="TriremeBroker(config=...)")
-        config.listener("listeners")              # the fixture's address wins, but a TLS/SASL listener is refused
-        config.listener("advertised.listeners")
+        config.resolve_listeners((self.host, self.port))      # the fixture's address is the PLAINTEXT listener's
         return config
 
     def _start_thread(self) -> None:
@@ -259,6 +274,7 @@ class TriremeBroker:
                 self._listener, self.port = await nursery.start(
                     lambda task_status: run_broker(config, self._memory, self.topics, standalone=False,
                                                    task_status=task_status))
+                self.listener_ports = {e.name: e.port for e in self._listener.endpoints}
                 started.set()
 
         def main():
@@ -334,8 +350,19 @@ class TriremeBroker:
                                           cwd=self._cwd, preexec_fn=self._preexec_fn,
                                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
         proc = self._proc
+        try:
+            names = [spec.name for spec in self._build_config().listeners]
+        except ValueError:          # a refused configuration: the broker says so itself, in its one line
+            names = ["PLAINTEXT"]
         first: list[bytes] = []
-        reader = threading.Thread(target=lambda: first.append(proc.stdout.readline()), daemon=True)
+
+        def read_lines():
+            for _ in names:
+                first.append(proc.stdout.readline())
+                if not first[-1]:
+                    return
+
+        reader = threading.Thread(target=read_lines, daemon=True)
         reader.start()
         reader.join(START_TIMEOUT_S)
         line = first[0].decode(errors="replace").strip() if first else ""
@@ -346,6 +373,11 @@ class TriremeBroker:
                               f"{self.log_text()[-4000:]}")
         host, _, port = line[len("listening on "):].rpartition(":")
         self.host, self.port = host or self.host, int(port)
+        self.listener_ports = {names[0]: self.port}
+        for raw in first[1:]:
+            m = LISTENING_LINE.match(raw.decode(errors="replace").strip())
+            if m is not None:
+                self.listener_ports[m.group(3)] = int(m.group(2))
         # Keep reading stdout so the broker never blocks on a full pipe.
         threading.Thread(target=self._drain_stdout, args=(proc, self._stdout_path), daemon=True).start()
 

@@ -1,7 +1,7 @@
 """DescribeCluster: this one broker, the cluster id and the controller id (this node).
 
 Behaviour / version notes:
-- v0-2.  Brokers: this node with its advertised host and port, rack null, is_fenced false (v2;
+- v0-2.  Brokers: this node with the advertised host and port of the listener the request came in on, rack null, is_fenced false (v2;
   it is never fenced, so include_fenced_brokers changes nothing).  controller_id is this node,
   as a KRaft broker reports a live broker.
 - endpoint_type (v1+): 1 (brokers) is served; 2 (controllers) → MISMATCHED_ENDPOINT_TYPE (114),
@@ -13,6 +13,7 @@ Behaviour / version notes:
 from __future__ import annotations
 
 from trireme.server.dispatch import handles
+from trireme.server.listener import advertised_address
 from trireme.wire import error_codes as E
 
 from .metadata import CLUSTER_OPERATIONS
@@ -38,8 +39,9 @@ def describe_cluster(ctx, request):
     response.endpoint_type = ENDPOINT_BROKERS
     response.cluster_id = broker.cluster_id
     response.controller_id = broker.node_id
+    host, port = advertised_address(ctx)       # of the listener the request came in on
     response.brokers = [type(response).DescribeClusterBroker(
-        broker_id=broker.node_id, host=broker.advertised_host, port=broker.advertised_port, rack=None,
+        broker_id=broker.node_id, host=host, port=port, rack=None,
         is_fenced=False)]
     if request.include_cluster_authorized_operations:
         response.cluster_authorized_operations = CLUSTER_OPERATIONS

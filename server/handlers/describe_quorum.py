@@ -10,17 +10,18 @@ Behaviour / version notes:
   node keeps, so it never goes down; current voters = [this node] with last fetch / caught-up time =
   now (Kafka reports the leader so); no observers.  v2: replica directory id ZERO_UUID (a static
   quorum, as Kafka reports voters configured by controller.quorum.voters) and ``nodes`` = this node
-  with its advertised listener ``PLAINTEXT`` (there is no separate controller listener).
+  with the listener the request came in on and its advertised address (there is no separate controller
+  listener).
 """
 from __future__ import annotations
 
 from trireme.server.dispatch import handles
+from trireme.server.listener import advertised_address, listener_name
 from trireme.wire import error_codes as E
 from trireme.wire.primitives import ZERO_UUID
 
 METADATA_TOPIC = "__cluster_metadata"
 LEADER_EPOCH = 1
-LISTENER_NAME = "PLAINTEXT"
 UNKNOWN_PARTITION_MESSAGE = "This server does not host this topic-partition."
 
 
@@ -45,6 +46,7 @@ def describe_quorum(ctx, request):
         partition_index=0, error_code=0, error_message=None, leader_id=broker.node_id, leader_epoch=LEADER_EPOCH,
         high_watermark=offset, current_voters=[voter], observers=[])])]
     ncls = type(response).Node
+    host, port = advertised_address(ctx)
     response.nodes = [ncls(node_id=broker.node_id, listeners=[ncls.Listener(
-        name=LISTENER_NAME, host=broker.advertised_host, port=broker.advertised_port)])]
+        name=listener_name(ctx), host=host, port=port)])]
     return response

@@ -2,11 +2,12 @@
 
 Behaviour / version notes:
 - v0-6.  v0-3 carry one key (KeyType from v1); v4+ batch several keys in CoordinatorKeys, each
-  answered on its own.
+  answered on its own.  The coordinator's address: the advertised one of the listener the request came in on.
 - Key type 0 (GROUP) and 1 (TRANSACTION) are answered with this node; any other key type
   (e.g. 2, share groups) → INVALID_REQUEST.  An empty group id → INVALID_REQUEST for that key.
 """
 from trireme.server.dispatch import handles
+from trireme.server.listener import advertised_address
 from trireme.wire import error_codes as E
 
 GROUP, TRANSACTION = 0, 1
@@ -25,13 +26,14 @@ def find_coordinator(ctx, request):
             return E.INVALID_REQUEST.code, "the coordinator key is empty"
         return 0, None
 
+    host, port = advertised_address(ctx)
     if ctx.api_version >= 4:
         cls = type(response).Coordinator
         for key in request.coordinator_keys:
             error, message = answer(key)
             response.coordinators.append(cls(key=key, node_id=broker.node_id if not error else -1,
-                                             host=broker.advertised_host if not error else "",
-                                             port=broker.advertised_port if not error else -1,
+                                             host=host if not error else "",
+                                             port=port if not error else -1,
                                              error_code=error, error_message=message))
         return response
     error, message = answer(request.key)
@@ -39,5 +41,5 @@ def find_coordinator(ctx, request):
     if error:
         response.node_id, response.host, response.port = -1, "", -1
     else:
-        response.node_id, response.host, response.port = broker.node_id, broker.advertised_host, broker.advertised_port
+        response.node_id, response.host, response.port = broker.node_id, host, port
     return response

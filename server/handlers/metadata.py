@@ -22,6 +22,7 @@ Behaviour / version notes:
 import uuid
 
 from trireme.server.dispatch import handles
+from trireme.server.listener import advertised_address
 from trireme.server.handlers import first_of_each
 from trireme.state.topics import TopicError, validate_topic_name
 from trireme.wire import error_codes as E
@@ -38,8 +39,8 @@ def metadata(ctx, request):
     broker = ctx.broker
     response = ctx.response()
     cls = type(response)
-    response.brokers = [cls.MetadataResponseBroker(node_id=broker.node_id, host=broker.advertised_host,
-                                                   port=broker.advertised_port, rack=None)]
+    host, port = advertised_address(ctx)       # of the listener the request came in on
+    response.brokers = [cls.MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=None)]
     response.cluster_id = broker.cluster_id
     response.controller_id = broker.node_id
     if ctx.api_version <= 10 and request.include_cluster_authorized_operations:
