@@ -175,30 +175,23 @@ def _setting(config, name: str, listener: str | None = None):
 
 
 def listeners(broker) -> list[ListenerView]:
-    """The client listeners as configured (``listeners`` with ``listener.security.protocol.map``; else the one
-    PLAINTEXT listener of --listen), with each one's SASL mechanisms and client-certificate setting."""
+    """The client listeners (the bound ones when serving, else as configured), with each one's SASL mechanisms and
+    client-certificate setting (``ssl.client.auth``)."""
     config = broker.config
-    protocols = {p: p for p in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}
-    for pair in str(_setting(config, "listener.security.protocol.map") or "").split(","):
-        name, sep, protocol = pair.partition(":")
-        if sep:
-            protocols[name.strip().upper()] = protocol.strip().upper()
-    controllers = {n.strip().upper() for n in str(_setting(config, "controller.listener.names") or "").split(",")}
+    endpoints = getattr(broker, "endpoints", None)
+    if endpoints:
+        found = [(e.name, e.security_protocol, f"{e.host}:{e.port}") for e in endpoints.values()]
+    else:
+        found = [(s.name, s.security_protocol, f"{s.host}:{s.port}") for s in getattr(config, "listeners", None) or ()]
+    found = found or [("PLAINTEXT", "PLAINTEXT", f"{config.listen_host}:{broker.advertised_port}")]
     out = []
-    for entry in str(_setting(config, "listeners") or "").split(","):
-        name, sep, address = entry.strip().partition("://")
-        name = name.strip().upper()
-        if not sep or name in controllers:
-            continue
-        protocol = protocols.get(name, name)
+    for name, protocol, address in found:
         mechanisms = ()
         if protocol.startswith("SASL"):
             mechanisms = tuple(m.strip().upper() for m in str(_setting(config, "sasl.enabled.mechanisms", name)
                                                               or "GSSAPI").split(",") if m.strip())
         client_auth = str(_setting(config, "ssl.client.auth", name) or "none") if protocol.endswith("SSL") else ""
         out.append(ListenerView(name, protocol, address, mechanisms, client_auth.lower()))
-    if not out:
-        out.append(ListenerView("PLAINTEXT", "PLAINTEXT", f"{config.listen_host}:{broker.advertised_port}", (), ""))
     return out
 
 

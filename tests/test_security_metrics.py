@@ -125,11 +125,12 @@ def test_status_page_lists_configured_listeners_and_the_authorizer(tmp_path, mon
     broker = make_broker(tmp_path / "data")
     try:
         config = broker.config
-        monkeypatch.setitem(config.values, "listeners", "INTERNAL://127.0.0.1:9092,EXTERNAL://:9094,CONTROLLER://:9093")
-        monkeypatch.setitem(config.no_effect, "listener.security.protocol.map",
-                            ("INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL,CONTROLLER:PLAINTEXT", "test"))
-        monkeypatch.setitem(config.no_effect, "controller.listener.names", ("CONTROLLER", "test"))
-        monkeypatch.setitem(config.no_effect, "sasl.enabled.mechanisms", ("SCRAM-SHA-512,PLAIN", "test"))
+        config.set("listeners", "INTERNAL://127.0.0.1:9092,EXTERNAL://127.0.0.1:9094,CONTROLLER://:9093")
+        config.set("listener.security.protocol.map", "INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL,CONTROLLER:PLAINTEXT")
+        config.set("controller.listener.names", "CONTROLLER")
+        config.set("listener.name.external.sasl.enabled.mechanisms", "SCRAM-SHA-512,PLAIN")
+        config.set("listener.name.external.ssl.client.auth", "requested")
+        config.resolve_listeners(None, None)
         monkeypatch.setitem(config.no_effect, "authorizer.class.name",
                             ("org.apache.kafka.metadata.authorizer.StandardAuthorizer", "test"))
         monkeypatch.setitem(config.no_effect, "super.users", ("User:admin;User:broker", "test"))
@@ -139,7 +140,8 @@ def test_status_page_lists_configured_listeners_and_the_authorizer(tmp_path, mon
         broker.close()
     section = html[html.index('<section id="security">'):]
     assert "<td>INTERNAL</td><td>PLAINTEXT</td><td>127.0.0.1:9092</td>" in section
-    assert "<td>EXTERNAL</td><td>SASL_SSL</td><td>:9094</td><td>SCRAM-SHA-512, PLAIN</td><td>none</td>" in section
+    assert ("<td>EXTERNAL</td><td>SASL_SSL</td><td>127.0.0.1:9094</td><td>SCRAM-SHA-512, PLAIN</td>"
+            "<td>requested</td>") in section
     assert "CONTROLLER" not in section
     assert "org.apache.kafka.metadata.authorizer.StandardAuthorizer" in section
     assert "super users: User:admin, User:broker" in section
