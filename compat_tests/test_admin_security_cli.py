@@ -1,0 +1,80 @@
+"""The admin command line on a secured listener of a real broker (``--command-config``), and what the metrics endpoint and status page then show of it.
+
+Certificates are made by the test (trustme); none is committed.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import trustme
+
+from trireme.testing import TriremeBroker
+
+_SCRIPT = Path(sys.executable).parent / "trireme"
+TRIREME = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "trireme"]
+
+
+def cli(*args: str, expect: int = 0, stdin: str | None = None) -> subprocess.CompletedProcess:
+    out = subprocess.run(TRIREME + list(args), capture_output=True, text=True, timeout=120, input=stdin)
+    assert out.returncode == expect, (out.returncode, out.stdout, out.stderr)
+    return out
+
+
+def _address(broker: TriremeBroker, what: str) -> str:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        m = re.search(rf"{what} on (http://\S+)", broker.log_text())
+        if m:
+            return m.group(1)
+        time.sleep(0.05)
+    raise AssertionError(f"the broker never logged its {what} address")
+
+
+@pytest.fixture
+def pki(tmp_path):
+    """A CA, the broker's PEM keystore (key, then chain) and the admin's, as files."""
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    for name, identity in (("broker", "127.0.0.1"), ("admin", "admin.example")):
+        cert = ca.issue_cert(identity)
+        (tmp_path / f"{name}.keystore.pem").write_bytes(
+            cert.private_key_pem.bytes() + b"".join(c.bytes() for c in cert.cert_chain_pems))
+    return tmp_path
+
+
+def test_cli_over_an_mtls_listener_and_the_security_counters(pki):
+    config = {"listeners": "SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",
+              "ssl.keystore.location": str(pki / "broker.keystore.pem"), "ssl.truststore.type": "PEM",
+              "ssl.truststore.location": str(pki / "ca.pem"), "ssl.client.auth": "required",
+              "trireme.metrics.listen": "127.0.0.1:0", "trireme.status.listen": "127.0.0.1:0"}
+    # storage="disk": /metrics fails with the in-memory storage (MemoryStorage has no open_descriptors; reported)
+    with TriremeBroker(topics={"orders": 2}, config=config, storage="disk") as broker:
+        bootstrap = broker.bootstrap_for("SSL")
+        (pki / "mtls.properties").write_text(
+            "security.protocol=SSL\nssl.truststore.type=PEM\n"
+            f"ssl.truststore.location={pki / 'ca.pem'}\n"
+            f"ssl.keystore.type=PEM\nssl.keystore.location={pki / 'admin.keystore.pem'}\n")
+        out = cli("topics", "--list", "--bootstrap-server", bootstrap, "--command-config", str(pki / "mtls.properties"))
+        assert ["orders", "2", "false"] in [line.split() for line in out.stdout.splitlines()]
+        # No client certificate: the broker refuses the handshake, the tool says so and exits 1.
+        (pki / "no-cert.properties").write_text(f"security.protocol=SSL\nssl.ca.location={pki / 'ca.pem'}\n")
+        out = cli("topics", "--list", "--bootstrap-server", bootstrap, "--command-config",
+                  str(pki / "no-cert.properties"), expect=1)
+        assert out.stdout == "" and out.stderr.startswith("trireme topics: ")
+        # Plain TCP to the TLS port: no answer the tool can read, and a message (not a traceback).
+        out = cli("topics", "--list", "--bootstrap-server", bootstrap, "--timeout", "5", expect=1)
+        assert "Traceback" not in out.stderr
+        text = urllib.request.urlopen(_address(broker, "metrics"), timeout=10).read().decode()
+        counts = dict(re.findall(r'trireme_authentications_total\{listener="SSL",mechanism="SSL",outcome="(\w+)"\} '
+                                 r'(\d+)', text))
+        assert int(counts["success"]) >= 1 and int(counts["failure"]) >= 1
+        page = urllib.request.urlopen(_address(broker, "status page"), timeout=10).read().decode()
+        section = page[page.index('<section id="security">'):]
+        assert re.search(r"<td>SSL</td><td>SSL</td><td>127\.0\.0\.1:\d+</td><td></td><td>required</td>", section)
+        assert "<td>PLAINTEXT</td><td>PLAINTEXT</td>" in section
