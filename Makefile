@@ -16,6 +16,9 @@
 #   make fuzz     - the transactional fuzzer's long run against a trireme serve: FUZZ_FRAMES
 #                   mutated transactional requests (default 20000), seed FUZZ_SEED (default 20);
 #                   `make test` runs a short seeded one (compat_tests/test_fuzz_transactions.py)
+#   make fuzz-auth - the authentication fuzzer's long run: FUZZ_AUTH_ATTEMPTS (default 20000) mutated
+#                   SASL exchanges, seed FUZZ_SEED; `make test` runs a short one
+#                   (compat_tests/test_fuzz_authentication.py)
 #   make compat   - the compatibility suite's client x feature matrix (tools/compat.py) against
 #                   BOOTSTRAP=host:port (and BOOTSTRAP2=host:port side by side), or against a
 #                   trireme serve of its own; COMPAT_ARGS=--quick, --clients ..., see compat_tests/README.md
@@ -50,7 +53,7 @@ JS_STAMP      := $(JS_DIR)/node_modules/.trireme-installed
 # when pip cannot reach the index (offline re-runs).
 VENV_IMPORTS := trio, re2, crc32c, cramjam, kafka, pytest, xdist, pytest_timeout, hypothesis, confluent_kafka, aiokafka, lz4, zstandard, snappy, trireme.server
 
-.PHONY: venv clients sysdeps java-clients js-clients serve test test-spark spark-venv compat clean-clients fuzz
+.PHONY: venv clients sysdeps java-clients js-clients serve test test-spark spark-venv compat clean-clients fuzz fuzz-auth
 
 # ---------------------------------------------------------------- venv
 
@@ -136,6 +139,12 @@ fuzz: venv
 	TRIREME_FUZZ_FRAMES=$(FUZZ_FRAMES) TRIREME_FUZZ_SEED=$(FUZZ_SEED) $(PY) -m pytest -p no:cacheprovider -q -rA \
 	    --timeout=$$(( 600 + $(FUZZ_FRAMES) / 10 )) compat_tests/test_fuzz_transactions.py \
 	    tests/test_codec_fuzz.py::test_transactional_frames_mutated_decode_or_raise_codec_error
+
+# The long run of the authentication fuzzer (mutated SASL frames, truncated exchanges, slow logins).
+FUZZ_AUTH_ATTEMPTS ?= 20000
+fuzz-auth: venv
+	TRIREME_FUZZ_AUTH_ATTEMPTS=$(FUZZ_AUTH_ATTEMPTS) TRIREME_FUZZ_SEED=$(FUZZ_SEED) $(PY) -m pytest -p no:cacheprovider \
+	    -q -rA -s --timeout=$$(( 600 + $(FUZZ_AUTH_ATTEMPTS) / 20 )) compat_tests/test_fuzz_authentication.py
 
 # ----------------------------------------------------------------- Spark
 

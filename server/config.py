@@ -152,6 +152,32 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
         10000, "A TLS handshake must finish within this time of the connection's accept, else the connection is "
                "closed (the Kafka clients' socket.connection.setup.timeout.ms default)."),
     # --- SASL (mechanisms, JAAS, re-authentication, failed logins)
+    "sasl.enabled.mechanisms": (
+        "GSSAPI", "SASL mechanisms a SASL_PLAINTEXT/SASL_SSL listener offers, a comma list of PLAIN, SCRAM-SHA-256, "
+                  "SCRAM-SHA-512, OAUTHBEARER (Kafka's default GSSAPI is not supported: set this on a SASL listener); "
+                  "per listener: listener.name.<listener>.sasl.enabled.mechanisms."),
+    "sasl.server.max.receive.size": (524288, "Largest frame a client may send before it is authenticated."),
+    "connections.max.reauth.ms": (
+        0, "KIP-368: a SASL session lasts at most this long (also bounded by its token's expiry); the client "
+           "re-authenticates on the same connection, and one that does not is closed at its next request.  0: no "
+           "limit."),
+    "connection.failed.authentication.delay.ms": (
+        100, "A failed authentication is answered, and its connection closed, after this delay."),
+    "sasl.oauthbearer.jwks.endpoint.url": (
+        "", "OAUTHBEARER: validate JWTs with the keys of this JWKS (file:// or https://); empty: Kafka's unsecured "
+            "validator (alg none tokens, for development)."),
+    "sasl.oauthbearer.jwks.endpoint.refresh.ms": (3600000, "How long fetched JWKS keys are used before a refresh."),
+    "sasl.oauthbearer.expected.issuer": ("", "OAUTHBEARER/JWKS: the iss a token must have (empty: not checked)."),
+    "sasl.oauthbearer.expected.audience": (
+        "", "OAUTHBEARER/JWKS: a comma list; a token's aud must hold one of them (empty: not checked)."),
+    "sasl.oauthbearer.sub.claim.name": ("sub", "OAUTHBEARER/JWKS: the claim naming the principal."),
+    "sasl.oauthbearer.clock.skew.seconds": (30, "OAUTHBEARER/JWKS: clock difference allowed for exp and iat."),
+    "trireme.sasl.plain.credentials.file": (
+        "", "PLAIN users from this file of salted PBKDF2 hashes (docs/security.md, SASL), besides the user_NAME "
+            "options of plain.sasl.jaas.config; read again when it changes."),
+    "trireme.sasl.failed.authentications.per.minute": (
+        30, "Failed SASL authentications allowed per client address in a minute; an address over it is refused "
+            "without its credentials being checked until a minute after its oldest failure.  0: no limit."),
     "trireme.debug.transaction.marker.delay.ms": (
         0, "Fault injection for crash tests: wait this long before each WriteTxnMarkers request the "
            "coordinator sends, and send one partition per request.  0 (off) in production."),
@@ -225,6 +251,12 @@ RANGES = {
     # --- TLS and listeners (security protocols, certificates, principal mapping)
     "trireme.ssl.handshake.timeout.ms": (1, LONG_MAX),
     # --- SASL (mechanisms, JAAS, re-authentication, failed logins)
+    "sasl.server.max.receive.size": (1, INT_MAX),
+    "connections.max.reauth.ms": (0, LONG_MAX),
+    "connection.failed.authentication.delay.ms": (0, INT_MAX),
+    "sasl.oauthbearer.jwks.endpoint.refresh.ms": (1, LONG_MAX),
+    "sasl.oauthbearer.clock.skew.seconds": (0, INT_MAX),
+    "trireme.sasl.failed.authentications.per.minute": (0, INT_MAX),
     "trireme.debug.transaction.marker.delay.ms": (0, LONG_MAX),
 }
 # String properties with a fixed set of values (any case; kept upper case).

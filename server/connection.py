@@ -33,7 +33,7 @@ from trireme.wire import headers
 from trireme.wire.codec import message
 from trireme.wire.primitives import INT32, CodecError
 
-from . import dispatch
+from . import authentication, dispatch
 from .deferred import Deferred
 from .dispatch import RequestContext
 from .tls import NoMatchingRule, peer_principal
@@ -114,6 +114,7 @@ class FrameReader:
         self.stream = conn.stream
         self.fd = conn.stream.socket.fileno()
         self.max_size = max_size
+        self.limit_name = "socket.request.max.bytes"     # the property max_size comes from (SASL changes both)
         self.buf = bytearray()
         self.started = 0.0
         self.charged = 0                # request budget bytes the last frame took
@@ -173,7 +174,7 @@ class FrameReader:
         self.started = time.perf_counter()        # the frame's size is known: receiving it starts
         size = INT32.unpack_from(self.buf, 0)[0]
         if size < 0 or size > self.max_size:
-            raise CloseConnection(f"frame of {size} bytes is over socket.request.max.bytes={self.max_size}"
+            raise CloseConnection(f"frame of {size} bytes is over {self.limit_name}={self.max_size}"
                                   if size > 0 else f"frame with negative size {size}")
         total = 4 + size
         budget = self.conn.limits.requests
@@ -307,6 +308,7 @@ class Connection:
         self._eof = False                          # the client's EOF (or idle): polls not yet started are skipped
         self.waiting_since: float | None = None    # trio time the reader began waiting for a request's bytes
         self.idle = False                          # the idle watchdog ended the wait for a request
+        self.authentication = authentication.for_connection(self)     # SASL state on a SASL listener, else None
 
     def _log_fields(self) -> str:
         return (f"conn={self.id} peer={self.peer} client_id={self.client_id!r} "
@@ -413,6 +415,8 @@ class Connection:
 
     async def _read_requests(self) -> str:
         reader = self.reader_class(self, self.broker.config["socket.request.max.bytes"])
+        if self.authentication is not None:
+            self.authentication.limit_frames(reader)
         queue = self._queue
         while True:
             await self._wait_for_room()
@@ -443,12 +447,18 @@ class Connection:
                     self.broker.call_on_next_wake(self._send_after_flush)
                 else:
                     self._wake_writer()
+            if self.authentication is not None and self.authentication.closing is not None:
+                return await self.authentication.finish()     # a failed authentication: its answer, then close
 
     async def _dispatch(self, frame: bytearray, charged: int, received: float):
         """Decode and handle one request → what the writer should send (an _Outgoing, a _Waiting) or None.
         ``received`` is when its frame began to arrive (``time.perf_counter()``).  A Deferred releases the
         request's ``charged`` budget bytes when it completes."""
         dispatched = time.perf_counter()
+        if self.authentication is not None:         # a SASL listener: what may pass before authentication
+            verdict = await self.authentication.gate(frame)
+            if verdict is not None:
+                return None if verdict is authentication.NO_ANSWER else self._raw_token(verdict, received)
         try:
             api_key, api_version = headers.peek_api(frame)
         except CodecError as e:
@@ -514,6 +524,12 @@ class Connection:
                      self.client_software_name or header.client_id, "response", b"".join(body))
         return self._outgoing(header.correlation_id, header_version, body, codec.name[: -len("Response")],
                               started, received)
+
+    def _raw_token(self, token: bytes, received: float) -> _Outgoing:
+        """A SASL token sent as it is, size-prefixed without a Kafka header (the exchange after SaslHandshake v0)."""
+        self.response_bytes += 4 + len(token)
+        self.limits.responses.take(4 + len(token))
+        return _Outgoing([INT32.pack(len(token)) + token], 4 + len(token), None, 0.0, received)
 
     def _outgoing(self, correlation_id: int, header_version: int, body: list, api: str | None,
                   started: float, received: float | None = None) -> _Outgoing:
