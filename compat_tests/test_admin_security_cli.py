@@ -78,3 +78,35 @@ def test_cli_over_an_mtls_listener_and_the_security_counters(pki):
         section = page[page.index('<section id="security">'):]
         assert re.search(r"<td>SSL</td><td>SSL</td><td>127\.0\.0\.1:\d+</td><td></td><td>required</td>", section)
         assert "<td>PLAINTEXT</td><td>PLAINTEXT</td>" in section
+
+
+def test_cli_over_a_sasl_ssl_listener_with_plain(pki):
+    """SASL_SSL with PLAIN users from the listener's JAAS line: the tool logs in with a Java sasl.jaas.config line or
+    librdkafka's sasl.username/sasl.password; a wrong password exits 1 with the broker's message and is not shown."""
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+            'password="admin-secret" user_admin="admin-secret";')
+    config = {"listeners": "SASL_SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",
+              "ssl.keystore.location": str(pki / "broker.keystore.pem"), "sasl.enabled.mechanisms": "PLAIN",
+              "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas, "trireme.metrics.listen": "127.0.0.1:0"}
+    with TriremeBroker(topics={"orders": 1}, config=config, storage="disk") as broker:
+        bootstrap = broker.bootstrap_for("SASL_SSL")
+        (pki / "java.properties").write_text(
+            "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n"
+            "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required \\\n"
+            '    username="admin" password="admin-secret";\n'
+            f"ssl.truststore.type=PEM\nssl.truststore.location={pki / 'ca.pem'}\n")
+        out = cli("topics", "--list", "--bootstrap-server", bootstrap, "--command-config", str(pki / "java.properties"))
+        assert ["orders", "1", "false"] in [line.split() for line in out.stdout.splitlines()]
+        (pki / "wrong.properties").write_text(
+            "security.protocol=SASL_SSL\nsasl.mechanisms=PLAIN\nsasl.username=admin\nsasl.password=guess-1\n"
+            f"ssl.ca.location={pki / 'ca.pem'}\n")
+        out = cli("topics", "--list", "--bootstrap-server", bootstrap, "--command-config",
+                  str(pki / "wrong.properties"), expect=1)
+        assert out.stdout == "" and "guess-1" not in out.stderr
+        assert out.stderr.startswith(f"trireme topics: authentication as 'admin' with PLAIN at {bootstrap} failed: ")
+        assert "Invalid username or password" in out.stderr
+        assert "guess-1" not in broker.log_text() and "admin-secret" not in broker.log_text()
+        text = urllib.request.urlopen(_address(broker, "metrics"), timeout=10).read().decode()
+        counts = dict(re.findall(r'trireme_authentications_total\{listener="SASL_SSL",mechanism="PLAIN",'
+                                 r'outcome="(\w+)"\} (\d+)', text))
+        assert counts == {"success": "1", "failure": "1"}
