@@ -248,16 +248,22 @@ def test_alter_client_quotas_refused(conn, version):
     assert (quotas.error_code, quotas.entries) == (0, [])
 
 
-def test_alter_user_scram_credentials_refused(conn):
+def test_alter_user_scram_credentials_validation(conn):
+    """Kafka's ScramControlManager: a user's first error stands (bob: deleting what does not exist), a user named
+    twice is DUPLICATE_RESOURCE (carol), too few iterations UNACCEPTABLE_CREDENTIAL; the valid change is stored."""
     cls = message("AlterUserScramCredentialsRequest").cls
+    alice, bob, carol, dave = (unique(n) for n in ("alice", "bob", "carol", "dave"))
+    up = lambda name, mechanism=1, iterations=8192: cls.ScramCredentialUpsertion(     # noqa: E731
+        name=name, mechanism=mechanism, iterations=iterations, salt=b"s", salted_password=b"p" * 32)
     r = conn.request("AlterUserScramCredentials", 0, cls(
-        deletions=[cls.ScramCredentialDeletion(name="bob", mechanism=1)],
-        upsertions=[cls.ScramCredentialUpsertion(name="alice", mechanism=1, iterations=8192, salt=b"s",
-                                                 salted_password=b"p"),
-                    cls.ScramCredentialUpsertion(name="bob", mechanism=2, iterations=8192, salt=b"s",
-                                                 salted_password=b"p")]))
+        deletions=[cls.ScramCredentialDeletion(name=bob, mechanism=1)],
+        upsertions=[up(alice), up(bob, 2), up(carol), up(carol, 2), up(dave, iterations=100)]))
     assert {x.user: x.error_code for x in r.results} == {
-        "bob": E.DUPLICATE_RESOURCE.code, "alice": E.UNSUPPORTED_SASL_MECHANISM.code}
+        bob: E.RESOURCE_NOT_FOUND.code, alice: 0, carol: E.DUPLICATE_RESOURCE.code,
+        dave: E.UNACCEPTABLE_CREDENTIAL.code}
+    dcls = message("DescribeUserScramCredentialsRequest").cls
+    described = conn.request("DescribeUserScramCredentials", 0, dcls(users=[dcls.UserName(name=alice)]))
+    assert [(c.mechanism, c.iterations) for c in described.results[0].credential_infos] == [(1, 8192)]
 
 
 # --- unstable versions -------------------------------------------------------------------------

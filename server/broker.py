@@ -26,6 +26,7 @@ from trireme.wire import error_codes as E
 from trireme.wire import records
 
 from .clock import now_ms
+from .cluster_metadata import CLUSTER_METADATA_TOPIC, ClusterMetadataService
 from .config import TOPIC_DEFAULT_PROPERTIES, Config
 from .data_dir import DataDirLock
 from .groups import GroupService
@@ -169,6 +170,7 @@ class Broker:
         self.storage = storage
         self.metrics = Metrics()
         self.security = Security(config)
+        new_data_dir = not self.storage.exists("meta.properties")
         try:
             self.meta = BrokerMeta.load_or_create(self.storage, node_id=config["node.id"])
             self.topics = TopicRegistry(self.storage, "topics.json")
@@ -209,6 +211,11 @@ class Broker:
         self.transactions.abort_orphans([((p.topic.name, p.index), pid, epoch)
                                          for p in self.partitions.values()
                                          for pid, epoch, _ in p.producers.open_transactions()])
+        # ACLs, SCRAM credentials and quotas (server/security.py); the first SCRAM users on a new data directory
+        self.cluster_metadata = ClusterMetadataService(self, self.open_internal_partition, self.security.metadata)
+        self.security.attach(self.cluster_metadata)
+        if new_data_dir:
+            self.cluster_metadata.bootstrap(self.security.initial_records())
         # The coordinators' topics: not in the registry (clients neither create nor write them), but described
         # to clients as Kafka describes them, marked internal.
         self.internal_topics = {s.partition.topic.name: s.partition.topic for s in (self.groups, self.transactions)}
@@ -297,7 +304,8 @@ class Broker:
                     log.warning("could not remove %s: %r", name, e)
 
     def partition(self, topic: str, index: int) -> Partition | None:
-        return self.partitions.get((topic, index))
+        """A partition clients may name (``__cluster_metadata`` is hidden from them, as in Kafka)."""
+        return None if topic == CLUSTER_METADATA_TOPIC else self.partitions.get((topic, index))
 
     def described_topics(self) -> list[Topic]:
         """Every topic a client may see described: the registry's, then the internal ones."""
@@ -671,6 +679,7 @@ class Broker:
             nursery.start_soon(self.run_storage_retry)
             await nursery.start(self.groups.run)
             await nursery.start(self.transactions.run)
+            await nursery.start(self.cluster_metadata.run)
             task_status.started()
 
     def close(self) -> None:

@@ -186,6 +186,20 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
             "(a comma list of TOPIC-PARTITION) are answered TRANSACTION_COORDINATOR_FENCED instead of being sent; "
             "an operator's `trireme transactions complete` is not affected.  Empty (off) in production."),
     # --- authorizer (ACLs, super users, the first SCRAM user)
+    "authorizer.class.name": (
+        "", "Turns the authorizer on: Kafka's org.apache.kafka.metadata.authorizer.StandardAuthorizer (or Kafka 3's "
+            "kafka.security.authorizer.AclAuthorizer, or trireme) enforce ACLs with Kafka's semantics.  Empty: no "
+            "authorizer, every request allowed, the ACL APIs answer SECURITY_DISABLED."),
+    "super.users": ("", "Principals allowed everything whatever the ACLs say, separated by semicolons "
+                        "(User:admin;User:broker)."),
+    "allow.everyone.if.no.acl.found": (
+        False, "With the authorizer on: allow a request on a resource no ACL at all applies to."),
+    "trireme.max.acls": (
+        100000, "ACLs this broker keeps; CreateAcls beyond it answers POLICY_VIOLATION per binding (Kafka: no "
+                "limit)."),
+    "trireme.storage.add.scram": (
+        "", "SCRAM users created when the data directory is new, in kafka-storage format --add-scram's form "
+            "(SCRAM-SHA-512=[name=admin,password=...]), several separated by ';'.  Ignored afterwards."),
     "trireme.fsync.enable": (True, "fsync before answering acks=1/all produce requests. false trades "
                                    "crash safety of acknowledged data for speed (Kafka's own default)."),
     "trireme.fsync.threads": (4, "How many partitions a group commit fsyncs at once (1-64; 1: one after "
@@ -258,6 +272,8 @@ RANGES = {
     "sasl.oauthbearer.clock.skew.seconds": (0, INT_MAX),
     "trireme.sasl.failed.authentications.per.minute": (0, INT_MAX),
     "trireme.debug.transaction.marker.delay.ms": (0, LONG_MAX),
+    # --- authorizer
+    "trireme.max.acls": (0, INT_MAX),
 }
 # String properties with a fixed set of values (any case; kept upper case).
 CHOICES = {"trireme.log.level": ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL"),
@@ -275,6 +291,9 @@ SECURITY_PREFIXES = ("ssl.", "sasl.", "listener.name.", "authorizer.", "super.us
                      "principal.builder.", "security.", "delegation.token.", "password.encoder.")
 # Kafka's per-listener overrides: listener.name.<listener>.<property> (Config.for_listener).
 LISTENER_PREFIX = "listener.name."
+# Properties whose values are secrets: DescribeConfigs answers them as Kafka answers its PASSWORD configs (value
+# null, is_sensitive), and nothing logs them.
+SENSITIVE_PROPERTIES = frozenset({"trireme.storage.add.scram"})
 # String properties that hold a comma list of TOPIC-PARTITION (see :func:`partition_list`).
 PARTITION_LISTS = frozenset({"trireme.debug.transaction.marker.refuse"})
 

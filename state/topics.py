@@ -37,7 +37,7 @@ OP_DELETE = 1
 OP_APPEND = 2
 OP_SUBTRACT = 3
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__cluster_metadata"})
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 _INTEGER = re.compile(r"[+-]?[0-9]+")

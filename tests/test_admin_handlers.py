@@ -13,7 +13,7 @@ import pytest
 from trireme.server import dispatch
 from trireme.server.broker import Broker
 from trireme.server.clock import now_ms
-from trireme.server.config import PROPERTIES, Config
+from trireme.server.config import PROPERTIES, SENSITIVE_PROPERTIES, Config
 from trireme.server.dispatch import API_KEYS, HANDLERS, RequestContext
 from trireme.server.handlers.metadata import CLUSTER_OPERATIONS, TOPIC_OPERATIONS
 from trireme.state.topics import TOPIC_CONFIGS
@@ -390,7 +390,7 @@ def test_describe_broker_configs(tmp_path, version):
         assert (c["log.segment.bytes"].value, c["log.segment.bytes"].config_source) == ("1073741824", SOURCE_DEFAULT)
         assert [(s.value, s.source) for s in c["num.partitions"].synonyms] == [("6", SOURCE_STATIC),
                                                                                ("1", SOURCE_DEFAULT)]
-        assert all(x.read_only and not x.is_sensitive for x in ours.configs)
+        assert all(x.read_only and x.is_sensitive == (x.name in SENSITIVE_PROPERTIES) for x in ours.configs)
         if version >= 3:
             assert c["num.partitions"].documentation == PROPERTIES["num.partitions"][1]
             assert c["auto.create.topics.enable"].config_type == 1 and c["log.retention.ms"].config_type == 5

@@ -12,11 +12,15 @@ Behaviour / version notes:
   or a transaction being committed/aborted → CONCURRENT_TRANSACTIONS (the client retries); a
   topic or partition that does not exist → UNKNOWN_TOPIC_OR_PARTITION for it and
   OPERATION_NOT_ATTEMPTED for the others, as Kafka.  v4+ put per-transaction errors in each result.
-- The client form (v0-3) may not add an internal topic (``__consumer_offsets``, ``__transaction_state``):
-  Kafka leaves them out of the topics a client is authorized to write, so they get
-  TOPIC_AUTHORIZATION_FAILED (before any existence check) and the others OPERATION_NOT_ATTEMPTED.
-  A client adds the offsets partition with AddOffsetsToTxn; the broker form (v4+) adds it for
-  TxnOffsetCommit v5.
+- Authorization (Kafka's handleAddPartitionsToTxnRequest).  The client form (v0-3) needs Write on
+  the TransactionalId (else every partition → TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and Write on each
+  topic, asked once per topic: a topic without it → TOPIC_AUTHORIZATION_FAILED in each of its
+  partitions (before any existence check), the other partitions OPERATION_NOT_ATTEMPTED, nothing
+  added.  An internal topic (``__consumer_offsets``, ``__transaction_state``) is never among those a
+  client may write (Kafka leaves them out of the check): always TOPIC_AUTHORIZATION_FAILED.  A client
+  adds the offsets partition with AddOffsetsToTxn; the broker form (v4+) adds it for TxnOffsetCommit
+  v5.  The broker form (v4+, several transactions) comes only from brokers: it needs ClusterAction on
+  the cluster, else the response's ErrorCode is CLUSTER_AUTHORIZATION_FAILED with no results.
 - Adding partitions starts the transaction (Empty/Complete → Ongoing, the start time is set).
 - Answered once the record is staged and written to the OS (a process crash keeps it), not once
   it is fsynced (data partitions; the offsets partition of TxnOffsetCommit v5 waits): produce
@@ -27,7 +31,9 @@ Behaviour / version notes:
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.server.groups import OFFSETS_TOPIC
+from trireme.server.handlers import unauthorized
 from trireme.server.transactions import error_for_version
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.state.topics import INTERNAL_TOPICS
 from trireme.wire import error_codes as E
 
@@ -47,10 +53,11 @@ def add_partitions_to_txn(ctx, request):
             pcls(partition_index=p, partition_error_code=error_for_version(errors[(t.name, p)], version, FENCED_SINCE))
             for p in t.partitions]) for t in topics]
 
-    def unknown(topics, *, client: bool = False) -> dict | None:
-        """Errors for partitions that cannot be added (and OPERATION_NOT_ATTEMPTED for the rest), or None."""
+    def unknown(topics, denied=frozenset()) -> dict | None:
+        """Errors for partitions that cannot be added (and OPERATION_NOT_ATTEMPTED for the rest), or None.
+        ``denied``: the topics the client may not write."""
         def refused(topic: str, index: int) -> int:
-            if client and topic in INTERNAL_TOPICS:
+            if topic in denied:
                 return E.TOPIC_AUTHORIZATION_FAILED.code
             return E.UNKNOWN_TOPIC_OR_PARTITION.code if broker.partition(topic, index) is None else 0
         errors = {(t.name, p): refused(t.name, p) for t in topics for p in t.partitions}
@@ -61,7 +68,15 @@ def add_partitions_to_txn(ctx, request):
     txns = broker.transactions
     if version <= 3:
         topics = request.v3_and_below_topics
-        errors = unknown(topics, client=True)
+        tid = request.v3_and_below_transactional_id
+        if not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+            denied = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code
+            response.results_by_topic_v3_and_below = results(topics, {(t.name, p): denied for t in topics
+                                                                      for p in t.partitions})
+            return response
+        names = {t.name for t in topics}
+        errors = unknown(topics, unauthorized(ctx, Operation.WRITE, ResourceType.TOPIC, names - INTERNAL_TOPICS)
+                         | (names & INTERNAL_TOPICS))
         if errors is not None:
             response.results_by_topic_v3_and_below = results(topics, errors)
             return response
@@ -76,6 +91,9 @@ def add_partitions_to_txn(ctx, request):
             return response
         return Deferred(add)
 
+    if not ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+        response.error_code = E.CLUSTER_AUTHORIZATION_FAILED.code
+        return response
     xcls = type(response).AddPartitionsToTxnResult
     if all(txn.verify_only for txn in request.transactions):
         for txn in request.transactions:

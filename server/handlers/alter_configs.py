@@ -11,6 +11,8 @@ Behaviour / version notes:
   UNKNOWN_TOPIC_OR_PARTITION.
 - BROKER (4): INVALID_REQUEST, broker configs are static here; other resource types → INVALID_REQUEST.
 - validate_only: every check, the same answer, nothing changed.
+- ACLs: AlterConfigs on the cluster (BROKER, BROKER_LOGGER, CLIENT_METRICS), the topic or the group,
+  after the duplicate and null checks, exactly as IncrementalAlterConfigs (see there).
 """
 from __future__ import annotations
 

@@ -12,11 +12,16 @@ Behaviour / version notes:
 - AllowReplicationFactorChange (v1) is echoed in the response; the only valid target has the
   current replication factor (1), so it never changes an answer.
 - Top-level ErrorCode 0, ErrorMessage null; TimeoutMs is irrelevant.
+- ACLs (as Kafka's controller): Alter on the cluster, else CLUSTER_AUTHORIZATION_FAILED with
+  "Cluster authorization failed." at the top level and on every partition named; nothing changes.
 """
 from __future__ import annotations
 
 from trireme.server.dispatch import handles
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
+
+from .elect_leaders import CLUSTER_AUTHORIZATION_MESSAGE
 
 
 def _check(broker, name: str, index: int, replicas) -> tuple[E.KafkaError, str | None]:
@@ -45,6 +50,13 @@ def alter_partition_reassignments(ctx, request):
     pcls = tcls.ReassignablePartitionResponse
     if ctx.api_version >= 1:
         response.allow_replication_factor_change = request.allow_replication_factor_change
+    if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        code = E.CLUSTER_AUTHORIZATION_FAILED.code
+        response.error_code, response.error_message = code, CLUSTER_AUTHORIZATION_MESSAGE
+        response.responses = [tcls(name=t.name, partitions=[
+            pcls(partition_index=p.partition_index, error_code=code, error_message=CLUSTER_AUTHORIZATION_MESSAGE)
+            for p in t.partitions]) for t in request.topics]
+        return response
     for t in request.topics:
         out = tcls(name=t.name)
         response.responses.append(out)

@@ -8,10 +8,13 @@ Behaviour / version notes:
   already in that directory), as Kafka answers a move to the current directory.
 - Results are grouped by topic in the order the request names them; a partition named twice is
   answered once, for the last directory naming it (Kafka keeps one destination per partition).
+- ACLs (as Kafka's KafkaApis): Alter on the cluster, else every partition named (as the request
+  names them, per directory and topic) answers CLUSTER_AUTHORIZATION_FAILED and nothing is looked at.
 """
 from __future__ import annotations
 
 from trireme.server.dispatch import handles
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
 
 from .describe_log_dirs import log_dir
@@ -20,6 +23,14 @@ from .describe_log_dirs import log_dir
 @handles("AlterReplicaLogDirs", 1, 2)
 def alter_replica_log_dirs(ctx, request):
     broker = ctx.broker
+    if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        response = ctx.response()
+        tcls = type(response).AlterReplicaLogDirTopicResult
+        pcls = tcls.AlterReplicaLogDirPartitionResult
+        response.results = [tcls(topic_name=t.name, partitions=[
+            pcls(partition_index=index, error_code=E.CLUSTER_AUTHORIZATION_FAILED.code) for index in t.partitions])
+            for d in request.dirs for t in d.topics]
+        return response
     ours = log_dir(broker)
     destination: dict[tuple[str, int], str] = {}
     for d in request.dirs:

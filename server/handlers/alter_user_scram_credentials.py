@@ -1,17 +1,26 @@
-"""AlterUserScramCredentials: there is no SASL/SCRAM here, so each user's change is refused and nothing is stored.
+"""AlterUserScramCredentials: adds, replaces and deletes users' SCRAM credentials, durably (records in __cluster_metadata), with Kafka's validation.
 
 Behaviour / version notes:
-- v0.  One result per user named by the deletions and upsertions (first appearance order):
-  UNSUPPORTED_SASL_MECHANISM with a message — Kafka's answer for a mechanism it does not offer;
-  here none is (DescribeUserScramCredentials answers RESOURCE_NOT_FOUND for every user).  A user
-  named more than once → DUPLICATE_RESOURCE, as Kafka answers.  Until SASL exists (the security
-  issue).
+- v0.  ALTER on the Cluster first, else CLUSTER_AUTHORIZATION_FAILED (31) for every user named.
+  Otherwise one result per user, in the order users first appear (deletions, then upsertions), as
+  Kafka's ScramControlManager decides:
+  - a user named more than once (whatever the mechanisms) → DUPLICATE_RESOURCE, and nothing of
+    theirs changes;
+  - an empty user name → UNACCEPTABLE_CREDENTIAL; a mechanism other than 1 (SCRAM-SHA-256) or 2
+    (SCRAM-SHA-512) → UNSUPPORTED_SASL_MECHANISM;
+  - an upsertion with fewer than 4096 or more than 16384 iterations → UNACCEPTABLE_CREDENTIAL;
+    ours: a salt or salted password over 1024 bytes, or a new credential past 100,000 kept, too;
+  - deleting a credential that does not exist → RESOURCE_NOT_FOUND.
+- The broker keeps the salt, StoredKey and ServerKey (derived from the salted password the client
+  sends) and the iterations, never a password.  Changes are answered once durable and in force (the
+  next SCRAM login uses them); if the log cannot be written, KAFKA_STORAGE_ERROR for those users.
 """
 from __future__ import annotations
 
-from collections import Counter
-
+from trireme.server.cluster_metadata import MetadataUnavailable
+from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
 
 
@@ -19,11 +28,24 @@ from trireme.wire import error_codes as E
 def alter_user_scram_credentials(ctx, request):
     response = ctx.response()
     rcls = type(response).AlterUserScramCredentialsResult
-    counts = Counter([d.name for d in request.deletions] + [u.name for u in request.upsertions])
-    for user, count in counts.items():
-        if count > 1:
-            error, message = E.DUPLICATE_RESOURCE, f"user {user} is named more than once in the request"
-        else:
-            error, message = E.UNSUPPORTED_SASL_MECHANISM, "SCRAM is not enabled on this broker (no SASL)"
-        response.results.append(rcls(user=user, error_code=error.code, error_message=message))
-    return response
+    users = list(dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions]))
+    if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        response.results = [rcls(user=u, error_code=E.CLUSTER_AUTHORIZATION_FAILED.code, error_message=None)
+                            for u in users]
+        return response
+    scram = ctx.broker.security.scram
+    deletions = [(d.name, d.mechanism) for d in request.deletions]
+    upsertions = [(u.name, u.mechanism, u.iterations, bytes(u.salt), bytes(u.salted_password))
+                  for u in request.upsertions]
+
+    async def alter():
+        try:
+            results = await ctx.broker.security.update(lambda: scram.alter(deletions, upsertions))
+        except MetadataUnavailable as e:
+            response.results = [rcls(user=u, error_code=E.KAFKA_STORAGE_ERROR.code,
+                                     error_message=f"credentials not stored: {e}") for u in users]
+            return response
+        response.results = [rcls(user=r.user, error_code=getattr(E, r.error).code if r.error else 0,
+                                 error_message=r.message) for r in results]
+        return response
+    return Deferred(alter)

@@ -10,10 +10,14 @@ Behaviour / version notes:
 - A name given more than once → one INVALID_REQUEST "Duplicate topic name." result, placed
   first as Kafka does, and nothing changed for it.
 - validate_only: every check, the same answer, nothing created.
+- ACLs (as Kafka's controller): Alter on each topic (after the duplicate check), else
+  TOPIC_AUTHORIZATION_FAILED with a null message, placed after the duplicates and before the other
+  results, whether the topic exists or not; nothing changes for it.
 """
 from __future__ import annotations
 
 from trireme.server.dispatch import handles
+from trireme.state.acls import Operation, ResourceType
 from trireme.state.topics import TopicError
 from trireme.wire import error_codes as E
 
@@ -54,8 +58,15 @@ def create_partitions(ctx, request):
         if count > 1:
             response.results.append(rcls(name=name, error_code=E.INVALID_REQUEST.code,
                                          error_message="Duplicate topic name."))
+    alterable = {}
+    for name, count in counts.items():
+        if count == 1:
+            alterable[name] = ctx.authorize(Operation.ALTER, ResourceType.TOPIC, name)
+            if not alterable[name]:
+                response.results.append(rcls(name=name, error_code=E.TOPIC_AUTHORIZATION_FAILED.code,
+                                             error_message=None))
     for t in request.topics:
-        if counts[t.name] > 1:
+        if counts[t.name] > 1 or not alterable[t.name]:
             continue
         try:
             _grow(ctx.broker, t, request.validate_only)

@@ -19,10 +19,17 @@ Behaviour / version notes:
 - v5+ results carry num_partitions, replication_factor (1) and every topic config, sorted by name,
   with value, source (see describe_configs.py), read_only false and is_sensitive false; v7+ the
   topic id.  Failed topics answer topic id zero, -1 counts and no configs.
+- ACLs (as Kafka's controller): Create on the cluster allows every topic; otherwise Create on each
+  topic, else TOPIC_AUTHORIZATION_FAILED "Authorization failed." for it (after every other result,
+  before any check of the topic itself) and it is not created.  A created topic's configs, counts
+  and topic_config_error_code NONE need DescribeConfigs on the topic; without it the result has no
+  configs, counts -1 and topic_config_error_code TOPIC_AUTHORIZATION_FAILED (the topic id is still
+  there).  Neither check of the cluster nor of DescribeConfigs counts as a denial.
 """
 from __future__ import annotations
 
 from trireme.server.dispatch import handles
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.state.topics import TopicError, validate_config, validate_topic_name
 from trireme.wire import error_codes as E
 
@@ -118,13 +125,25 @@ def create_topics(ctx, request):
     counts: dict[str, int] = {}
     for t in request.topics:
         counts[t.name] = counts.get(t.name, 0) + 1
+    unique = [name for name, count in counts.items() if count == 1]
+    if ctx.authorize(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, log_if_denied=False):
+        creatable = set(unique)
+    else:
+        creatable = {name for name in unique if ctx.authorize(Operation.CREATE, ResourceType.TOPIC, name)}
+    describable = {name for name in unique
+                   if ctx.authorize(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name, log_if_denied=False)}
     for t in request.topics:
-        if counts[t.name] > 1:
+        if t.name not in creatable:
             continue
         try:
             topic = _create(broker, t, request.validate_only)
         except TopicError as refused:
             response.topics.append(rcls(name=t.name, error_code=refused.code, error_message=refused.message))
+            continue
+        if t.name not in describable:
+            response.topics.append(rcls(name=t.name, topic_id=topic.topic_id, error_code=0, error_message=None,
+                                        topic_config_error_code=E.TOPIC_AUTHORIZATION_FAILED.code,
+                                        num_partitions=-1, replication_factor=-1))
             continue
         result = rcls(name=t.name, topic_id=topic.topic_id, error_code=0, error_message=None,
                       topic_config_error_code=0, num_partitions=topic.partitions, replication_factor=1)
@@ -135,4 +154,8 @@ def create_topics(ctx, request):
         if count > 1:
             response.topics.append(rcls(name=name, error_code=E.INVALID_REQUEST.code,
                                         error_message="Duplicate topic name."))
+    for name in unique:
+        if name not in creatable:
+            response.topics.append(rcls(name=name, error_code=E.TOPIC_AUTHORIZATION_FAILED.code,
+                                        error_message="Authorization failed."))
     return response

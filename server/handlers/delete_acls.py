@@ -1,12 +1,22 @@
-"""DeleteAcls: there is no authorizer, so each filter is answered SECURITY_DISABLED, as by a Kafka broker without one.
+"""DeleteAcls: removes the ACLs each filter matches, durably, and lists them per filter; SECURITY_DISABLED without an authorizer.
 
 Behaviour / version notes:
-- v1-3.  One result per filter, in order: SECURITY_DISABLED (54) with the message DescribeAcls
-  gives and no matching ACLs.  Until ACLs exist (the security issue).
+- v1-3.  ALTER on the Cluster first, else CLUSTER_AUTHORIZATION_FAILED (31) for every filter.
+  With `authorizer.class.name` unset: SECURITY_DISABLED (54) per filter, "No Authorizer is
+  configured.", no matching ACLs (as Kafka).
+- Filters as DescribeAcls reads them (describe_acls.py; MATCH deletes every pattern that applies to
+  the name).  A filter with a field Kafka reads as UNKNOWN → INVALID_REQUEST for that filter.
+- Each filter's result lists every binding it matched (error 0 each); a binding several filters
+  match is listed under each and removed once.  The removals are written to `__cluster_metadata`
+  and answered once durable and in force; if the log cannot be written, KAFKA_STORAGE_ERROR per
+  filter and nothing is listed.
 """
 from __future__ import annotations
 
+from trireme.server.cluster_metadata import MetadataUnavailable
+from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
+from trireme.state.acls import CLUSTER_NAME, AclFilter, Operation, ResourceType
 from trireme.wire import error_codes as E
 
 from .describe_acls import NO_AUTHORIZER
@@ -16,6 +26,34 @@ from .describe_acls import NO_AUTHORIZER
 def delete_acls(ctx, request):
     response = ctx.response()
     rcls = type(response).DeleteAclsFilterResult
-    response.filter_results = [rcls(error_code=E.SECURITY_DISABLED.code, error_message=NO_AUTHORIZER,
-                                    matching_acls=[]) for _ in request.filters]
-    return response
+    mcls = rcls.DeleteAclsMatchingAcl
+
+    def refuse_all(error, message=None):
+        response.filter_results = [rcls(error_code=error.code, error_message=message, matching_acls=[])
+                                   for _ in request.filters]
+        return response
+
+    if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        return refuse_all(E.CLUSTER_AUTHORIZATION_FAILED)
+    security = ctx.broker.security
+    if not security.authorizer_enabled:
+        return refuse_all(E.SECURITY_DISABLED, NO_AUTHORIZER)
+    filters = [AclFilter.of(f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter, f.principal_filter,
+                            f.host_filter, f.operation, f.permission_type) for f in request.filters]
+
+    async def delete():
+        try:
+            results = await security.update(lambda: security.acls.delete(filters))
+        except MetadataUnavailable as e:
+            return refuse_all(E.KAFKA_STORAGE_ERROR, f"ACLs not deleted: {e}")
+        for r in results:
+            if isinstance(r, tuple):
+                response.filter_results.append(rcls(error_code=getattr(E, r[0]).code, error_message=r[1],
+                                                     matching_acls=[]))
+                continue
+            response.filter_results.append(rcls(error_code=0, error_message=None, matching_acls=[
+                mcls(error_code=0, error_message=None, resource_type=b.resource_type, resource_name=b.name,
+                     pattern_type=b.pattern_type, principal=b.principal, host=b.host, operation=b.operation,
+                     permission_type=b.permission) for b in r]))
+        return response
+    return Deferred(delete)

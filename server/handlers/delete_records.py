@@ -10,12 +10,17 @@ Behaviour / version notes:
 - An internal topic (`__consumer_offsets`, `__transaction_state`) → INVALID_TOPIC_EXCEPTION, as Kafka.
 - Unknown topic or partition → UNKNOWN_TOPIC_OR_PARTITION.
 - The new start offset cannot be checkpointed (disk full) → KAFKA_STORAGE_ERROR; nothing changes.
+- Authorization (Kafka's handleDeleteRecordsRequest): Delete on each topic, asked once per topic; a
+  topic without it answers TOPIC_AUTHORIZATION_FAILED in each of its partitions (low watermark -1),
+  before its existence or an internal topic is checked; nothing of it moves.
 """
 from __future__ import annotations
 
 import logging
 
 from trireme.server.dispatch import handles
+from trireme.server.handlers import unauthorized
+from trireme.state.acls import Operation, ResourceType
 from trireme.state.log import OffsetOutOfRange
 from trireme.wire import error_codes as E
 
@@ -28,12 +33,16 @@ def delete_records(ctx, request):
     response = ctx.response()
     tcls = type(response).DeleteRecordsTopicResult
     pcls = tcls.DeleteRecordsPartitionResult
+    denied = unauthorized(ctx, Operation.DELETE, ResourceType.TOPIC, (t.name for t in request.topics))
     for t in request.topics:
         out = tcls(name=t.name)
         response.topics.append(out)
         for p in t.partitions:
             result = pcls(partition_index=p.partition_index, low_watermark=-1, error_code=0)
             out.partitions.append(result)
+            if t.name in denied:
+                result.error_code = E.TOPIC_AUTHORIZATION_FAILED.code
+                continue
             partition = broker.partition(t.name, p.partition_index)
             if partition is None:
                 result.error_code = E.UNKNOWN_TOPIC_OR_PARTITION.code

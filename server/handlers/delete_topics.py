@@ -12,18 +12,28 @@ Behaviour / version notes:
   and nothing deleted (Kafka's rules).
 - Results carry the name and (v6) the topic id; they come in request order (Kafka shuffles them on
   purpose, so any order is what Kafka's clients expect).  error_message is v5+.
+- ACLs (as Kafka's controller): Delete on the cluster allows every topic.  Otherwise, after the
+  checks above: a topic named by id (known id; an unknown one is UNKNOWN_TOPIC_ID first) without
+  Delete on it → TOPIC_AUTHORIZATION_FAILED, its name shown only if the principal may Describe it;
+  a topic named by name that the principal may not Describe → TOPIC_AUTHORIZATION_FAILED whether
+  it exists or not (its existence is not revealed), one it may Describe but that does not exist →
+  UNKNOWN_TOPIC_OR_PARTITION, one it may Describe but not Delete → TOPIC_AUTHORIZATION_FAILED.
+  Refused topics are not deleted; the message (v5+) is "Topic authorization failed.".  Describe
+  checks do not count as denials.
 """
 from __future__ import annotations
 
 import uuid
 
 from trireme.server.dispatch import handles
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.state.topics import TopicError
 from trireme.wire import error_codes as E
 
 ZERO_UUID = uuid.UUID(int=0)
 UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
 UNKNOWN_TOPIC_ID_MESSAGE = "This server does not host this topic ID."
+TOPIC_AUTHORIZATION_MESSAGE = "Topic authorization failed."
 
 
 @handles("DeleteTopics", 1, 6)
@@ -72,17 +82,35 @@ def delete_topics(ctx, request):
     for topic_id in dup_ids:
         answer(ids.pop(topic_id), None, topic_id, E.INVALID_REQUEST.code, "Duplicate topic id.")
 
+    every_topic = ctx.authorize(Operation.DELETE, ResourceType.CLUSTER, CLUSTER_NAME, log_if_denied=False)
+    describable: dict[str, bool] = {}
+    deletable: dict[str, bool] = {}
+
+    def may(name, operation, cache, log):
+        if every_topic:
+            return True
+        if name not in cache:
+            cache[name] = ctx.authorize(operation, ResourceType.TOPIC, name, log_if_denied=log)
+        return cache[name]
+
     doomed: dict[uuid.UUID, tuple[int, str]] = {}     # topic id → (position, name)
     for topic_id, pos in ids.items():
         topic = broker.topics.by_id(topic_id)
         if topic is None:
             answer(pos, None, topic_id, E.UNKNOWN_TOPIC_ID.code, UNKNOWN_TOPIC_ID_MESSAGE)
+        elif not may(topic.name, Operation.DELETE, deletable, True):
+            shown = topic.name if may(topic.name, Operation.DESCRIBE, describable, False) else None
+            answer(pos, shown, topic_id, E.TOPIC_AUTHORIZATION_FAILED.code, TOPIC_AUTHORIZATION_MESSAGE)
         else:
             doomed[topic_id] = (pos, topic.name)
     for name, pos in names.items():
         topic = broker.topics.get(name)
-        if topic is None:
+        if not may(name, Operation.DESCRIBE, describable, False):
+            answer(pos, name, ZERO_UUID, E.TOPIC_AUTHORIZATION_FAILED.code, TOPIC_AUTHORIZATION_MESSAGE)
+        elif topic is None:
             answer(pos, name, ZERO_UUID, E.UNKNOWN_TOPIC_OR_PARTITION.code, UNKNOWN_TOPIC_MESSAGE)
+        elif not may(name, Operation.DELETE, deletable, True):
+            answer(pos, name, ZERO_UUID, E.TOPIC_AUTHORIZATION_FAILED.code, TOPIC_AUTHORIZATION_MESSAGE)
         elif topic.topic_id in doomed or topic.topic_id in dup_ids:
             dup_ids.add(topic.topic_id)
             doomed.pop(topic.topic_id, None)

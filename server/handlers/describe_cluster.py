@@ -7,16 +7,18 @@ Behaviour / version notes:
 - endpoint_type (v1+): 1 (brokers) is served; 2 (controllers) → MISMATCHED_ENDPOINT_TYPE (114),
   anything else → UNSUPPORTED_ENDPOINT_TYPE (115), each with Kafka's message and no other data.
   (v0 requests carry no endpoint type: always brokers.)
-- cluster_authorized_operations: the full set (see metadata.py) when asked for, else Kafka's
-  "not requested" value -2147483648.
+- cluster_authorized_operations: Kafka's "not requested" value -2147483648 unless asked for.
+- ACLs (as Kafka's AuthHelper): none to describe the cluster.  When
+  include_cluster_authorized_operations is set: Describe on the cluster (a denial is counted),
+  then the bit set of the cluster operations the principal may do; without Describe, 0.
 """
 from __future__ import annotations
 
+from trireme.server.authorized_operations import authorized_operations
 from trireme.server.dispatch import handles
 from trireme.server.listener import advertised_address
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
-
-from .metadata import CLUSTER_OPERATIONS
 
 ENDPOINT_BROKERS = 1
 ENDPOINT_NAMES = {1: "BROKER", 2: "CONTROLLER"}
@@ -44,5 +46,7 @@ def describe_cluster(ctx, request):
         broker_id=broker.node_id, host=host, port=port, rack=None,
         is_fenced=False)]
     if request.include_cluster_authorized_operations:
-        response.cluster_authorized_operations = CLUSTER_OPERATIONS
+        response.cluster_authorized_operations = (
+            authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+            if ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME) else 0)
     return response

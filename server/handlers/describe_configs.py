@@ -11,7 +11,9 @@ Behaviour / version notes:
   unknown topic → UNKNOWN_TOPIC_OR_PARTITION (null message, as Kafka).
 - BROKER (4), resource name = our node id: every property of server.config.PROPERTIES with its
   current value, source STATIC_BROKER_CONFIG when set in the config else DEFAULT_CONFIG, and
-  read_only true (nothing can be altered at runtime, see incremental_alter_configs.py).  An empty
+  read_only true (nothing can be altered at runtime, see incremental_alter_configs.py).  A secret
+  (config.SENSITIVE_PROPERTIES: trireme.storage.add.scram) has a null value, type PASSWORD and
+  is_sensitive true, as Kafka's PASSWORD configs.  An empty
   resource name means the cluster-wide dynamic defaults, as in Kafka: there are none here, so
   the answer is an empty list.  Another id → INVALID_REQUEST "Unexpected broker id, ..."; a
   non-integer name → INVALID_REQUEST "Broker id must be an integer, ...".
@@ -27,14 +29,21 @@ Behaviour / version notes:
   resource cost 8.5 KiB of answer for 5 bytes of request: a 1 MiB request built a 1.7 GB response
   on the event loop.  Clients do not repeat a resource (librdkafka even refuses a second BROKER
   resource in one call: "Only one ConfigResource of type BROKER is allowed per call").
+- ACLs (as Kafka's ConfigHelper), per resource: BROKER, BROKER_LOGGER and CLIENT_METRICS need
+  DescribeConfigs on the cluster (else CLUSTER_AUTHORIZATION_FAILED), TOPIC DescribeConfigs on the
+  topic (else TOPIC_AUTHORIZATION_FAILED, whether it exists or not), GROUP DescribeConfigs on the
+  group (else GROUP_AUTHORIZATION_FAILED).  A refused resource answers with Kafka's message for the
+  code ("Topic authorization failed.", ...) and no configs, after the results of the others, as
+  Kafka orders them.  Unknown resource types are not checked.
 """
 from __future__ import annotations
 
 import re
 from typing import NamedTuple
 
-from trireme.server.config import PROPERTIES
+from trireme.server.config import PROPERTIES, SENSITIVE_PROPERTIES
 from trireme.server.dispatch import handles
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.state.topics import TOPIC_CONFIGS, validate_topic_name
 from trireme.wire import error_codes as E
 
@@ -44,13 +53,37 @@ RESOURCE_BROKER = 4
 RESOURCE_TYPE_NAMES = {0: "UNKNOWN", 2: "TOPIC", 4: "BROKER", 8: "BROKER_LOGGER", 16: "CLIENT_METRICS",
                        32: "GROUP"}
 
+# Config resource type → (ACL resource type, whether the ACL resource is named by the config resource,
+# error when refused): what Kafka checks for DescribeConfigs (operation DescribeConfigs) and for
+# AlterConfigs/IncrementalAlterConfigs (operation AlterConfigs).
+CONFIG_ACLS = {
+    2: (ResourceType.TOPIC, True, E.TOPIC_AUTHORIZATION_FAILED),
+    4: (ResourceType.CLUSTER, False, E.CLUSTER_AUTHORIZATION_FAILED),
+    8: (ResourceType.CLUSTER, False, E.CLUSTER_AUTHORIZATION_FAILED),
+    16: (ResourceType.CLUSTER, False, E.CLUSTER_AUTHORIZATION_FAILED),
+    32: (ResourceType.GROUP, True, E.GROUP_AUTHORIZATION_FAILED),
+}
+AUTHORIZATION_MESSAGES = {E.TOPIC_AUTHORIZATION_FAILED.code: "Topic authorization failed.",
+                          E.CLUSTER_AUTHORIZATION_FAILED.code: "Cluster authorization failed.",
+                          E.GROUP_AUTHORIZATION_FAILED.code: "Group authorization failed."}
+
+
+def config_refusal(ctx, operation, resource_type: int, resource_name: str):
+    """The error (a KafkaError) refusing ``operation`` on a config resource, or None when allowed (or when the
+    resource type is not one Kafka checks)."""
+    acl = CONFIG_ACLS.get(resource_type)
+    if acl is None:
+        return None
+    acl_type, named, error = acl
+    return None if ctx.authorize(operation, acl_type, resource_name if named else CLUSTER_NAME) else error
+
 # DescribeConfigs ConfigSource values.
 SOURCE_TOPIC_CONFIG = 1
 SOURCE_STATIC_BROKER_CONFIG = 4
 SOURCE_DEFAULT_CONFIG = 5
 
 # DescribeConfigs ConfigType values.
-TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 1, 2, 3, 5, 7
+TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST, TYPE_PASSWORD = 1, 2, 3, 5, 7, 9
 
 # The broker property each topic config takes its default from (Kafka's synonym names).  Only
 # those in server.config.PROPERTIES can be set here; the others always have the topic default.
@@ -138,7 +171,10 @@ def broker_config_entries(broker) -> list[ConfigEntry]:
         elif broker.config.is_set(name):          # log.retention.ms from log.retention.hours: its effective value
             synonyms.append((name, broker_value(broker.config[name]), SOURCE_STATIC_BROKER_CONFIG))
         synonyms.append((name, broker_value(default), SOURCE_DEFAULT_CONFIG))
-        if name in _BROKER_TYPES:
+        if name in SENSITIVE_PROPERTIES:          # a secret: never told (Kafka's PASSWORD configs)
+            synonyms = [(n, None, source) for n, _, source in synonyms]
+            ctype = TYPE_PASSWORD
+        elif name in _BROKER_TYPES:
             ctype = _BROKER_TYPES[name]
         elif isinstance(default, bool):
             ctype = TYPE_BOOLEAN
@@ -188,7 +224,14 @@ def describe_configs(ctx, request):
     scls = ccls.DescribeConfigsSynonym
     with_docs = ctx.api_version >= 3 and request.include_documentation
     seen = set()
+    denied = []
     for resource in request.resources:
+        error = config_refusal(ctx, Operation.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name)
+        if error is not None:
+            denied.append(rcls(error_code=error.code, error_message=AUTHORIZATION_MESSAGES[error.code],
+                                resource_type=resource.resource_type, resource_name=resource.resource_name,
+                                configs=[]))
+            continue
         result = rcls(error_code=0, error_message=None, resource_type=resource.resource_type,
                       resource_name=resource.resource_name)
         response.results.append(result)
@@ -210,8 +253,9 @@ def describe_configs(ctx, request):
         for e in entries:
             result.configs.append(ccls(
                 name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
-                is_default=e.source == SOURCE_DEFAULT_CONFIG, is_sensitive=False,
+                is_default=e.source == SOURCE_DEFAULT_CONFIG, is_sensitive=e.config_type == TYPE_PASSWORD,
                 synonyms=[scls(name=n, value=v, source=s) for n, v, s in e.synonyms]
                 if request.include_synonyms else [],
                 config_type=e.config_type, documentation=e.documentation if with_docs else None))
+    response.results += denied
     return response

@@ -7,16 +7,21 @@ Behaviour / version notes:
   cordoned.  Top-level ErrorCode (v3+) 0.
 - Topics null means every partition; otherwise the named partitions that exist (others are
   left out, as Kafka does).  A topic appears only with at least one partition.  The
-  coordinators' internal topics are partitions in the directory like any other.
+  coordinators' internal topics are partitions in the directory like any other; the hidden
+  `__cluster_metadata` is not listed (Kafka keeps its metadata log outside the log manager).
 - Per partition: PartitionSize = the bytes of its segment files (what is written, durable or
   not); OffsetLag = max(high watermark - log end offset, 0), which is 0 on a leader, as Kafka
   reports it; IsFutureKey false (no AlterReplicaLogDirs moves).
+- ACLs (as Kafka's KafkaApis): Describe on the cluster, else no results and (v3+) top-level
+  CLUSTER_AUTHORIZATION_FAILED; nothing is read.
 """
 from __future__ import annotations
 
 import os
 
 from trireme.server.dispatch import handles
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
+from trireme.wire import error_codes as E
 
 
 def _volume(path: str) -> tuple[int, int]:
@@ -37,13 +42,18 @@ def log_dir(broker) -> str:
 def describe_log_dirs(ctx, request):
     broker = ctx.broker
     response = ctx.response()
+    if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        response.error_code = E.CLUSTER_AUTHORIZATION_FAILED.code
+        response.results = []
+        return response
     rcls = type(response).DescribeLogDirsResult
     tcls = rcls.DescribeLogDirsTopic
     pcls = tcls.DescribeLogDirsPartition
     if request.topics is None:
-        wanted = sorted(broker.partitions)
+        wanted = sorted(tp for tp in broker.partitions if broker.partition(*tp) is not None)
     else:
-        wanted = sorted({(t.topic, i) for t in request.topics for i in t.partitions} & broker.partitions.keys())
+        wanted = sorted(tp for tp in {(t.topic, i) for t in request.topics for i in t.partitions}
+                        if broker.partition(*tp) is not None)
     topics: dict[str, list] = {}
     for name, index in wanted:
         log = broker.partitions[(name, index)].log

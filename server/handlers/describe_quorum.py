@@ -12,11 +12,14 @@ Behaviour / version notes:
   quorum, as Kafka reports voters configured by controller.quorum.voters) and ``nodes`` = this node
   with the listener the request came in on and its advertised address (there is no separate controller
   listener).
+- ACLs (as Kafka's controller): Describe on the cluster, else top-level CLUSTER_AUTHORIZATION_FAILED
+  "Cluster authorization failed." and no topics or nodes.
 """
 from __future__ import annotations
 
 from trireme.server.dispatch import handles
 from trireme.server.listener import advertised_address, listener_name
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
 from trireme.wire.primitives import ZERO_UUID
 
@@ -28,6 +31,9 @@ UNKNOWN_PARTITION_MESSAGE = "This server does not host this topic-partition."
 @handles("DescribeQuorum", 0, 2)
 def describe_quorum(ctx, request):
     broker = ctx.broker
+    if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return ctx.response(error_code=E.CLUSTER_AUTHORIZATION_FAILED.code,
+                            error_message="Cluster authorization failed.", topics=[], nodes=[])
     response = ctx.response(error_code=0, error_message=None)
     tcls = type(response).TopicData
     pcls = tcls.PartitionData

@@ -17,18 +17,24 @@ Behaviour / version notes:
   fails the request as Kafka does: every named topic answers INVALID_REQUEST.
 - Partitions: leader = this node, the topic's leader epoch, replicas = ISR = [this node],
   eligible_leader_replicas and last_known_elr empty, no offline replicas.  Every topic carries
-  its id, is_internal and authorized operations (everything is allowed for now).  The internal
-  topics are described like any other, as in Metadata.
+  its id, is_internal and authorized operations (Kafka's bit set of the topic operations the
+  principal may do; every one without an authorizer).  The internal topics are described like any
+  other, as in Metadata.
+- Authorization (Kafka's DescribeTopicPartitionsRequestHandler): Describe on each topic, asked as
+  the page is filled, in name order, up to the topic the page stops at (as Kafka's lazy filter): a
+  topic without it uses none of the limit and is never the next cursor; with an empty topic list it
+  is left out, named it is answered after the page with TOPIC_AUTHORIZATION_FAILED, a zero topic
+  id, is_internal false and no partitions, whether or not it exists.
 """
 from __future__ import annotations
 
 import uuid
 
 from trireme.server.dispatch import handles
+from trireme.server.authorized_operations import authorized_operations
+from trireme.state.acls import Operation, ResourceType
 from trireme.state.topics import validate_topic_name
 from trireme.wire import error_codes as E
-
-from .metadata import TOPIC_OPERATIONS
 
 MAX_PARTITION_LIMIT = 2000       # Kafka's max.request.partition.size.limit default
 ZERO_UUID = uuid.UUID(int=0)
@@ -66,7 +72,13 @@ def describe_topic_partitions(ctx, request):
 
     remaining = max(min(MAX_PARTITION_LIMIT, request.response_partition_limit), 1)
     node = broker.node_id
+    refused = []
     for name in sorted(names, key=_java_order):
+        if not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, name):
+            if not fetch_all:
+                refused.append(tcls(error_code=E.TOPIC_AUTHORIZATION_FAILED.code, name=name, topic_id=ZERO_UUID,
+                                    is_internal=False))
+            continue
         if remaining == 0:
             response.next_cursor = type(response).Cursor(topic_name=name, partition_index=0)
             break
@@ -75,13 +87,13 @@ def describe_topic_partitions(ctx, request):
             if not fetch_all:
                 error = E.UNKNOWN_TOPIC_OR_PARTITION if validate_topic_name(name) is None else E.INVALID_TOPIC_EXCEPTION
                 response.topics.append(tcls(error_code=error.code, name=name, topic_id=ZERO_UUID,
-                                            is_internal=False,
-                                            topic_authorized_operations=TOPIC_OPERATIONS))
+                                            is_internal=False, topic_authorized_operations=authorized_operations(
+                                                ctx, ResourceType.TOPIC, name)))
             continue
         first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
         upper = min(topic.partitions, first + remaining)
         out = tcls(error_code=0, name=name, topic_id=topic.topic_id, is_internal=topic.is_internal,
-                   topic_authorized_operations=TOPIC_OPERATIONS)
+                   topic_authorized_operations=authorized_operations(ctx, ResourceType.TOPIC, name))
         out.partitions = [pcls(error_code=0, partition_index=i, leader_id=node, leader_epoch=topic.leader_epoch,
                                replica_nodes=[node], isr_nodes=[node], eligible_leader_replicas=[],
                                last_known_elr=[], offline_replicas=[])
@@ -91,4 +103,5 @@ def describe_topic_partitions(ctx, request):
             response.next_cursor = type(response).Cursor(topic_name=name, partition_index=upper)
             break
         remaining -= len(out.partitions)
+    response.topics += refused
     return response

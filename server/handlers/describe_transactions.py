@@ -7,9 +7,14 @@ Behaviour / version notes:
   Unknown id → TRANSACTIONAL_ID_NOT_FOUND.  Answers after every staged coordinator write is replayed.
 - An id named twice is described once: each repeat of a transaction holding thousands of
   partitions would add all of them to the response again (clients never repeat an id).
+- Authorization (Kafka's handleDescribeTransactionsRequest): Describe on each TransactionalId → else
+  that id answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED with the schema's defaults (before whether it
+  exists is looked at); the partitions of a described transaction list only the topics the principal
+  may Describe (each topic asked once per request).
 """
 from trireme.server.dispatch import handles
 from trireme.server.handlers import first_of_each
+from trireme.state.acls import Operation, ResourceType
 from trireme.wire import error_codes as E
 
 
@@ -20,8 +25,19 @@ def describe_transactions(ctx, request):
     scls = type(response).TransactionState
     dcls = scls.TopicData
 
+    described: dict[str, bool] = {}
+
+    def may_describe(topic: str) -> bool:
+        if topic not in described:
+            described[topic] = ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, topic)
+        return described[topic]
+
     def answer():
         for transactional_id in first_of_each(request.transactional_ids):
+            if not ctx.authorize(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+                response.transaction_states.append(scls(
+                    error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code, transactional_id=transactional_id))
+                continue
             meta = txns.coordinator.describe(transactional_id)
             if meta is None:
                 response.transaction_states.append(scls(
@@ -32,7 +48,8 @@ def describe_transactions(ctx, request):
             v = meta.value
             topics: dict[str, list[int]] = {}
             for topic, index in v.partitions:
-                topics.setdefault(topic, []).append(index)
+                if may_describe(topic):
+                    topics.setdefault(topic, []).append(index)
             response.transaction_states.append(scls(
                 transactional_id=transactional_id, transaction_state=v.state.kafka_name,
                 transaction_timeout_ms=v.transaction_timeout_ms, transaction_start_time_ms=v.start_timestamp_ms,

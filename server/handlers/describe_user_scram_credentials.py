@@ -1,28 +1,31 @@
-"""DescribeUserScramCredentials: no SCRAM credentials exist (there is no SASL), so named users are not found.
+"""DescribeUserScramCredentials: which SCRAM mechanisms (and iteration counts) each user has, never salts or keys.
 
 Behaviour / version notes:
-- v0.  Users null or empty (all users): ErrorCode 0 and no results.
-- Each named user: RESOURCE_NOT_FOUND with a message naming the user; a user named more than
-  once: one result with DUPLICATE_RESOURCE, as Kafka answers.  Results follow the request's
-  order of first appearance.  AlterUserScramCredentials is not advertised.
+- v0.  DESCRIBE on the Cluster first, else CLUSTER_AUTHORIZATION_FAILED (31) as the top-level error
+  and no results.
+- Users null or empty: every user with a credential.  Otherwise each named user once, in the order
+  they first appear: their mechanisms and iterations; RESOURCE_NOT_FOUND ("Attempt to describe a
+  user credential that does not exist: NAME") without any; DUPLICATE_RESOURCE for a user named more
+  than once (Kafka's ScramImage.describe).
 """
 from __future__ import annotations
 
-from collections import Counter
-
 from trireme.server.dispatch import handles
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
 
 
 @handles("DescribeUserScramCredentials", 0, 0)
 def describe_user_scram_credentials(ctx, request):
     response = ctx.response(error_code=0, error_message=None, results=[])
+    if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        response.error_code = E.CLUSTER_AUTHORIZATION_FAILED.code
+        return response
     rcls = type(response).DescribeUserScramCredentialsResult
-    counts = Counter(u.name for u in request.users or ())
-    for user, count in counts.items():
-        if count > 1:
-            error, message = E.DUPLICATE_RESOURCE, f"user {user} is named more than once in the request"
-        else:
-            error, message = E.RESOURCE_NOT_FOUND, f"user {user} has no SCRAM credentials"
-        response.results.append(rcls(user=user, error_code=error.code, error_message=message, credential_infos=[]))
+    icls = rcls.CredentialInfo
+    users = None if not request.users else [u.name for u in request.users]
+    for r in ctx.broker.security.scram.describe(users):
+        response.results.append(rcls(
+            user=r.user, error_code=getattr(E, r.error).code if r.error else 0, error_message=r.message,
+            credential_infos=[icls(mechanism=m, iterations=i) for m, i in r.credentials]))
     return response

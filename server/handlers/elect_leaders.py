@@ -8,13 +8,17 @@ Behaviour / version notes:
 - TopicPartitions null means every partition: each topic (internal ones included) is listed
   with no partition results, because Kafka leaves out partitions whose election was not needed.
 - TimeoutMs is irrelevant: nothing is ever waited for.
+- ACLs (as Kafka's controller): Alter on the cluster, else CLUSTER_AUTHORIZATION_FAILED at the top
+  level (v1+) and on every named partition, with Kafka's message "Cluster authorization failed.".
 """
 from __future__ import annotations
 
 from trireme.server.dispatch import handles
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
 
 ELECTION_TYPES = (0, 1)      # PREFERRED, UNCLEAN
+CLUSTER_AUTHORIZATION_MESSAGE = "Cluster authorization failed."
 
 
 @handles("ElectLeaders", 0, 2)
@@ -24,6 +28,13 @@ def elect_leaders(ctx, request):
     tcls = type(response).ReplicaElectionResult
     pcls = tcls.PartitionResult
     election_type = request.election_type if ctx.api_version >= 1 else 0
+    if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        response.error_code = E.CLUSTER_AUTHORIZATION_FAILED.code
+        response.replica_election_results = [tcls(topic=t.topic, partition_result=[
+            pcls(partition_id=index, error_code=E.CLUSTER_AUTHORIZATION_FAILED.code,
+                 error_message=CLUSTER_AUTHORIZATION_MESSAGE) for index in t.partitions])
+            for t in request.topic_partitions or ()]
+        return response
     if request.topic_partitions is None:
         if election_type in ELECTION_TYPES:
             response.replica_election_results = [tcls(topic=t.name) for t in broker.described_topics()]

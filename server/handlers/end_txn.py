@@ -19,10 +19,14 @@ Behaviour / version notes:
   returned waits instead of being fenced; the broker waits up to 5 s and tries again before
   answering it), INVALID_TXN_STATE for the opposite result of a completed transaction or for
   committing an Empty one.  Errors answer producer id and epoch -1.
+- Authorization first (Kafka's handleEndTxnRequest): Write on the TransactionalId → else
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED; the transaction is left as it was.
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.server.transactions import error_for_version
+from trireme.state.acls import Operation, ResourceType
+from trireme.wire import error_codes as E
 
 FENCED_SINCE = 2
 EPOCH_BUMP_SINCE = 5
@@ -31,6 +35,9 @@ EPOCH_BUMP_SINCE = 5
 @handles("EndTxn", 0, 5)
 def end_txn(ctx, request):
     response = ctx.response(producer_id=-1, producer_epoch=-1)
+    if not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        response.error_code = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code
+        return response
 
     async def end():
         outcome = await ctx.broker.transactions.end_txn(

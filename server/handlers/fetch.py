@@ -33,6 +33,12 @@ Behaviour / version notes:
 - The long poll ends, unanswered, as soon as the client's connection ends (Deferred.poll).
 - The internal topics Metadata lists (`__consumer_offsets`, `__transaction_state`) can be read,
   as on Kafka (their records are the coordinators' own, in Kafka's formats).
+- Authorization (Kafka's KafkaApis.handleFetchRequest), asked once per topic and request, not at
+  each wake-up of a long poll: a consumer needs Read on each topic, a topic without it answers
+  TOPIC_AUTHORIZATION_FAILED in each of its partitions (before its existence is checked; v13+: an
+  unknown topic id is UNKNOWN_TOPIC_ID first).  A follower's fetch (ReplicaId / ReplicaState's
+  ReplicaId >= 0) needs ClusterAction on the cluster instead; without it every partition answers
+  TOPIC_AUTHORIZATION_FAILED.  A refused partition is not read and its offsets are -1.
 """
 from __future__ import annotations
 
@@ -40,6 +46,8 @@ import trio
 
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
+from trireme.server.handlers import unauthorized
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.state.log import OffsetOutOfRange
 from trireme.wire import error_codes as E
 
@@ -52,10 +60,11 @@ LISTED_TOPIC_BYTES = 64        # the same for a topic, besides its name
 def fetch(ctx, request):
     if ctx.api_version >= 7 and request.session_id != 0:
         return ctx.response(error_code=E.FETCH_SESSION_ID_NOT_FOUND.code)
+    denied = _denied_topics(ctx, request)
     listing = _listing_bytes(request)
     limits = ctx.broker.limits
     if limits.answer_fits(listing):
-        return _answer(ctx, request, listing)
+        return _answer(ctx, request, listing, denied)
     limits.count(limits.response_waits, "Fetch")
 
     async def wait_for_room():
@@ -63,9 +72,31 @@ def fetch(ctx, request):
         # need be (it has to list every partition asked for): until no other answer holds budget, or the client
         # goes (a poll ends at the client's EOF).
         await limits.room_for_answer(listing)
-        result = _answer(ctx, request, listing)
+        result = _answer(ctx, request, listing, denied)
         return await result.wait() if type(result) is Deferred else result
     return Deferred(wait_for_room, poll=True)
+
+
+def _denied_topics(ctx, request) -> set:
+    """The topics (names; ids from v13) this fetch may not read, each asked once: a follower's fetch without
+    ClusterAction may read none, a consumer's may not read those without Read (a v13 topic id naming no topic is
+    not among them: it is answered UNKNOWN_TOPIC_ID)."""
+    by_id = ctx.api_version >= 13
+    replica_id = request.replica_state.replica_id if ctx.api_version >= 15 else request.replica_id
+    names = {}
+    for t in request.topics:
+        if not by_id:
+            names[t.topic] = t.topic
+        else:
+            topic = ctx.broker.described_topic(None, t.topic_id)
+            if topic is not None:
+                names[t.topic_id] = topic.name
+    if replica_id >= 0:         # a follower's fetch: all or nothing, unknown topic ids included
+        if ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+            return set()
+        return {t.topic_id if by_id else t.topic for t in request.topics}
+    refused = unauthorized(ctx, Operation.READ, ResourceType.TOPIC, names.values())
+    return {key for key, name in names.items() if name in refused}
 
 
 def _listing_bytes(request) -> int:
@@ -74,14 +105,15 @@ def _listing_bytes(request) -> int:
                for t in request.topics)
 
 
-def _answer(ctx, request, listing: int):
-    """The answer now (records there, or no wait), or a long poll (a Deferred) until min_bytes or max_wait."""
+def _answer(ctx, request, listing: int, denied: set):
+    """The answer now (records there, or no wait), or a long poll (a Deferred) until min_bytes or max_wait.
+    ``denied``: the topics the principal may not read (:func:`_denied_topics`)."""
     broker = ctx.broker
     response = ctx.response()
     moved = broker.data_event()          # taken before reading, so no flush in between is missed
     held_back = False
-    if request.max_wait_ms <= 0 or request.min_bytes <= 0 or _readable(ctx, request):
-        size, by_topic, held_back = _fill(ctx, request, response, listing)
+    if request.max_wait_ms <= 0 or request.min_bytes <= 0 or _readable(ctx, request, denied):
+        size, by_topic, held_back = _fill(ctx, request, response, listing, denied)
         if held_back:
             broker.limits.count(broker.limits.response_waits, "Fetch")
         if size >= request.min_bytes or request.max_wait_ms <= 0:
@@ -102,11 +134,11 @@ def _answer(ctx, request, listing: int):
                 await broker.wait_for_data(deadline, moved)
             moved = broker.data_event()
             expired = trio.current_time() >= deadline
-            if not expired and not held_back and not _readable(ctx, request):
+            if not expired and not held_back and not _readable(ctx, request, denied):
                 continue                    # a high watermark moved, but none of these partitions'
             await broker.limits.room_for_answer(listing)
             response = ctx.response()
-            got, by_topic, held_back = _fill(ctx, request, response, listing)
+            got, by_topic, held_back = _fill(ctx, request, response, listing, denied)
             used_then = budget.used
             if got >= request.min_bytes or expired:
                 broker.metrics.count_bytes_out(by_topic)
@@ -114,7 +146,7 @@ def _answer(ctx, request, listing: int):
     return Deferred(long_poll, poll=True)
 
 
-def _readable(ctx, request) -> bool:
+def _readable(ctx, request, denied: set) -> bool:
     """Whether a fill could find records: some requested partition has a fetch offset in [log start, read bound)
     and no epoch error.  Checked before filling, so a long poll woken by another partition's flush, or one with
     nothing to read yet, builds no response (False means a fill would gather 0 bytes)."""
@@ -123,7 +155,7 @@ def _readable(ctx, request) -> bool:
     read_committed = request.isolation_level == READ_COMMITTED
     for fetch_topic in request.topics:
         topic = broker.topics.by_id(fetch_topic.topic_id) if by_id else broker.topics.get(fetch_topic.topic)
-        if topic is None:
+        if topic is None or (fetch_topic.topic_id if by_id else fetch_topic.topic) in denied:
             continue
         for fp in fetch_topic.partitions:
             partition = broker.partition(topic.name, fp.partition)
@@ -137,7 +169,7 @@ def _readable(ctx, request) -> bool:
     return False
 
 
-def _fill(ctx, request, response, listing: int) -> tuple[int, dict[str, int], bool]:
+def _fill(ctx, request, response, listing: int, denied: set) -> tuple[int, dict[str, int], bool]:
     """Read every requested partition into ``response`` → the record bytes gathered, in all and per topic, and
     whether records were held back because the response budget had no room for them (``listing``: the answer's
     bytes besides records)."""
@@ -171,10 +203,14 @@ def _fill(ctx, request, response, listing: int) -> tuple[int, dict[str, int], bo
         out = cls(topic=fetch_topic.topic, topic_id=fetch_topic.topic_id)
         response.responses.append(out)
         before = gathered
+        refused = (fetch_topic.topic_id if by_id else fetch_topic.topic) in denied
         for fp in fetch_topic.partitions:
             result = pcls(partition_index=fp.partition, high_watermark=-1, last_stable_offset=-1,
                           log_start_offset=-1, records=None, **unset)
             out.partitions.append(result)
+            if refused:
+                result.error_code = E.TOPIC_AUTHORIZATION_FAILED.code
+                continue
             partition = broker.partition(topic.name, fp.partition) if topic is not None else None
             if partition is None:
                 result.error_code = (E.UNKNOWN_TOPIC_ID.code if by_id and topic is None else E.UNKNOWN_TOPIC_OR_PARTITION.code)

@@ -15,20 +15,27 @@ Behaviour / version notes:
   start; there are no dynamic broker configs).  Other resource types → INVALID_REQUEST.
 - validate_only: every check, the same answer, nothing changed.
 - The legacy AlterConfigs (alter_configs.py) goes through the same checks (alter_resources).
+- ACLs (as Kafka's broker and controller), per resource, after the duplicate and null checks above:
+  AlterConfigs on the cluster for BROKER, BROKER_LOGGER and CLIENT_METRICS (else
+  CLUSTER_AUTHORIZATION_FAILED), on the topic for TOPIC (else TOPIC_AUTHORIZATION_FAILED, whether it
+  exists or not), on the group for GROUP (else GROUP_AUTHORIZATION_FAILED), each with Kafka's
+  message for the code; a refused resource is not changed.
 """
 from __future__ import annotations
 
 from trireme.server.dispatch import handles
+from trireme.state.acls import Operation
 from trireme.state.topics import TopicError, validate_topic_name
 from trireme.wire import error_codes as E
 
-from .describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC, RESOURCE_TYPE_NAMES
+from .describe_configs import (AUTHORIZATION_MESSAGES, RESOURCE_BROKER, RESOURCE_TOPIC, RESOURCE_TYPE_NAMES,
+                               config_refusal)
 
 OP_SET = 0
 OP_DELETE = 1
 
 
-def _alter(broker, resource, ops, validate_only: bool, whole_set: bool) -> None:
+def _alter(broker, resource, ops, validate_only: bool, whole_set: bool, ctx) -> None:
     """Check one resource's ``(name, op, value)`` operations as Kafka does, then apply them (or only check).
     ``whole_set`` (AlterConfigs): the configs given replace the topic's overrides, the others are deleted."""
     names = [name for name, _, _ in ops]
@@ -37,6 +44,9 @@ def _alter(broker, resource, ops, validate_only: bool, whole_set: bool) -> None:
     nulls = [name for name, op, value in ops if op != OP_DELETE and value is None]
     if nulls:
         raise TopicError(E.INVALID_REQUEST.code, "Null value not supported for : " + ", ".join(nulls))
+    refused = config_refusal(ctx, Operation.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
+    if refused:
+        raise TopicError(refused.code, AUTHORIZATION_MESSAGES[refused.code])
     if resource.resource_type == RESOURCE_BROKER:
         raise TopicError(E.INVALID_REQUEST.code, "Broker configs are static here: set them in the broker's "
                                                  "config file and restart it.")
@@ -73,7 +83,7 @@ def alter_resources(ctx, request, ops_of, whole_set: bool = False) -> object:
             result.error_message = "Each resource must appear at most once."
             continue
         try:
-            _alter(ctx.broker, r, ops_of(r), request.validate_only, whole_set)
+            _alter(ctx.broker, r, ops_of(r), request.validate_only, whole_set, ctx)
         except TopicError as refused:
             result.error_code, result.error_message = refused.code, refused.message
     return response

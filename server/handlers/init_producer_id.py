@@ -23,10 +23,16 @@ Behaviour / version notes:
   as NextProducerId/NextProducerEpoch), which fences the instance before it; EndTxn with that pair
   completes the transaction.  (Kafka 4.3 still answers KeepPreparedTxn with UNSUPPORTED_VERSION,
   KAFKA-20739; this follows the KIP and the fix planned for 4.4.)
+- Authorization first (Kafka's handleInitProducerIdRequest): with a transactional id, Write on that
+  TransactionalId → else TRANSACTIONAL_ID_AUTHORIZATION_FAILED; without one (idempotence),
+  IdempotentWrite on the cluster (a denial not counted) or Write on at least one topic
+  (authorize_by_resource_type, as Kafka 3+) → else CLUSTER_AUTHORIZATION_FAILED.  Refused: producer
+  id and epoch -1, no id handed out, no transaction touched.
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.server.transactions import error_for_version
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
 
 MAX_EPOCH = 32767
@@ -38,6 +44,10 @@ def init_producer_id(ctx, request):
     broker = ctx.broker
     version = ctx.api_version
     response = ctx.response(producer_id=-1, producer_epoch=-1)
+    refusal = _refusal(ctx, request.transactional_id)
+    if refusal:
+        response.error_code = refusal
+        return response
     if request.transactional_id is not None:
         async def init():
             outcome = await broker.transactions.init_producer_id(
@@ -64,3 +74,17 @@ def init_producer_id(ctx, request):
         return response
     response.producer_id, response.producer_epoch = producer_id, 0
     return response
+
+
+def _refusal(ctx, transactional_id: str | None) -> int:
+    """The authorization error of this InitProducerId, or 0."""
+    if transactional_id is not None:
+        if ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            return 0
+        return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code
+    if ctx.authorize(Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME, log_if_denied=False):
+        return 0
+    if ctx.broker.security.authorize_by_resource_type(ctx.principal, ctx.host, Operation.WRITE, ResourceType.TOPIC):
+        return 0
+    ctx.broker.metrics.request_denied(ctx.principal, "InitProducerId", ResourceType.CLUSTER.name, CLUSTER_NAME)
+    return E.CLUSTER_AUTHORIZATION_FAILED.code

@@ -6,9 +6,14 @@ Behaviour / version notes:
   (group.instance.id); v7+ protocol type in the answer; v9 SkipAssignment for a static leader
   replaced without a rebalance.  Every decision is the coordinator's (state/groups.py); this
   module only translates, and the answer is deferred while the group rebalances.
+- ACLs (as Kafka's KafkaApis): Read on the group, else GROUP_AUTHORIZATION_FAILED with generation -1,
+  empty leader and member id, no members (protocol name null v7+, "" before), and the group is not
+  touched.
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
+from trireme.state.acls import Operation, ResourceType
+from trireme.wire import error_codes as E
 
 
 @handles("JoinGroup", 0, 9)
@@ -16,6 +21,9 @@ def join_group(ctx, request):
     groups = ctx.broker.groups
     version = ctx.api_version
     rebalance_timeout = request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
+    if not ctx.authorize(Operation.READ, ResourceType.GROUP, request.group_id):
+        return ctx.response(error_code=E.GROUP_AUTHORIZATION_FAILED.code, generation_id=-1,
+                            protocol_name=None if version >= 7 else "", leader="", member_id="", members=[])
 
     answer = groups.call(
         groups.coordinator.join_group, request.group_id, request.member_id, request.group_instance_id,

@@ -3,15 +3,20 @@
 Behaviour / version notes:
 - v0-5.  v0-2 carry one member id; v3+ a batch of members (member id and/or group instance id),
   each answered on its own; v5 adds a reason (logged only).
+- ACLs (as Kafka's KafkaApis): Read on the group, else GROUP_AUTHORIZATION_FAILED at the top level
+  with no member results, and nobody leaves.
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
+from trireme.state.acls import Operation, ResourceType
 from trireme.wire import error_codes as E
 
 
 @handles("LeaveGroup", 0, 5)
 def leave_group(ctx, request):
     groups = ctx.broker.groups
+    if not ctx.authorize(Operation.READ, ResourceType.GROUP, request.group_id):
+        return ctx.response(error_code=E.GROUP_AUTHORIZATION_FAILED.code, members=[])
     if ctx.api_version >= 3:
         members = [(m.member_id, m.group_instance_id, m.reason) for m in request.members]
     else:

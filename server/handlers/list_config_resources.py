@@ -8,10 +8,13 @@ Behaviour / version notes:
 - Listed, in Kafka's order: GROUP — groups with dynamic configs (none: group configs cannot be
   set here); CLIENT_METRICS — none; BROKER_LOGGER and BROKER — this node's id; TOPIC — every
   topic, the internal ones included, sorted by name.
+- ACLs (as Kafka's KafkaApis): DescribeConfigs on the cluster before anything else, else
+  CLUSTER_AUTHORIZATION_FAILED and no resources.
 """
 from __future__ import annotations
 
 from trireme.server.dispatch import handles
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
 
 TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
@@ -22,6 +25,9 @@ SUPPORTED = (TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP)
 def list_config_resources(ctx, request):
     broker = ctx.broker
     response = ctx.response(error_code=0, config_resources=[])
+    if not ctx.authorize(Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
+        response.error_code = E.CLUSTER_AUTHORIZATION_FAILED.code
+        return response
     if ctx.api_version == 0:
         return response                      # client-metrics subscriptions: none
     wanted = set(request.resource_types) or set(SUPPORTED)

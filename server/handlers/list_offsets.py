@@ -9,8 +9,13 @@ Behaviour / version notes:
   timestamp is ≥ it, or -1 when none (the time index finds the batch; that batch is decoded).
 - Leader epoch in answers is the partition's current epoch.  CurrentLeaderEpoch (v4+) newer than
   ours → UNKNOWN_LEADER_EPOCH, older → FENCED_LEADER_EPOCH.
+- Authorization (Kafka's handleListOffsetRequest): Describe on each topic, asked once per topic; a topic
+  without it answers TOPIC_AUTHORIZATION_FAILED in each of its partitions (timestamp and offset -1),
+  before its existence is checked.
 """
 from trireme.server.dispatch import handles
+from trireme.server.handlers import unauthorized
+from trireme.state.acls import Operation, ResourceType
 from trireme.wire import error_codes as E
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
@@ -23,12 +28,16 @@ def list_offsets(ctx, request):
     tcls = type(response).ListOffsetsTopicResponse
     pcls = tcls.ListOffsetsPartitionResponse
     read_committed = ctx.api_version >= 2 and request.isolation_level == 1
+    denied = unauthorized(ctx, Operation.DESCRIBE, ResourceType.TOPIC, (t.name for t in request.topics))
     for t in request.topics:
         out = tcls(name=t.name)
         response.topics.append(out)
         for p in t.partitions:
             result = pcls(partition_index=p.partition_index, timestamp=-1, offset=-1, leader_epoch=-1)
             out.partitions.append(result)
+            if t.name in denied:
+                result.error_code = E.TOPIC_AUTHORIZATION_FAILED.code
+                continue
             partition = broker.partition(t.name, p.partition_index)
             if partition is None:
                 result.error_code = E.UNKNOWN_TOPIC_OR_PARTITION.code

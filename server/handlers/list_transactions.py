@@ -14,12 +14,15 @@ Behaviour / version notes:
   most 32,767 bytes, as every string the codec reads.  Even linear matching costs ids × id
   length × program size, so the ids are matched in a worker thread (RE2 releases the GIL): the
   event loop goes on serving other clients.
+- Authorization (Kafka's handleListTransactionsRequest): only the transactional ids the principal may
+  Describe are listed (each asked once; a left-out id is a counted denial, as Kafka logs it).
 """
 import re2
 import trio
 
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
+from trireme.state.acls import Operation, ResourceType
 from trireme.state.txn_records import TxnState
 from trireme.wire import error_codes as E
 
@@ -62,16 +65,20 @@ def list_transactions(ctx, request):
                 for meta in txns.coordinator.list(states, request.producer_id_filters,
                                                   request.duration_filter if version >= 1 else -1, ctx.now_ms())]
 
+    def authorized(listing):
+        return [s for s in listing
+                if ctx.authorize(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, s.transactional_id)]
+
     if pattern is None:
         def answer():
-            response.transaction_states = listed()
+            response.transaction_states = authorized(listed())
             return response
         return txns.after_staged_writes(answer)
 
     async def answer_matching():
         await txns.wait_replayed()
         candidates = listed()             # a snapshot taken on the event loop; the thread sees only these strings
-        response.transaction_states = await trio.to_thread.run_sync(
-            lambda: [s for s in candidates if pattern.fullmatch(s.transactional_id)])
+        response.transaction_states = authorized(await trio.to_thread.run_sync(
+            lambda: [s for s in candidates if pattern.fullmatch(s.transactional_id)]))
         return response
     return Deferred(answer_matching)

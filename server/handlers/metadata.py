@@ -15,83 +15,125 @@ Behaviour / version notes:
   each) are listed with is_internal = true, as on Kafka (aiokafka's and the Java consumer's
   exclude-internal-topics options rely on the flag); naming one never auto-creates it.  Clients
   still cannot write to them (Produce answers INVALID_TOPIC_EXCEPTION).
-- Authorized operations are reported when asked for: everything is allowed for now.
+- Authorization (Kafka's handleTopicMetadataRequest): Describe on each topic.  All topics (null, or
+  an empty list in v0): the topics the principal may not describe are left out (no denial counted).
+  Named: such a topic answers TOPIC_AUTHORIZATION_FAILED with no partitions and a zero topic id,
+  whether or not it exists; named by id, the answer keeps the id and has no name (UNKNOWN_TOPIC_ID
+  for an id naming no topic comes first).  Auto-creation (when it applies) also needs Create on the
+  cluster (asked once) or else on the topic; without it TOPIC_AUTHORIZATION_FAILED, nothing created.
+- Authorized operations, when asked for: the cluster's (v8-10) are Kafka's bit set of the supported
+  cluster operations the principal may do when it may Describe the cluster, else 0; each topic's
+  (v8+) are the bit set of its supported operations, for every topic answered except the refused
+  ones and unknown ids (which keep the schema's default).  Without an authorizer: every supported
+  operation.
 - A topic named (or id given) more than once is answered once, as Kafka answers the set of the
   names: the response's size depends on the topics, not on the request's repeats.
 """
 import uuid
 
 from trireme.server.dispatch import handles
-from trireme.server.listener import advertised_address
+from trireme.server.authorized_operations import SUPPORTED_OPERATIONS, authorized_operations
 from trireme.server.handlers import first_of_each
+from trireme.server.listener import advertised_address
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.state.topics import TopicError, validate_topic_name
 from trireme.wire import error_codes as E
 
 ZERO_UUID = uuid.UUID(int=0)
-# READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS
-TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
-# CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE
-CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+# Every supported operation: what the bit sets are without an authorizer (or with every permission).
+TOPIC_OPERATIONS = sum(1 << op for op in SUPPORTED_OPERATIONS[ResourceType.TOPIC])
+CLUSTER_OPERATIONS = sum(1 << op for op in SUPPORTED_OPERATIONS[ResourceType.CLUSTER])
 
 
 @handles("Metadata", 0, 13)
 def metadata(ctx, request):
     broker = ctx.broker
+    version = ctx.api_version
     response = ctx.response()
     cls = type(response)
     host, port = advertised_address(ctx)       # of the listener the request came in on
     response.brokers = [cls.MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=None)]
     response.cluster_id = broker.cluster_id
     response.controller_id = broker.node_id
-    if ctx.api_version <= 10 and request.include_cluster_authorized_operations:
-        response.cluster_authorized_operations = CLUSTER_OPERATIONS
+    if 8 <= version <= 10 and request.include_cluster_authorized_operations:
+        response.cluster_authorized_operations = (
+            authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+            if ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME) else 0)
     auto_create = ctx.api_version < 4 or request.allow_auto_topic_creation
-    if request.topics is None or (ctx.api_version == 0 and not request.topics):
-        topics = [(t.name, t) for t in broker.described_topics()]
-        requested = None
+    may_create = _CreatePermission(ctx)
+    # (name, topic or None, error, topic id, whether its authorized operations are reported)
+    topics: list[tuple[str | None, object, int, uuid.UUID, bool]] = []
+    if request.topics is None or (version == 0 and not request.topics):
+        # All topics: those the principal may not describe are left out, no denial reported (Kafka's logIfDenied).
+        topics = [(t.name, t, 0, t.topic_id, True) for t in broker.described_topics()
+                  if ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, t.name, log_if_denied=False)]
+        requested = ()
     else:
         # as Kafka makes a set of them: one big topic named a million times is listed once
         requested = first_of_each(request.topics, lambda t: t.name if t.name is not None else t.topic_id)
-        topics = []
-    for entry in requested or ():
+    for entry in requested:
         if entry.name is None and entry.topic_id != ZERO_UUID:
             topic = broker.described_topic(topic_id=entry.topic_id)
             if topic is None:
-                topics.append((None, E.UNKNOWN_TOPIC_ID.code, entry.topic_id))
-                continue
-            topics.append((topic.name, topic))
+                topics.append((None, None, E.UNKNOWN_TOPIC_ID.code, entry.topic_id, False))
+            elif not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, topic.name):
+                # topic ids are not secret: the id is answered, the name is not
+                topics.append((None, None, E.TOPIC_AUTHORIZATION_FAILED.code, entry.topic_id, False))
+            else:
+                topics.append((topic.name, topic, 0, topic.topic_id, True))
             continue
         name = entry.name
+        if name is None:                                # neither a name nor an id
+            topics.append((name, None, E.INVALID_TOPIC_EXCEPTION.code, ZERO_UUID, False))
+            continue
+        if not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, name):
+            topics.append((name, None, E.TOPIC_AUTHORIZATION_FAILED.code, ZERO_UUID, False))
+            continue
         topic = broker.described_topic(name)
         if topic is None:
+            if auto_create and broker.config["auto.create.topics.enable"] and not may_create(name):
+                topics.append((name, None, E.TOPIC_AUTHORIZATION_FAILED.code, ZERO_UUID, False))
+                continue
             if validate_topic_name(name) is not None:
-                topics.append((name, E.INVALID_TOPIC_EXCEPTION.code, ZERO_UUID))
+                topics.append((name, None, E.INVALID_TOPIC_EXCEPTION.code, ZERO_UUID, True))
                 continue
             if auto_create:
                 try:
                     topic = broker.auto_create(name)
                 except TopicError as failed:            # the disk is full: retriable, the client asks again
-                    topics.append((name, failed.code, ZERO_UUID))
+                    topics.append((name, None, failed.code, ZERO_UUID, True))
                     continue
             if topic is None:
-                topics.append((name, E.UNKNOWN_TOPIC_OR_PARTITION.code, ZERO_UUID))
+                topics.append((name, None, E.UNKNOWN_TOPIC_OR_PARTITION.code, ZERO_UUID, True))
                 continue
-        topics.append((name, topic))
+        topics.append((name, topic, 0, topic.topic_id, True))
+    with_operations = version >= 8 and request.include_topic_authorized_operations
     out = []
-    for item in topics:
-        if len(item) == 3:
-            name, error, topic_id = item
-            out.append(cls.MetadataResponseTopic(error_code=error, name=name, topic_id=topic_id))
-            continue
-        name, topic = item
-        t = cls.MetadataResponseTopic(error_code=0, name=topic.name, topic_id=topic.topic_id,
-                                      is_internal=topic.is_internal)
-        t.partitions = [cls.MetadataResponseTopic.MetadataResponsePartition(
-            error_code=0, partition_index=i, leader_id=broker.node_id, leader_epoch=topic.leader_epoch,
-            replica_nodes=[broker.node_id], isr_nodes=[broker.node_id], offline_replicas=[])
-            for i in range(topic.partitions)]
-        if ctx.api_version >= 8 and request.include_topic_authorized_operations:
-            t.topic_authorized_operations = TOPIC_OPERATIONS
+    for name, topic, error, topic_id, described in topics:
+        t = cls.MetadataResponseTopic(error_code=error, name=name, topic_id=topic_id)
+        if topic is not None:
+            t.is_internal = topic.is_internal
+            t.partitions = [cls.MetadataResponseTopic.MetadataResponsePartition(
+                error_code=0, partition_index=i, leader_id=broker.node_id, leader_epoch=topic.leader_epoch,
+                replica_nodes=[broker.node_id], isr_nodes=[broker.node_id], offline_replicas=[])
+                for i in range(topic.partitions)]
+        if with_operations and described:
+            t.topic_authorized_operations = authorized_operations(ctx, ResourceType.TOPIC, name)
         out.append(t)
     response.topics = out
     return response
+
+
+class _CreatePermission:
+    """Whether the principal may auto-create a topic: Create on the cluster (asked once, a denial not reported,
+    as Kafka), else Create on the topic."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.on_cluster: bool | None = None
+
+    def __call__(self, name: str) -> bool:
+        if self.on_cluster is None:
+            self.on_cluster = self.ctx.authorize(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME,
+                                                 log_if_denied=False)
+        return self.on_cluster or self.ctx.authorize(Operation.CREATE, ResourceType.TOPIC, name)

@@ -11,9 +11,15 @@ Behaviour / version notes:
 - The commit becomes visible to OffsetFetch once its __consumer_offsets record is fsynced and
   replayed into the coordinator, which happens before this answer is sent; if the record cannot
   be made durable the partitions answer NOT_COORDINATOR (as Kafka maps a storage error).
+- ACLs (as Kafka's KafkaApis): Read on the group, else every partition answers
+  GROUP_AUTHORIZATION_FAILED and nothing is committed.  Then, per topic (v10: after an unknown
+  topic id's UNKNOWN_TOPIC_ID), Read on the topic, else TOPIC_AUTHORIZATION_FAILED for each of its
+  partitions (before the existence check, so an unauthorized name reveals nothing).  When no
+  partition is left to commit, the coordinator is not asked (as Kafka).
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
+from trireme.state.acls import Operation, ResourceType
 from trireme.wire import error_codes as E
 
 
@@ -25,20 +31,40 @@ def offset_commit(ctx, request):
     response = ctx.response()
     tcls = type(response).OffsetCommitResponseTopic
     pcls = tcls.OffsetCommitResponsePartition
+    if not ctx.authorize(Operation.READ, ResourceType.GROUP, request.group_id):
+        response.topics = [tcls(name=t.name, topic_id=t.topic_id, partitions=[
+            pcls(partition_index=p.partition_index, error_code=E.GROUP_AUTHORIZATION_FAILED.code)
+            for p in t.partitions]) for t in request.topics]
+        return response
     offsets, rejected = [], {}
     out_topics = {}
+    readable: dict[str, bool] = {}
     for t in request.topics:
         topic = broker.described_topic(None if version >= 10 else t.name, t.topic_id)
         name = topic.name if topic is not None else t.name
         out = out_topics[id(t)] = tcls(name=t.name, topic_id=t.topic_id)
         response.topics.append(out)
+        denied = False
+        if not (version >= 10 and topic is None):
+            if name not in readable:
+                readable[name] = ctx.authorize(Operation.READ, ResourceType.TOPIC, name)
+            denied = not readable[name]
         for p in t.partitions:
+            if denied:
+                rejected[(id(t), p.partition_index)] = E.TOPIC_AUTHORIZATION_FAILED.code
+                continue
             if topic is None or not 0 <= p.partition_index < topic.partitions:
                 rejected[(id(t), p.partition_index)] = E.UNKNOWN_TOPIC_ID.code if version >= 10 and topic is None \
                     else E.UNKNOWN_TOPIC_OR_PARTITION.code
                 continue
             offsets.append((name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
                             p.committed_metadata))
+    if not offsets:                    # nothing authorized and known is left: Kafka answers without the coordinator
+        for t in request.topics:
+            out_topics[id(t)].partitions = [pcls(partition_index=p.partition_index,
+                                                 error_code=rejected[(id(t), p.partition_index)])
+                                            for p in t.partitions]
+        return response
     results, effects = groups.coordinator.commit_offsets(
         request.group_id, request.generation_id_or_member_epoch, request.member_id, request.group_instance_id,
         offsets, ctx.now_ms(), retention_time_ms=request.retention_time_ms if version <= 4 else -1,

@@ -9,67 +9,107 @@ Behaviour / version notes:
 - v8+: a group named twice is answered once (its first entry): a repeat of a group asking for every
   committed offset would multiply the response (clients key the groups in a map and never repeat).
 - COORDINATOR_LOAD_IN_PROGRESS while __consumer_offsets is being replayed at start-up.
+- ACLs (as Kafka's KafkaApis), per group: Describe on the group, else the group answers
+  GROUP_AUTHORIZATION_FAILED (v2+: at the group level with no topics; v1, which has no group-level
+  error, on each partition asked for, offset -1).  Topics asked for by name: those the principal may
+  not Describe are not looked up and answer TOPIC_AUTHORIZATION_FAILED on each partition, offset -1,
+  after the others (v10: an unknown topic id is UNKNOWN_TOPIC_ID first).  The all-topics form
+  (null topics) leaves out the topics the principal may not Describe, as Kafka does.  A group-level
+  error from the coordinator answers the group alone (v1: on each partition asked for).
 """
 from trireme.server.dispatch import handles
 from trireme.server.handlers import first_of_each
+from trireme.state.acls import Operation, ResourceType
 from trireme.wire import error_codes as E
+
+NO_OFFSET = -1
+NO_LEADER_EPOCH = -1
+
+
+def _fetch_group(ctx, group_id, asked, require_stable):
+    """One group's answer, authorized as Kafka does: ``asked`` is None (every committed offset) or a list of
+    ``(name or None, topic_id, partitions)``; returns (group error, [(name, topic_id, [(partition, offset,
+    leader_epoch, metadata, error)])])."""
+    broker = ctx.broker
+    version = ctx.api_version
+    if not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+        return _group_error(version, asked, E.GROUP_AUTHORIZATION_FAILED.code)
+    describable: dict[str, bool] = {}
+
+    def may_describe(name):
+        if name not in describable:
+            describable[name] = ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, name)
+        return describable[name]
+
+    unknown, denied, partitions = [], [], None
+    if asked is not None:
+        partitions = []
+        for name, topic_id, indexes in asked:
+            if name is None:
+                unknown.append((None, topic_id, [(p, NO_OFFSET, NO_LEADER_EPOCH, "", E.UNKNOWN_TOPIC_ID.code)
+                                                 for p in indexes]))
+            elif not may_describe(name):
+                denied.append((name, topic_id, [(p, NO_OFFSET, NO_LEADER_EPOCH, "", E.TOPIC_AUTHORIZATION_FAILED.code)
+                                                for p in indexes]))
+            else:
+                partitions += [(name, p) for p in indexes]
+    error, fetched = broker.groups.coordinator.fetch_offsets(group_id, partitions, require_stable)
+    if error:
+        return _group_error(version, asked, error)
+    topics, by_topic = list(unknown), {}
+    for f in fetched:
+        out = by_topic.get(f.topic)
+        if out is None:
+            if asked is None and not may_describe(f.topic):
+                continue
+            known = broker.described_topic(f.topic)
+            out = by_topic[f.topic] = (f.topic, known.topic_id if known else None, [])
+            topics.append(out)
+        out[2].append((f.partition, f.offset, f.leader_epoch, f.metadata, f.error))
+    return 0, topics + denied
+
+
+def _group_error(version, asked, error):
+    if version >= 2 or asked is None:
+        return error, []
+    return error, [(name, topic_id, [(p, NO_OFFSET, NO_LEADER_EPOCH, "", error) for p in indexes])
+                   for name, topic_id, indexes in asked]      # v1 has no group-level error field
 
 
 def _offset_fetch(ctx, request):
     broker = ctx.broker
-    coordinator = broker.groups.coordinator
     version = ctx.api_version
     response = ctx.response()
     require_stable = version >= 7 and request.require_stable
     if version < 8:
-        partitions = None if request.topics is None else [
-            (t.name, p) for t in request.topics for p in t.partition_indexes]
-        error, fetched = coordinator.fetch_offsets(request.group_id, partitions, require_stable)
+        asked = None if request.topics is None else [(t.name, None, t.partition_indexes) for t in request.topics]
+        error, topics = _fetch_group(ctx, request.group_id, asked, require_stable)
         tcls = type(response).OffsetFetchResponseTopic
-        by_topic = {}
-        for f in fetched:
-            topic = by_topic.get(f.topic)
-            if topic is None:
-                topic = by_topic[f.topic] = tcls(name=f.topic)
-                response.topics.append(topic)
-            topic.partitions.append(tcls.OffsetFetchResponsePartition(
-                partition_index=f.partition, committed_offset=f.offset, committed_leader_epoch=f.leader_epoch,
-                metadata=f.metadata, error_code=f.error))
+        pcls = tcls.OffsetFetchResponsePartition
+        response.topics = [tcls(name=name, partitions=[
+            pcls(partition_index=p, committed_offset=offset, committed_leader_epoch=epoch, metadata=metadata,
+                 error_code=code) for p, offset, epoch, metadata, code in parts]) for name, _, parts in topics]
         response.error_code = error
         return response
     gcls = type(response).OffsetFetchResponseGroup
     tcls = gcls.OffsetFetchResponseTopics
     pcls = tcls.OffsetFetchResponsePartitions
     for g in first_of_each(request.groups, lambda g: g.group_id):     # a repeat is answered once (its first entry)
-        out = gcls(group_id=g.group_id)
-        response.groups.append(out)
         if g.topics is None:
-            partitions = None
-        else:
-            partitions = []
+            asked = None
+        elif version >= 10:
+            asked = []
             for t in g.topics:
-                name = t.name
-                if version >= 10:
-                    topic = broker.described_topic(topic_id=t.topic_id)
-                    name = topic.name if topic is not None else None
-                    if name is None:
-                        out.topics.append(tcls(topic_id=t.topic_id, partitions=[
-                            pcls(partition_index=p, committed_offset=-1, error_code=E.UNKNOWN_TOPIC_ID.code)
-                            for p in t.partition_indexes]))
-                        continue
-                partitions += [(name, p) for p in t.partition_indexes]
-        error, fetched = coordinator.fetch_offsets(g.group_id, partitions, require_stable)
-        out.error_code = error
-        by_topic = {}
-        for f in fetched:
-            topic = by_topic.get(f.topic)
-            if topic is None:
-                known = broker.described_topic(f.topic)
-                topic = by_topic[f.topic] = tcls(name=f.topic, topic_id=known.topic_id if known else None)
-                out.topics.append(topic)
-            topic.partitions.append(pcls(partition_index=f.partition, committed_offset=f.offset,
-                                         committed_leader_epoch=f.leader_epoch, metadata=f.metadata,
-                                         error_code=f.error))
+                topic = broker.described_topic(topic_id=t.topic_id)
+                asked.append((topic.name if topic is not None else None, t.topic_id, t.partition_indexes))
+        else:
+            asked = [(t.name, None, t.partition_indexes) for t in g.topics]
+        error, topics = _fetch_group(ctx, g.group_id, asked, require_stable)
+        response.groups.append(gcls(group_id=g.group_id, error_code=error, topics=[
+            tcls(name=name or "", topic_id=topic_id, partitions=[
+                pcls(partition_index=p, committed_offset=offset, committed_leader_epoch=epoch, metadata=metadata,
+                     error_code=code) for p, offset, epoch, metadata, code in parts])
+            for name, topic_id, parts in topics]))
     return response
 
 

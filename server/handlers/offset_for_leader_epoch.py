@@ -15,10 +15,16 @@ Behaviour / version notes:
 - current_leader_epoch other than -1: newer than E → UNKNOWN_LEADER_EPOCH, older →
   FENCED_LEADER_EPOCH (leader_epoch and end_offset -1).
 - Unknown topic or partition → UNKNOWN_TOPIC_OR_PARTITION.
+- Authorization (Kafka's handleOffsetForLeaderEpochRequest): ClusterAction on the cluster (a follower's)
+  allows every topic; without it, Describe on each topic (KIP-320 consumers), asked once per topic: a
+  topic without it answers TOPIC_AUTHORIZATION_FAILED in each of its partitions, before its existence
+  is checked.
 """
 from __future__ import annotations
 
 from trireme.server.dispatch import handles
+from trireme.server.handlers import unauthorized
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
 
 UNDEFINED = -1
@@ -30,12 +36,17 @@ def offset_for_leader_epoch(ctx, request):
     response = ctx.response()
     tcls = type(response).OffsetForLeaderTopicResult
     pcls = tcls.EpochEndOffset
+    denied = set() if ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME, log_if_denied=False) \
+        else unauthorized(ctx, Operation.DESCRIBE, ResourceType.TOPIC, (t.topic for t in request.topics))
     for t in request.topics:
         out = tcls(topic=t.topic)
         response.topics.append(out)
         for p in t.partitions:
             result = pcls(error_code=0, partition=p.partition, leader_epoch=UNDEFINED, end_offset=UNDEFINED)
             out.partitions.append(result)
+            if t.topic in denied:
+                result.error_code = E.TOPIC_AUTHORIZATION_FAILED.code
+                continue
             partition = broker.partition(t.topic, p.partition)
             if partition is None:
                 result.error_code = E.UNKNOWN_TOPIC_OR_PARTITION.code

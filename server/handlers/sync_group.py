@@ -4,15 +4,24 @@ Behaviour / version notes:
 - v0-5.  v3+ static membership; v5+ protocol type/name are checked against the group's
   (INCONSISTENT_GROUP_PROTOCOL) and echoed back.  Followers' answers wait until the leader's
   SyncGroup has been made durable as a GroupMetadata record in __consumer_offsets.
+- ACLs (as Kafka's KafkaApis): after v5's check that protocol type and name are present
+  (INCONSISTENT_GROUP_PROTOCOL), Read on the group, else GROUP_AUTHORIZATION_FAILED with an empty
+  assignment, and the group is not touched.
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
+from trireme.state.acls import Operation, ResourceType
+from trireme.wire import error_codes as E
 
 
 @handles("SyncGroup", 0, 5)
 def sync_group(ctx, request):
     groups = ctx.broker.groups
     version = ctx.api_version
+    if version >= 5 and (request.protocol_type is None or request.protocol_name is None):
+        return ctx.response(error_code=E.INCONSISTENT_GROUP_PROTOCOL.code, assignment=b"")
+    if not ctx.authorize(Operation.READ, ResourceType.GROUP, request.group_id):
+        return ctx.response(error_code=E.GROUP_AUTHORIZATION_FAILED.code, assignment=b"")
 
     answer = groups.call(
         groups.coordinator.sync_group, request.group_id, request.generation_id, request.member_id,

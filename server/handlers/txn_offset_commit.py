@@ -13,11 +13,18 @@ Behaviour / version notes:
   stay pending (invisible to OffsetFetch; UNSTABLE_OFFSET_COMMIT with RequireStable) until the
   transaction's marker is replayed: COMMIT makes them the committed offsets, ABORT drops them.
 - Answered once the batch is durable; if it cannot be made durable → NOT_COORDINATOR.
+- Authorization first (Kafka's handleTxnOffsetCommitRequest): Write on the TransactionalId → else every
+  partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED; Read on the Group → else every partition
+  GROUP_AUTHORIZATION_FAILED; Read on each topic (asked once per topic) → else its partitions
+  TOPIC_AUTHORIZATION_FAILED while the others are committed.  When every topic is refused nothing is
+  asked of the transaction coordinator (no verification, no v5 add) and nothing is staged.
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.server.groups import OFFSETS_TOPIC
+from trireme.server.handlers import unauthorized
 from trireme.server.transactions import add_to_transaction, error_for_version, verify_in_transaction
+from trireme.state.acls import Operation, ResourceType
 from trireme.wire import error_codes as E
 
 FENCED_SINCE = 2
@@ -31,16 +38,31 @@ def txn_offset_commit(ctx, request):
     response = ctx.response()
     tcls = type(response).TxnOffsetCommitResponseTopic
     pcls = tcls.TxnOffsetCommitResponsePartition
+    refused = 0
+    if not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        refused = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code
+    elif not ctx.authorize(Operation.READ, ResourceType.GROUP, request.group_id):
+        refused = E.GROUP_AUTHORIZATION_FAILED.code
+    denied = set() if refused else unauthorized(ctx, Operation.READ, ResourceType.TOPIC,
+                                                 (t.name for t in request.topics))
     offsets = [(t.name, p.partition_index, p.committed_offset,
                 p.committed_leader_epoch if version >= 2 else -1, p.committed_metadata)
-               for t in request.topics for p in t.partitions]
+               for t in request.topics if t.name not in denied for p in t.partitions]
 
     def answer(errors) -> object:
+        def error(topic: str, index: int) -> int:
+            if refused:
+                return refused
+            if topic in denied:
+                return E.TOPIC_AUTHORIZATION_FAILED.code
+            return error_for_version(errors.get((topic, index), 0), version, FENCED_SINCE)
         response.topics = [tcls(name=t.name, partitions=[
-            pcls(partition_index=p.partition_index,
-                 error_code=error_for_version(errors.get((t.name, p.partition_index), 0), version, FENCED_SINCE))
+            pcls(partition_index=p.partition_index, error_code=error(t.name, p.partition_index))
             for p in t.partitions]) for t in request.topics]
         return response
+
+    if refused or (denied and not offsets):
+        return answer({})
 
     def stage(in_transaction: int):
         if in_transaction:

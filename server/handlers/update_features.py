@@ -13,8 +13,14 @@ Behaviour / version notes:
 - Changing transaction.version applies to transactions from then on: a Java 4.x producer switches
   protocol between transactions once a new connection's ApiVersions shows the level; a transaction
   in progress ends under the protocol it started with.
+- ACLs (as Kafka's controller): Alter on the cluster, else top-level CLUSTER_AUTHORIZATION_FAILED
+  "Cluster authorization failed." with no per-feature results, and nothing changes.
 """
 from trireme.server.dispatch import handles
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
+from trireme.wire import error_codes as E
+
+from .elect_leaders import CLUSTER_AUTHORIZATION_MESSAGE
 from trireme.state.features import SAFE_DOWNGRADE, TRANSACTION_VERSION, UPGRADE, FeatureUpdate
 
 RESULTS_UNTIL = 1
@@ -25,6 +31,11 @@ def update_features(ctx, request):
     broker = ctx.broker
     version = ctx.api_version
     response = ctx.response(error_message=None)
+    if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        response.error_code = E.CLUSTER_AUTHORIZATION_FAILED.code
+        response.error_message = CLUSTER_AUTHORIZATION_MESSAGE
+        response.results = []
+        return response
     updates = [FeatureUpdate(u.feature, u.max_version_level,
                              u.upgrade_type if version >= 1 else (SAFE_DOWNGRADE if u.allow_downgrade else UPGRADE))
                for u in request.feature_updates]

@@ -14,9 +14,13 @@ Behaviour / version notes:
   as on Kafka: its marker is written (that is what lets an admin abort work), but an epoch or
   coordinator epoch below -1 is refused, and a producer id below 0 is INVALID_REQUEST — all before
   anything is appended.
-- A marker that does not come from this broker (a client's) is also checked against the
-  transaction coordinator (Kafka without an authorizer lets any client tear a transaction here;
-  with one, WriteTxnMarkers needs ClusterAction):
+- Authorization first (Kafka's handleWriteTxnMarkersRequest): Alter on the cluster (asked first, a
+  denial not counted: KIP-664's admin abort) or else ClusterAction on the cluster (what a broker
+  sends); without either every partition answers CLUSTER_AUTHORIZATION_FAILED and nothing is
+  written.  The coordinator's own requests (server/local_peer.py) always pass.
+- A marker that does not come from this broker (a client's, whatever its permissions) is also
+  checked against the transaction coordinator (Kafka without an authorizer lets any client tear a
+  transaction here):
   * into ``__consumer_offsets`` / ``__transaction_state``: CLUSTER_AUTHORIZATION_FAILED, always;
   * for a producer id the coordinator has a transaction for
     (:meth:`~trireme.state.transactions.TransactionCoordinator.producer_transactions`): on a
@@ -43,6 +47,7 @@ Behaviour / version notes:
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
+from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.state.log import AbortedTxn
 from trireme.state.topics import INTERNAL_TOPICS
 from trireme.wire import error_codes as E
@@ -56,6 +61,13 @@ def write_txn_markers(ctx, request):
     mcls = type(response).WritableTxnMarkerResult
     tcls = mcls.WritableTxnMarkerTopicResult
     pcls = tcls.WritableTxnMarkerPartitionResult
+    if not (ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME, log_if_denied=False)
+            or ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)):
+        refused = E.CLUSTER_AUTHORIZATION_FAILED.code
+        response.markers = [mcls(producer_id=m.producer_id, topics=[tcls(name=t.name, partitions=[
+            pcls(partition_index=i, error_code=refused) for i in t.partition_indexes]) for t in m.topics])
+            for m in request.markers]
+        return response
     waits = []          # (result, awaitable returning durable?)
     now = ctx.now_ms()
     trusted = ctx.cluster_action
