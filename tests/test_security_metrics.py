@@ -131,9 +131,8 @@ def test_status_page_lists_configured_listeners_and_the_authorizer(tmp_path, mon
         config.set("listener.name.external.sasl.enabled.mechanisms", "SCRAM-SHA-512,PLAIN")
         config.set("listener.name.external.ssl.client.auth", "requested")
         config.resolve_listeners(None, None)
-        monkeypatch.setitem(config.no_effect, "authorizer.class.name",
-                            ("org.apache.kafka.metadata.authorizer.StandardAuthorizer", "test"))
-        monkeypatch.setitem(config.no_effect, "super.users", ("User:admin;User:broker", "test"))
+        config.set("authorizer.class.name", "org.apache.kafka.metadata.authorizer.StandardAuthorizer")
+        config.set("super.users", "User:admin;User:broker")
         monkeypatch.setattr(broker.security, "authorizer_enabled", True)
         html = StatusPage(broker).render()
     finally:

@@ -138,7 +138,8 @@ def _prepare_add(args) -> None:
 def _add(client: Client, args) -> Report:
     upsertions = args.upsertions
     mechanisms = [MECHANISM_NAMES[u.mechanism] for u in upsertions]
-    _alter(client, "setting the SCRAM credentials of", upsertions=upsertions)
+    for upsertion in upsertions:           # one request each: a user is named once per request (DUPLICATE_RESOURCE)
+        _alter(client, "setting the SCRAM credentials of", upsertions=[upsertion])
     rows = [(args.user, m, args.iterations) for m in mechanisms]
     table = Table(("USER", "MECHANISM", "ITERATIONS"), rows)
     return Report([table], notes=[f"Set the SCRAM credentials of user {args.user}:"], data={"set": table.records()})
@@ -155,8 +156,9 @@ def _delete(client: Client, args) -> Report:
             pairs += [(result.user, MECHANISM_NAMES[c.mechanism]) for c in result.credential_infos
                       if c.mechanism in MECHANISM_NAMES]
     cls = request_class("AlterUserScramCredentials").ScramCredentialDeletion
-    _alter(client, "deleting the SCRAM credentials of",
-           deletions=[cls(name=u, mechanism=MECHANISMS[m][0]) for u, m in pairs])
+    for mechanism in sorted({m for _, m in pairs}):     # each user once per request (DUPLICATE_RESOURCE otherwise)
+        _alter(client, "deleting the SCRAM credentials of",
+               deletions=[cls(name=u, mechanism=MECHANISMS[m][0]) for u, m in pairs if m == mechanism])
     table = Table(("USER", "MECHANISM"), pairs)
     return Report([table], notes=[f"Deleted {len(pairs)} SCRAM credential{'s' if len(pairs) != 1 else ''}:"],
                   data={"deleted": table.records()})
