@@ -110,3 +110,64 @@ def test_cli_over_a_sasl_ssl_listener_with_plain(pki):
         counts = dict(re.findall(r'trireme_authentications_total\{listener="SASL_SSL",mechanism="PLAIN",'
                                  r'outcome="(\w+)"\} (\d+)', text))
         assert counts == {"success": "1", "failure": "1"}
+
+
+def test_walk_through_scram_users_acls_and_a_denied_client(pki):
+    """docs/security.md's walk-through against a real broker: SASL_SSL with SCRAM-SHA-512, the authorizer on, the
+    first user from trireme.storage.add.scram; the CLI adds a user and ACLs, confluent-kafka logs in as that user with
+    the password the CLI salted, produces where the ACLs allow and is refused elsewhere; the status page and the
+    metrics show the denial; deleting the ACLs and the user takes both away."""
+    from confluent_kafka import KafkaError, KafkaException, Producer
+    config = {"listeners": "SASL_SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",
+              "ssl.keystore.location": str(pki / "broker.keystore.pem"),
+              "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+              "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+              "super.users": "User:admin", "trireme.storage.add.scram": "SCRAM-SHA-512=[name=admin,password=admin-secret]",
+              "trireme.metrics.listen": "127.0.0.1:0", "trireme.status.listen": "127.0.0.1:0"}
+    with TriremeBroker(topics={"orders": 1, "payroll": 1}, config=config, storage="disk") as broker:
+        bootstrap = broker.bootstrap_for("SASL_SSL")
+        (pki / "admin.properties").write_text(
+            "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+            'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" '
+            'password="admin-secret";\n'
+            f"ssl.truststore.type=PEM\nssl.truststore.location={pki / 'ca.pem'}\n")
+        b = ["--bootstrap-server", bootstrap, "--command-config", str(pki / "admin.properties")]
+        cli("users", "add", *b, "--user", "alice", "--password-stdin", stdin="alice-secret\n")
+        listed = [line.split() for line in cli("users", "list", *b).stdout.splitlines()[1:]]
+        assert ["alice", "SCRAM-SHA-512", "4096"] in listed and ["admin", "SCRAM-SHA-512", "4096"] in listed
+        out = cli("acls", "create", *b, "--allow-principal", "User:alice", "--producer", "--topic", "orders")
+        assert out.stdout.startswith("Created 3 ACLs:")
+        acls = [line.split() for line in cli("acls", "list", *b, "--topic", "orders").stdout.splitlines()[1:]]
+        assert sorted(a[5] for a in acls) == ["CREATE", "DESCRIBE", "WRITE"]
+
+        def produce(topic: str):
+            producer = Producer({"bootstrap.servers": bootstrap, "security.protocol": "SASL_SSL",
+                                 "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice",
+                                 "sasl.password": "alice-secret", "ssl.ca.location": str(pki / "ca.pem"),
+                                 "enable.idempotence": False, "message.timeout.ms": 5000, "log_level": 0})
+            errors = []
+            producer.produce(topic, value=b"x", on_delivery=lambda err, msg: errors.append(err))
+            producer.flush(20)
+            return errors
+
+        assert produce("orders") == [None]
+        (denied,) = produce("payroll")
+        assert denied is not None and denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        text = urllib.request.urlopen(_address(broker, "metrics"), timeout=10).read().decode()
+        assert re.search(r'trireme_authorization_denials_by_resource_total\{resource_type="TOPIC",'
+                         r'resource="payroll"\} [1-9]', text)
+        assert re.search(r'trireme_authentications_total\{listener="SASL_SSL",mechanism="SCRAM-SHA-512",'
+                         r'outcome="success"\} [1-9]', text)
+        page = urllib.request.urlopen(_address(broker, "status page"), timeout=10).read().decode()
+        section = page[page.index('<section id="security">'):]
+        assert "Authorizer: <span class=\"tag ok\">on</span>" in section and "super users: User:admin" in section
+        assert re.search(r"<td>User:alice</td><td>\w+</td><td>TOPIC</td><td>payroll</td>", section)
+
+        out = cli("acls", "delete", *b, "--topic", "orders")
+        assert out.stdout.startswith("Deleted 3 ACLs:")
+        (denied,) = produce("orders")
+        assert denied is not None and denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        cli("users", "delete", *b, "--user", "alice")
+        (failed,) = produce("orders")
+        assert failed is not None
+        assert [line.split()[0] for line in cli("users", "list", *b).stdout.splitlines()[1:]] == ["admin"]
