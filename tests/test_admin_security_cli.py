@@ -553,3 +553,24 @@ def test_users_add_password_from_a_prompt_is_asked_twice(broker_factory, monkeyp
     (req,) = broker.of("AlterUserScramCredentials")
     (u,) = req.upsertions
     assert u.mechanism == 2 and u.iterations == 4096
+
+
+def test_users_on_a_plain_credentials_file(tmp_path):
+    """--plain-credentials-file: PLAIN users hashed into the file the broker reads (no broker contacted); the broker's
+    own check (plain_credentials.verify) accepts the password and nothing else; the file holds no password."""
+    from trireme.server import plain_credentials
+    path = tmp_path / "plain.credentials"
+    code, out, err = trireme("users", "add", "--user", "alice", "--plain-credentials-file", str(path),
+                             "--iterations", "10000", "--password-stdin", stdin=PASSWORD + "\n")
+    assert code == 0, err
+    assert PASSWORD not in path.read_text() and PASSWORD not in out + err
+    assert path.stat().st_mode & 0o777 == 0o600
+    stored = plain_credentials.read(str(path))["alice"]
+    assert plain_credentials.verify(stored, PASSWORD) and not plain_credentials.verify(stored, "guess")
+    code, out, _ = trireme("users", "list", "--plain-credentials-file", str(path))
+    assert code == 0 and out.splitlines()[1].split() == ["alice", "PLAIN", "10000"]
+    code, _, err = trireme("users", "delete", "--user", "bob", "--plain-credentials-file", str(path))
+    assert code == 1 and "has no user 'bob'" in err
+    code, _, err = trireme("users", "delete", "--user", "alice", "--plain-credentials-file", str(path))
+    assert code == 0, err
+    assert plain_credentials.read(str(path)) == {}

@@ -59,9 +59,12 @@ def run(args: argparse.Namespace) -> int:
         prepare = getattr(args, "prepare", None)
         if prepare is not None:                      # what needs the user before connecting (a password prompt)
             prepare(args)
-        security = load_command_config(args.command_config)
-        with Client(args.bootstrap_server, args.timeout, security) as client:
-            report = args.run(client, args)
+        if users.runs_locally(args):                 # a PLAIN credentials file: no broker involved
+            report = users.plain(args)
+        else:
+            security = load_command_config(args.command_config)
+            with Client(args.bootstrap_server, args.timeout, security) as client:
+                report = args.run(client, args)
     except AdminError as e:
         print(f"trireme {args.command}: {e}", file=sys.stderr)
         return 1

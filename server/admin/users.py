@@ -11,6 +11,10 @@ the command line (which lands in shell history and ``ps``) and never printed.  A
 client does, the tool salts it here and sends only the salt, the iteration count and the salted
 password (RFC 5802's ``Hi(password, salt, i)``: PBKDF2-HMAC with the mechanism's hash), not the
 password.  ``delete`` without --mechanism deletes every mechanism the user has.
+
+With ``--plain-credentials-file FILE`` the three commands act on PLAIN users in that file instead
+(``trireme.sasl.plain.credentials.file``: salted PBKDF2-HMAC-SHA512 hashes, written atomically with
+mode 0600, read again by the broker when it changes); no broker is contacted.
 """
 from __future__ import annotations
 
@@ -45,17 +49,26 @@ def add_arguments(parser: argparse.ArgumentParser, nested) -> None:
 
     p = command("list", _list, "the SCRAM users and their mechanisms and iterations")
     p.add_argument("--user", action="append", default=[], help="only this user (repeatable)")
+    _plain_argument(p)
     p = command("add", _add, "create a user's SCRAM credential, or change its password")
     p.set_defaults(prepare=_prepare_add)
     p.add_argument("--user", required=True)
     _mechanism_argument(p)
-    p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
-                   help=f"PBKDF2 iterations, {MIN_ITERATIONS}-{MAX_ITERATIONS} (default {DEFAULT_ITERATIONS})")
+    p.add_argument("--iterations", type=int, default=None,
+                   help=f"PBKDF2 iterations, {MIN_ITERATIONS}-{MAX_ITERATIONS} for SCRAM (default {DEFAULT_ITERATIONS})")
     p.add_argument("--password-stdin", action="store_true",
                    help="read the password from the first line of standard input instead of a prompt")
+    _plain_argument(p)
     p = command("delete", _delete, "delete a user's SCRAM credentials")
     p.add_argument("--user", action="append", required=True, help="user name (repeatable)")
     _mechanism_argument(p)
+    _plain_argument(p)
+
+
+def _plain_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plain-credentials-file", metavar="FILE",
+                   help="instead of the broker's SCRAM users: the PLAIN users in this file of salted hashes "
+                        "(trireme.sasl.plain.credentials.file), changed here; no broker is contacted")
 
 
 def _mechanism_argument(p: argparse.ArgumentParser) -> None:
@@ -99,6 +112,46 @@ def _describe(client: Client, users: list[str] | None):
 
 # --- actions ----------------------------------------------------------------------------------
 
+def runs_locally(args) -> bool:
+    """Whether the command changes a local PLAIN credentials file instead of talking to a broker."""
+    return bool(getattr(args, "plain_credentials_file", None))
+
+
+def plain(args) -> Report:
+    """list/add/delete on a PLAIN credentials file (server/plain_credentials.py writes it atomically, mode 0600)."""
+    from trireme.server import plain_credentials
+    path = args.plain_credentials_file
+    if getattr(args, "mechanism", None):
+        raise AdminError("--mechanism is for SCRAM users; a credentials file holds PLAIN users")
+    try:
+        if args.subcommand == "list":
+            users = plain_credentials.read(path)
+            rows = [(name, "PLAIN", int(stored.split(":")[1])) for name, stored in sorted(users.items())
+                    if not args.user or name in args.user]
+            return Report([Table(("USER", "MECHANISM", "ITERATIONS"), rows)])
+        if args.subcommand == "add":
+            iterations = plain_credentials.DEFAULT_ITERATIONS if args.iterations is None else args.iterations
+            if not plain_credentials.MIN_ITERATIONS <= iterations <= plain_credentials.MAX_ITERATIONS:
+                raise AdminError(f"--iterations must be between {plain_credentials.MIN_ITERATIONS} and "
+                                 f"{plain_credentials.MAX_ITERATIONS} for a PLAIN credentials file")
+            plain_credentials.set_user(path, args.user, read_password(args.password_stdin, args.user), iterations)
+            table = Table(("USER", "MECHANISM", "ITERATIONS"), [(args.user, "PLAIN", iterations)])
+            return Report([table], notes=[f"Set the PLAIN password of user {args.user} in {path}:"],
+                          data={"set": table.records()})
+        existing = plain_credentials.read(path)
+        missing = [u for u in args.user if u not in existing]
+        if missing:
+            raise AdminError(f"{path} has no user {', '.join(repr(u) for u in missing)}")
+        for user in dict.fromkeys(args.user):
+            plain_credentials.set_user(path, user, None)
+        table = Table(("USER", "MECHANISM"), [(u, "PLAIN") for u in dict.fromkeys(args.user)])
+        return Report([table], notes=[f"Deleted from {path}:"], data={"deleted": table.records()})
+    except plain_credentials.CredentialsError as e:
+        raise AdminError(f"{path}: {e}") from None
+    except OSError as e:
+        raise AdminError(f"{path}: {e.strerror or e}") from None
+
+
 def _list(client: Client, args) -> Report:
     rows, warnings = [], []
     for result in _describe(client, args.user or None):
@@ -123,6 +176,9 @@ def _prepare_add(args) -> None:
     """Before connecting: check the options, read the password and salt it (the password is kept no longer)."""
     if not args.user:
         raise AdminError("the user name is empty")
+    if args.plain_credentials_file:
+        return                                      # _plain_add asks for the password
+    args.iterations = DEFAULT_ITERATIONS if args.iterations is None else args.iterations
     if not MIN_ITERATIONS <= args.iterations <= MAX_ITERATIONS:
         raise AdminError(f"--iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}, as Kafka requires")
     password = read_password(args.password_stdin, args.user)
