@@ -40,7 +40,7 @@ def test_security_metrics_have_help_type_and_kafka_names(broker):
     m.authentication("SSL", "SSL", True)
     m.authentication("SASL_SSL", "X-MADE-UP-%d" % 7, False)          # a name a client sent: not a label value
     m.request_denied("User:bob", "Produce", "TOPIC", "orders")
-    m.client_throttled("alice", "app-1", "produce", 250)
+    m.client_throttled("alice", "app-1", "Produce", 250)
     text = render_broker(broker)
     for family in ("trireme_authentications_total", "trireme_authorization_denials_total",
                    "trireme_authorization_denials_by_principal_total",
@@ -57,7 +57,7 @@ def test_security_metrics_have_help_type_and_kafka_names(broker):
         (("api", "Produce"), ("principal", "User:bob"), ("resource_type", "TOPIC")): 1}
     assert samples(text, "trireme_authorization_denials_by_resource_total") == {
         (("resource", "orders"), ("resource_type", "TOPIC")): 1}
-    key = (("client_id", "app-1"), ("quota_type", "produce"), ("user", "alice"))
+    key = (("client_id", "app-1"), ("quota_type", "Produce"), ("user", "alice"))
     assert samples(text, "trireme_client_throttles_total") == {key: 1}
     assert samples(text, "trireme_client_throttle_seconds_total") == {key: 0.25}
     for line in text.splitlines():                  # the whole exposition still parses
@@ -70,10 +70,10 @@ def test_label_sets_are_bounded_to_the_largest_series(broker):
     m = broker.metrics
     for i in range(2000):
         m.request_denied("User:mallory", "Metadata", "TOPIC", f"probe-{i}")
-        m.client_throttled("mallory", f"client-{i}", "fetch", 10)
+        m.client_throttled("mallory", f"client-{i}", "Fetch", 10)
     for _ in range(5):
         m.request_denied("User:bob", "Fetch", "TOPIC", "payroll")
-        m.client_throttled("bob", "etl", "produce", 1000)
+        m.client_throttled("bob", "etl", "Produce", 1000)
     text = render_broker(broker)
     by_resource = samples(text, "trireme_authorization_denials_by_resource_total")
     assert len(by_resource) == 3
@@ -82,7 +82,7 @@ def test_label_sets_are_bounded_to_the_largest_series(broker):
     assert samples(text, "trireme_authorization_denials_total") == {(): 2005}
     throttles = samples(text, "trireme_client_throttle_seconds_total")
     assert len(throttles) == 3
-    assert throttles[(("client_id", "etl"), ("quota_type", "produce"), ("user", "bob"))] == 5.0
+    assert throttles[(("client_id", "etl"), ("quota_type", "Produce"), ("user", "bob"))] == 5.0
     assert len(samples(text, "trireme_client_throttles_total")) == 3
 
 
@@ -92,10 +92,10 @@ def test_counters_stop_growing_new_keys_past_their_bound(monkeypatch):
     m = Metrics()
     for i in range(1000):
         m.request_denied(f"User:u{i}", "Produce", "TOPIC", f"t{i}")
-        m.client_throttled(f"u{i}", f"c{i}", "produce", 1)
+        m.client_throttled(f"u{i}", f"c{i}", "Produce", 1)
     assert len(m.denied) == 11 and m.denied[(OTHER, "Produce", "TOPIC", OTHER)] == 990
     assert sum(m.denied.values()) == 1000
-    assert len(m.throttled) == 11 and m.throttle_ms[(OTHER, OTHER, "produce")] == 990
+    assert len(m.throttled) == 11 and m.throttle_ms[(OTHER, OTHER, "Produce")] == 990
     m.request_denied("User:u3", "Produce", "TOPIC", "t3")           # a key already counted keeps its own count
     assert m.denied[("User:u3", "Produce", "TOPIC", "t3")] == 2
 
@@ -105,7 +105,7 @@ def test_status_page_security_section(tmp_path):
     try:
         broker.metrics.authentication("PLAINTEXT", "PLAIN", False)
         broker.metrics.request_denied("User:<script>x</script>", "CreateTopics", "TOPIC", "new")
-        broker.metrics.client_throttled("alice", "app", "produce", 1500)
+        broker.metrics.client_throttled("alice", "app", "Produce", 1500)
         html = StatusPage(broker).render()
     finally:
         broker.close()
@@ -115,7 +115,7 @@ def test_status_page_security_section(tmp_path):
     assert "Authorizer: <span class=\"tag warn\">off</span>" in section
     assert "<script>" not in section and "User:&lt;script&gt;x&lt;/script&gt;" in section
     assert "<td>CreateTopics</td><td>TOPIC</td><td>new</td>" in section
-    assert "<td>alice</td><td>app</td><td>produce</td>" in section and "1 s" in section
+    assert "<td>alice</td><td>app</td><td>Produce</td>" in section and "1 s" in section
     cards = html[html.index('<div class="cards">'):html.index("</div>")]
     assert re.search(r'class="card bad" href="#security"><b>1</b>failed authentications', cards)
     assert re.search(r'class="card bad" href="#security"><b>1</b>denied requests', cards)
