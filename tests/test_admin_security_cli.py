@@ -16,6 +16,7 @@ import trustme
 from trireme.server import cli
 from trireme.server.admin import security, users
 from trireme.server.admin.client import API_KEYS, AdminError
+from trireme.server.config import parse_properties
 from trireme.server.dispatch import advertised_versions
 from trireme.state.acls import Operation, PatternType, Permission, ResourceType
 from trireme.wire import error_codes as E
@@ -418,7 +419,7 @@ def test_quotas_describe_matches_exactly_what_is_named(broker_factory):
 # --------------------------------------------------------------------------- --command-config
 
 def test_java_properties_and_jaas_lines():
-    props = security.parse_java_properties(
+    props = parse_properties(
         "# a comment\n! another\nsecurity.protocol = SASL_SSL\n"
         "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\\n"
         "    username=\"admin\" \\\n    password=\"p\\\\\\\"w;d\";\n"

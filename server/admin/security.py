@@ -27,40 +27,13 @@ import ssl
 import tempfile
 from typing import Any
 
+from trireme.server.config import parse_properties
+
 from .client import AdminError, request
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 MAX_COMMAND_CONFIG_BYTES = 1 << 20
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f"}
-
-
-def parse_java_properties(text: str) -> dict[str, str]:
-    """Java ``.properties`` text: ``key=value`` / ``key: value`` / ``key value`` lines, ``#``/``!`` comments,
-    a backslash at a line's end continuing it (the next line's leading blanks dropped), ``\\n``-style escapes."""
-    out: dict[str, str] = {}
-    logical, pending = [], ""
-    for raw in text.splitlines():
-        line = raw.lstrip() if pending or not raw.strip() else raw.strip()
-        if not pending and (not line or line[0] in "#!"):
-            continue
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2 == 1:                           # an odd run of backslashes: the line goes on
-            pending += line[:-1]
-            continue
-        logical.append(pending + line)
-        pending = ""
-    if pending:
-        logical.append(pending)
-    for line in logical:
-        m = re.match(r"((?:\\.|[^=:\s\\])*)\s*[=:\s]?\s*(.*)$", line.strip(), re.S)
-        key, value = (m.group(1), m.group(2)) if m else (line, "")
-        out[_unescape(key)] = _unescape(value)
-    return out
-
-
-def _unescape(text: str) -> str:
-    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), text, flags=re.S)
 
 
 def parse_jaas(text: str) -> tuple[str, dict[str, str]]:
@@ -126,7 +99,7 @@ def load_command_config(path: str | None) -> ClientSecurity:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise AdminError(f"--command-config {path}: not UTF-8 text") from None
-    return client_security(parse_java_properties(text))
+    return client_security(parse_properties(text))
 
 
 def client_security(props: dict[str, str]) -> ClientSecurity:

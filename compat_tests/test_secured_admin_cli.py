@@ -171,3 +171,33 @@ def test_walk_through_scram_users_acls_and_a_denied_client(pki):
         (failed,) = produce("orders")
         assert failed is not None
         assert [line.split()[0] for line in cli("users", "list", *b).stdout.splitlines()[1:]] == ["admin"]
+
+
+def test_server_properties_with_a_jaas_line_continued_over_lines(pki, tmp_path):
+    """Kafka's docs write a broker's JAAS line over several lines with a backslash at each end (Java properties);
+    pasted into server.properties it must start the broker, and the user defined on a continued line log in."""
+    (tmp_path / "server.properties").write_text(
+        "listeners=SASL_SSL://127.0.0.1:0\n"
+        "ssl.keystore.type=PEM\n"
+        f"ssl.keystore.location={pki / 'broker.keystore.pem'}\n"
+        "sasl.enabled.mechanisms=PLAIN\n"
+        "listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule "
+        "required \\\n"
+        '    username="admin" \\\n'
+        '    password="admin-secret" \\\n'
+        '    user_admin="admin-secret" \\\n'
+        '    user_alice="alice-secret";\n')
+    proc = subprocess.Popen(TRIREME + ["serve", "--data-dir", str(tmp_path / "data"), "--config",
+                                       str(tmp_path / "server.properties")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("listening on "), (line, proc.stderr.read() if proc.poll() is not None else "")
+        bootstrap = line.split()[-1]
+        (tmp_path / "alice.properties").write_text(
+            "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username=alice\nsasl.password=alice-secret\n"
+            f"ssl.ca.location={pki / 'ca.pem'}\n")
+        cli("topics", "--list", "--bootstrap-server", bootstrap, "--command-config", str(tmp_path / "alice.properties"))
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
