@@ -152,5 +152,6 @@ def _alter(client: Client, args) -> Report:
     verb = "Validated" if args.validate_only else "Altered"
     rows = [(shown, k, v) for k, v in added.items()] + [(shown, k, None) for k in deleted]
     table = Table(("ENTITY", "QUOTA", "VALUE"), rows)
-    return Report([table], notes=[f"{verb} the client quotas of {shown} (no value: removed):"],
+    removed = " (no value: removed)" if deleted else ""
+    return Report([table], notes=[f"{verb} the client quotas of {shown}{removed}:"],
                   data={"validated" if args.validate_only else "altered": table.records()})
