@@ -117,7 +117,7 @@ def test_walk_through_scram_users_acls_and_a_denied_client(pki):
     first user from trireme.storage.add.scram; the CLI adds a user and ACLs, confluent-kafka logs in as that user with
     the password the CLI salted, produces where the ACLs allow and is refused elsewhere; the status page and the
     metrics show the denial; deleting the ACLs and the user takes both away."""
-    from confluent_kafka import KafkaError, KafkaException, Producer
+    from confluent_kafka import KafkaError, Producer
     config = {"listeners": "SASL_SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",
               "ssl.keystore.location": str(pki / "broker.keystore.pem"),
               "sasl.enabled.mechanisms": "SCRAM-SHA-512",
