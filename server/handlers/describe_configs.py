@@ -225,8 +225,12 @@ def describe_configs(ctx, request):
     with_docs = ctx.api_version >= 3 and request.include_documentation
     seen = set()
     denied = []
+    refusals: dict[tuple[int, str], object] = {}       # each resource is asked once, however often it is named
     for resource in request.resources:
-        error = config_refusal(ctx, Operation.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name)
+        named = (resource.resource_type, resource.resource_name)
+        if named not in refusals:
+            refusals[named] = config_refusal(ctx, Operation.DESCRIBE_CONFIGS, *named)
+        error = refusals[named]
         if error is not None:
             denied.append(rcls(error_code=error.code, error_message=AUTHORIZATION_MESSAGES[error.code],
                                 resource_type=resource.resource_type, resource_name=resource.resource_name,

@@ -19,7 +19,9 @@ Behaviour / version notes:
   AlterConfigs on the cluster for BROKER, BROKER_LOGGER and CLIENT_METRICS (else
   CLUSTER_AUTHORIZATION_FAILED), on the topic for TOPIC (else TOPIC_AUTHORIZATION_FAILED, whether it
   exists or not), on the group for GROUP (else GROUP_AUTHORIZATION_FAILED), each with Kafka's
-  message for the code; a refused resource is not changed.
+  message for the code (BROKER_LOGGER: null, as Kafka's broker answers it); a refused resource is
+  not changed.  Legacy AlterConfigs does not check BROKER_LOGGER: Kafka refuses that type with
+  INVALID_REQUEST first.
 """
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ from trireme.wire import error_codes as E
 
 from .describe_configs import (AUTHORIZATION_MESSAGES, RESOURCE_BROKER, RESOURCE_TOPIC, RESOURCE_TYPE_NAMES,
                                config_refusal)
+
+RESOURCE_BROKER_LOGGER = 8
 
 OP_SET = 0
 OP_DELETE = 1
@@ -44,9 +48,11 @@ def _alter(broker, resource, ops, validate_only: bool, whole_set: bool, ctx) -> 
     nulls = [name for name, op, value in ops if op != OP_DELETE and value is None]
     if nulls:
         raise TopicError(E.INVALID_REQUEST.code, "Null value not supported for : " + ", ".join(nulls))
-    refused = config_refusal(ctx, Operation.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
-    if refused:
-        raise TopicError(refused.code, AUTHORIZATION_MESSAGES[refused.code])
+    logger = resource.resource_type == RESOURCE_BROKER_LOGGER
+    refused = not (logger and whole_set) and \
+        config_refusal(ctx, Operation.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
+    if refused:          # BROKER_LOGGER is refused by the broker itself, with no message (Kafka's default text)
+        raise TopicError(refused.code, None if logger else AUTHORIZATION_MESSAGES[refused.code])
     if resource.resource_type == RESOURCE_BROKER:
         raise TopicError(E.INVALID_REQUEST.code, "Broker configs are static here: set them in the broker's "
                                                  "config file and restart it.")

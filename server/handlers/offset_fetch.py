@@ -26,15 +26,14 @@ NO_OFFSET = -1
 NO_LEADER_EPOCH = -1
 
 
-def _fetch_group(ctx, group_id, asked, require_stable):
+def _fetch_group(ctx, group_id, asked, require_stable, describable: dict[str, bool]):
     """One group's answer, authorized as Kafka does: ``asked`` is None (every committed offset) or a list of
     ``(name or None, topic_id, partitions)``; returns (group error, [(name, topic_id, [(partition, offset,
-    leader_epoch, metadata, error)])])."""
+    leader_epoch, metadata, error)])]).  ``describable`` caches the topic answers across the request's groups."""
     broker = ctx.broker
     version = ctx.api_version
     if not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id):
         return _group_error(version, asked, E.GROUP_AUTHORIZATION_FAILED.code)
-    describable: dict[str, bool] = {}
 
     def may_describe(name):
         if name not in describable:
@@ -83,7 +82,7 @@ def _offset_fetch(ctx, request):
     require_stable = version >= 7 and request.require_stable
     if version < 8:
         asked = None if request.topics is None else [(t.name, None, t.partition_indexes) for t in request.topics]
-        error, topics = _fetch_group(ctx, request.group_id, asked, require_stable)
+        error, topics = _fetch_group(ctx, request.group_id, asked, require_stable, {})
         tcls = type(response).OffsetFetchResponseTopic
         pcls = tcls.OffsetFetchResponsePartition
         response.topics = [tcls(name=name, partitions=[
@@ -94,6 +93,7 @@ def _offset_fetch(ctx, request):
     gcls = type(response).OffsetFetchResponseGroup
     tcls = gcls.OffsetFetchResponseTopics
     pcls = tcls.OffsetFetchResponsePartitions
+    describable: dict[str, bool] = {}
     for g in first_of_each(request.groups, lambda g: g.group_id):     # a repeat is answered once (its first entry)
         if g.topics is None:
             asked = None
@@ -104,7 +104,7 @@ def _offset_fetch(ctx, request):
                 asked.append((topic.name if topic is not None else None, t.topic_id, t.partition_indexes))
         else:
             asked = [(t.name, None, t.partition_indexes) for t in g.topics]
-        error, topics = _fetch_group(ctx, g.group_id, asked, require_stable)
+        error, topics = _fetch_group(ctx, g.group_id, asked, require_stable, describable)
         response.groups.append(gcls(group_id=g.group_id, error_code=error, topics=[
             tcls(name=name or "", topic_id=topic_id, partitions=[
                 pcls(partition_index=p, committed_offset=offset, committed_leader_epoch=epoch, metadata=metadata,
