@@ -198,14 +198,21 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
         100000, "ACLs this broker keeps; CreateAcls beyond it answers POLICY_VIOLATION per binding (Kafka: no "
                 "limit)."),
     "trireme.storage.add.scram": (
-        "", "SCRAM users created when the data directory is new, in kafka-storage format --add-scram's form "
-            "(SCRAM-SHA-512=[name=admin,password=...]), several separated by ';'.  Ignored afterwards."),
+        "", "SCRAM users created when the data directory is new (no ACL, user or quota stored yet), in kafka-storage "
+            "format --add-scram's form (SCRAM-SHA-512=[name=admin,password=...]), several separated by ';'.  Ignored "
+            "afterwards."),
     "trireme.fsync.enable": (True, "fsync before answering acks=1/all produce requests. false trades "
                                    "crash safety of acknowledged data for speed (Kafka's own default)."),
     "trireme.fsync.threads": (4, "How many partitions a group commit fsyncs at once (1-64; 1: one after "
                                  "another).  More make a round as long as its slowest fsync, not their sum, "
                                  "for some CPU per round."),
     # --- client quotas
+    "quota.window.num": (11, "How many samples a client quota's rate is measured over (Kafka's)."),
+    "quota.window.size.seconds": (1, "How long each of those samples lasts, in seconds; a request-quota throttle "
+                                     "is at most one (Kafka's)."),
+    "trireme.max.client.quota.entities": (
+        100000, "How many users / client ids (and their defaults) may have client quotas: past it, AlterClientQuotas "
+                "answers POLICY_VIOLATION for an entry that would add one (Kafka has no bound)."),
     "trireme.shutdown.grace.ms": (5000, "On SIGTERM, how long in-flight requests may take to finish."),
     "trireme.log.level": ("INFO", "Log level of the structured logs on stderr."),
     "trireme.metrics.listen": ("", "HOST:PORT for a Prometheus endpoint (GET /metrics); :PORT binds 127.0.0.1; "
@@ -229,6 +236,9 @@ LONG_MAX = 2**63 - 1
 # Integer properties that only make sense within a range: (lowest, highest) (Kafka's validators where it has one);
 # other integers are Java longs.
 RANGES = {
+    "quota.window.num": (1, INT_MAX),
+    "quota.window.size.seconds": (1, INT_MAX),
+    "trireme.max.client.quota.entities": (0, INT_MAX),
     "trireme.fsync.threads": (1, 64),
     "node.id": (0, INT_MAX),
     "num.partitions": (1, INT_MAX),

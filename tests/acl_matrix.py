@@ -190,7 +190,8 @@ def succeeded(response, broker) -> None:
 
 def broker_state(broker: Broker) -> dict[str, Any]:
     """What a refused request must leave as it was: topics, every partition's offsets and producer state, the
-    transaction coordinator's state, the producer ids handed out and the groups' committed offsets."""
+    transaction coordinator's state, the producer ids handed out, the groups' committed offsets and the client
+    quotas."""
     partitions = {}
     for key, p in sorted(broker.partitions.items()):
         partitions[key] = (p.log.log_start_offset, p.log.log_end_offset, sorted(
@@ -207,6 +208,7 @@ def broker_state(broker: Broker) -> dict[str, Any]:
         "groups": sorted(groups.groups),
         "committed offsets": repr(sorted(groups.offsets.items())),
         "pending offsets": repr(sorted(groups.pending.items())),
+        "client quotas": sorted(map(repr, broker.security.client_quotas.quotas.items())),
     }
 
 

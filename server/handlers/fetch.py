@@ -30,6 +30,8 @@ Behaviour / version notes:
 - Offsets outside [log start, log end] → OFFSET_OUT_OF_RANGE with the current offsets.
 - Records are never decoded here: the response carries the file bytes as read.
 - A read that fails (out of file descriptors, a failing disk) → KAFKA_STORAGE_ERROR for that partition.
+- A client with a consumer_byte_rate quota gets at most the bytes it allows in quota.window.num - 1
+  windows (Kafka's getMaxValueInQuotaWindow); a throttled answer is sent empty (server/quotas.py).
 - The long poll ends, unanswered, as soon as the client's connection ends (Deferred.poll).
 - The internal topics Metadata lists (`__consumer_offsets`, `__transaction_state`) can be read,
   as on Kafka (their records are the coordinators' own, in Kafka's formats).
@@ -60,6 +62,8 @@ LISTED_TOPIC_BYTES = 64        # the same for a topic, besides its name
 def fetch(ctx, request):
     if ctx.api_version >= 7 and request.session_id != 0:
         return ctx.response(error_code=E.FETCH_SESSION_ID_NOT_FOUND.code)
+    if ctx.broker.quotas.enabled:       # consumer_byte_rate: at most what the quota allows (server/quotas.py)
+        request.max_bytes = ctx.broker.quotas.fetch_max_bytes(ctx.principal, ctx.client_id, request.max_bytes)
     denied = _denied_topics(ctx, request)
     listing = _listing_bytes(request)
     limits = ctx.broker.limits
