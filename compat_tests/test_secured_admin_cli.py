@@ -4,6 +4,7 @@ Certificates are made by the test (trustme); none is committed.
 """
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -116,7 +117,7 @@ def test_walk_through_scram_users_acls_and_a_denied_client(pki):
     """docs/security.md's walk-through against a real broker: SASL_SSL with SCRAM-SHA-512, the authorizer on, the
     first user from trireme.storage.add.scram; the CLI adds a user and ACLs, confluent-kafka logs in as that user with
     the password the CLI salted, produces where the ACLs allow and is refused elsewhere; the status page and the
-    metrics show the denial; deleting the ACLs and the user takes both away."""
+    metrics show the denial; quotas are set, read and removed; deleting the ACLs and the user takes both away."""
     from confluent_kafka import KafkaError, Producer
     config = {"listeners": "SASL_SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",
               "ssl.keystore.location": str(pki / "broker.keystore.pem"),
@@ -163,6 +164,24 @@ def test_walk_through_scram_users_acls_and_a_denied_client(pki):
         assert "Authorizer: <span class=\"tag ok\">on</span>" in section and "super users: User:admin" in section
         assert re.search(r"<td>User:alice</td><td>\w+</td><td>TOPIC</td><td>payroll</td>", section)
 
+        # Quotas through the same secured connection: set, read back as kafka-configs.sh shows them, remove.
+        cli("quotas", "alter", *b, "--entity-type", "users", "--entity-name", "alice", "--entity-type", "clients",
+            "--entity-default", "--add-config", "producer_byte_rate=1048576,consumer_byte_rate=2097152")
+        cli("quotas", "alter", *b, "--user-defaults", "--add-config", "request_percentage=50")
+        out = cli("quotas", "describe", *b, "--user", "alice", "--client-defaults", "--json")
+        assert json.loads(out.stdout) == [{"entity": {"user": "alice", "client-id": None},
+                                           "quotas": {"producer_byte_rate": 1048576.0,
+                                                      "consumer_byte_rate": 2097152.0}}]
+        rows = [line.split() for line in cli("quotas", "describe", *b).stdout.splitlines()[1:]]
+        assert sorted(rows) == [["user=<default>", "request_percentage", "50.0"],
+                                ["user=alice,client-id=<default>", "consumer_byte_rate", "2097152.0"],
+                                ["user=alice,client-id=<default>", "producer_byte_rate", "1048576.0"]]
+        out = cli("quotas", "alter", *b, "--client", "app", "--add-config", "producer_byte_rate=1.5", expect=1)
+        assert "INVALID_REQUEST" in out.stderr
+        cli("quotas", "alter", *b, "--user", "alice", "--client-defaults", "--delete-config",
+            "producer_byte_rate,consumer_byte_rate")
+        assert [line.split()[0] for line in cli("quotas", "describe", *b).stdout.splitlines()[1:]] == ["user=<default>"]
+
         out = cli("acls", "delete", *b, "--topic", "orders")
         assert out.stdout.startswith("Deleted 3 ACLs:")
         (denied,) = produce("orders")
@@ -201,3 +220,29 @@ def test_server_properties_with_a_jaas_line_continued_over_lines(pki, tmp_path):
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
+
+
+def test_a_throttled_client_on_the_metrics_and_the_status_page():
+    """A quota set with the CLI throttles a confluent-kafka producer that sends past it; the throttle shows on
+    /metrics (per user, client id and quota type) and in the status page's Security section."""
+    from confluent_kafka import Producer
+    config = {"trireme.metrics.listen": "127.0.0.1:0", "trireme.status.listen": "127.0.0.1:0"}
+    with TriremeBroker(topics={"bulk": 1}, config=config, storage="disk") as broker:
+        cli("quotas", "alter", "--bootstrap-server", broker.bootstrap, "--user-defaults", "--client-defaults",
+            "--add-config", "producer_byte_rate=1024")
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "client.id": "bulk-loader", "linger.ms": 0,
+                             "log_level": 0})
+        for _ in range(40):
+            producer.produce("bulk", value=b"x" * 4096)
+            producer.poll(0)
+        assert producer.flush(60) == 0
+        text = urllib.request.urlopen(_address(broker, "metrics"), timeout=10).read().decode()
+        m = re.search(r'trireme_client_throttles_total\{user="([^"]*)",client_id="([^"]*)",quota_type="Produce"\} '
+                      r'(\d+)', text)
+        assert m is not None and int(m.group(3)) >= 1, text[-3000:]
+        assert re.search(r'trireme_client_throttle_seconds_total\{user="[^"]*",client_id="[^"]*",'
+                         r'quota_type="Produce"\} [0-9.]*[1-9]', text)
+        page = urllib.request.urlopen(_address(broker, "status page"), timeout=10).read().decode()
+        section = page[page.index('<section id="security">'):]
+        throttled = section[section.index("<h3>Throttled clients</h3>"):]
+        assert "<td>Produce</td>" in throttled and "no client throttled" not in throttled
