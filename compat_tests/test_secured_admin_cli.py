@@ -124,8 +124,15 @@ def test_walk_through_scram_users_acls_and_a_denied_client(pki):
               "sasl.enabled.mechanisms": "SCRAM-SHA-512",
               "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
               "super.users": "User:admin", "trireme.storage.add.scram": "SCRAM-SHA-512=[name=admin,password=admin-secret]",
-              "trireme.metrics.listen": "127.0.0.1:0", "trireme.status.listen": "127.0.0.1:0"}
+              "trireme.metrics.listen": "127.0.0.1:0", "trireme.status.listen": "127.0.0.1:0",
+              # the walk-through's inter-broker lines, Kafka's: used by no single broker, and said so truthfully
+              "inter.broker.listener.name": "SASL_SSL", "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+              "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config":
+                  'org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" '
+                  'password="admin-secret";'}
     with TriremeBroker(topics={"orders": 1, "payroll": 1}, config=config, storage="disk") as broker:
+        assert "has no SASL or ACLs" not in broker.log_text()
+        assert "admin-secret" not in broker.log_text()
         bootstrap = broker.bootstrap_for("SASL_SSL")
         (pki / "admin.properties").write_text(
             "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"

@@ -521,7 +521,7 @@ class Config:
         if other:
             log.info("no effect here (Kafka properties Trireme does not use): %s", ", ".join(other))
         if secure:
-            log.warning("no effect here: %s; Trireme has no SASL or ACLs yet: every client may do everything",
+            log.warning("no effect here (Kafka security properties Trireme does not use; see docs/security.md): %s",
                         ", ".join(secure))
 
     def resolve_listeners(self, listen: tuple[str, int] | None = None,
