@@ -221,6 +221,9 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
                                    "empty: off."),
     "trireme.metrics.group.lag.max.groups": (
         100, "trireme_group_lag reports the consumer groups with the largest lag, at most this many."),
+    "trireme.metrics.security.max.series": (
+        100, "The security metrics labelled by principal, resource or client (denied requests, throttled clients) "
+             "report the series with the largest counts, at most this many per metric."),
     "trireme.status.listen": ("", "HOST:PORT for the status page (open http://HOST:PORT/ in a browser); :PORT "
                                   "binds 127.0.0.1; the same address as trireme.metrics.listen serves both; "
                                   "empty: off."),
@@ -270,6 +273,7 @@ RANGES = {
     "trireme.response.send.timeout.ms": (1, LONG_MAX),
     "trireme.shutdown.grace.ms": (0, LONG_MAX),
     "trireme.metrics.group.lag.max.groups": (0, INT_MAX),
+    "trireme.metrics.security.max.series": (0, INT_MAX),
     # --- TLS and listeners (security protocols, certificates, principal mapping)
     "trireme.ssl.handshake.timeout.ms": (1, LONG_MAX),
     # --- SASL (mechanisms, JAAS, re-authentication, failed logins)
@@ -399,20 +403,42 @@ def partition_list(text: str, name: str = "value") -> frozenset[tuple[str, int]]
 
 
 def parse_properties(text: str) -> dict[str, str]:
-    """Java-style ``key=value`` (or ``key: value``) lines; ``#`` and ``!`` start comments."""
-    out = {}
+    """Java ``.properties`` text as Kafka reads server.properties: ``key=value``, ``key: value`` or ``key value``
+    lines; ``#`` and ``!`` start comment lines; a line ending in an odd number of backslashes goes on on the next line
+    (its leading blanks dropped: how Kafka's docs write a JAAS line over several lines); ``\\n``, ``\\t``,
+    ``\\uXXXX`` and ``\\`` before any other character are Java's escapes.  Values are stripped of surrounding
+    blanks."""
+    out: dict[str, str] = {}
+    logical: list[str] = []
+    pending: str | None = None
     for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
+        line = raw.lstrip()
+        if pending is None and (not line or line[0] in "#!"):
             continue
-        for sep in ("=", ":"):
-            if sep in line:
-                key, value = line.split(sep, 1)
-                out[key.strip()] = value.strip()
-                break
-        else:
-            out[line] = ""
+        run = len(line) - len(line.rstrip("\\"))
+        if run % 2:
+            pending = (pending or "") + line[:-1]
+            continue
+        logical.append((pending or "") + line)
+        pending = None
+    if pending is not None:
+        logical.append(pending)
+    for line in logical:
+        m = _PROPERTY_LINE.match(line.strip())
+        out[_unescape_property(m.group(1))] = _unescape_property(m.group(2)).strip()
     return out
+
+
+_PROPERTY_LINE = re.compile(r"((?:\\.|[^=:\s\\])*)\s*[=:\s]?\s*(.*)$", re.S)
+_PROPERTY_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f"}
+
+
+def _unescape_property(text: str) -> str:
+    def one(m: re.Match) -> str:
+        if m.group(1):
+            return chr(int(m.group(1), 16))
+        return _PROPERTY_ESCAPES.get(m.group(2), m.group(2))
+    return re.sub(r"\\(?:u([0-9a-fA-F]{4})|(.))", one, text, flags=re.S)
 
 
 def read_config_file(path: str) -> dict[str, Any]:
@@ -512,7 +538,7 @@ class Config:
         if other:
             log.info("no effect here (Kafka properties Trireme does not use): %s", ", ".join(other))
         if secure:
-            log.warning("no effect here: %s; Trireme has no SASL or ACLs yet: every client may do everything",
+            log.warning("no effect here (Kafka security properties Trireme does not use; see docs/security.md): %s",
                         ", ".join(secure))
 
     def resolve_listeners(self, listen: tuple[str, int] | None = None,
