@@ -114,7 +114,7 @@ async def run_broker(config: Config, storage=None, topics=(), *, standalone: boo
     for spec in specs:          # key material checked before anything is bound or loaded
         if spec.security_protocol in ("SSL", "SASL_SSL"):
             try:
-                tls[spec.name] = ListenerTls(config, spec.name)
+                tls[spec.name] = ListenerTls(config, spec.name, spec.security_protocol)
             except ConfigError as e:
                 raise StartupError(f"listener {spec.name}: {e}") from None
     try:                        # a SASL listener whose settings cannot work refuses to start (server/authentication.py)

@@ -148,6 +148,8 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
     "ssl.client.auth": ("none", "Client certificates on SSL listeners: none, requested or required (mTLS)."),
     "ssl.principal.mapping.rules": ("DEFAULT", "Kafka's rules (RULE:pattern/replacement/[LU], DEFAULT) from a client "
                                                "certificate's subject DN to the principal name."),
+    "ssl.allow.dn.changes": (False, "Let a certificate reload (AlterConfigs) change the certificate's subject."),
+    "ssl.allow.san.changes": (False, "Let a certificate reload change the certificate's subject alternative names."),
     "trireme.ssl.handshake.timeout.ms": (
         10000, "A TLS handshake must finish within this time of the connection's accept, else the connection is "
                "closed (the Kafka clients' socket.connection.setup.timeout.ms default)."),
@@ -198,8 +200,9 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
         100000, "ACLs this broker keeps; CreateAcls beyond it answers POLICY_VIOLATION per binding (Kafka: no "
                 "limit)."),
     "trireme.storage.add.scram": (
-        "", "SCRAM users created when the data directory is new, in kafka-storage format --add-scram's form "
-            "(SCRAM-SHA-512=[name=admin,password=...]), several separated by ';'.  Ignored afterwards."),
+        "", "SCRAM users created when the data directory is new (no ACL, user or quota stored yet), in kafka-storage "
+            "format --add-scram's form (SCRAM-SHA-512=[name=admin,password=...]), several separated by ';'.  Ignored "
+            "afterwards."),
     "trireme.fsync.enable": (True, "fsync before answering acks=1/all produce requests. false trades "
                                    "crash safety of acknowledged data for speed (Kafka's own default)."),
     "trireme.fsync.threads": (4, "How many partitions a group commit fsyncs at once (1-64; 1: one after "
@@ -284,8 +287,6 @@ RANGES = {
 CHOICES = {"trireme.log.level": ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL"),
            "ssl.client.auth": ("NONE", "REQUESTED", "REQUIRED"),
            "security.inter.broker.protocol": SECURITY_PROTOCOLS}
-# Kafka's PASSWORD properties: never logged, described as sensitive without their value.
-SENSITIVE = frozenset({"ssl.keystore.key", "ssl.key.password", "ssl.keystore.password", "ssl.truststore.password"})
 # Kafka's other forms of a property in other units, most precise first: (name, factor to the property's unit).
 # Kafka's precedence: the most precise form set wins; a negative value means no limit (-1).
 UNIT_FORMS = {"log.retention.ms": (("log.retention.ms", 1), ("log.retention.minutes", 60_000),
@@ -315,7 +316,7 @@ def read_by_sasl(name: str) -> bool:
     return prop == "sasl.jaas.config" or (prop.startswith("sasl.") and prop in PROPERTIES)
 # Properties whose values are secrets: DescribeConfigs answers them as Kafka answers its PASSWORD configs (value
 # null, is_sensitive), and nothing logs them.
-SENSITIVE_PROPERTIES = frozenset({"trireme.storage.add.scram"})
+SENSITIVE_PROPERTIES = frozenset({"trireme.storage.add.scram", "ssl.keystore.key", "ssl.key.password"})
 # String properties that hold a comma list of TOPIC-PARTITION (see :func:`partition_list`).
 PARTITION_LISTS = frozenset({"trireme.debug.transaction.marker.refuse"})
 

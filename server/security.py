@@ -53,12 +53,12 @@ class Security:
         self.service = None             # server.cluster_metadata.ClusterMetadataService, once the log is loaded
 
     def attach(self, service) -> None:
-        """The loaded ``__cluster_metadata`` service; on a new data directory its first SCRAM users are written."""
+        """The loaded ``__cluster_metadata`` service (the broker writes :meth:`initial_records` to it when new)."""
         self.service = service
 
     def initial_records(self) -> list:
         """The records of ``trireme.storage.add.scram`` (each with a fresh random salt unless one is given), for a
-        new data directory.  Logs user names and mechanisms, never a password."""
+        new data directory (``__cluster_metadata`` never written).  Logs user names and mechanisms, never a password."""
         records = []
         for entry in self._add_scram:
             records.append(entry.record(os.urandom(32)))
