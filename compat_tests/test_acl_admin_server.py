@@ -30,7 +30,7 @@ CLUSTER_DENIED = E.CLUSTER_AUTHORIZATION_FAILED.code
 
 
 def login(srv, user, password):
-    conn = RawConn(srv.bootstrap)
+    conn = RawConn(srv.sasl_bootstrap)
     assert plain_login(conn, user, password).error_code == 0
     return conn
 
@@ -136,7 +136,7 @@ def test_kafka_python_admin_sees_kafkas_authorization_errors(sasl_server):
     from kafka.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
     srv = sasl_server(**PROPS)
     topic, group = unique("kp-orders"), unique("kp-g")
-    common = {"bootstrap_servers": srv.bootstrap, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+    common = {"bootstrap_servers": srv.sasl_bootstrap, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
               "request_timeout_ms": 15000}
     admin = KafkaAdminClient(sasl_plain_username="admin", sasl_plain_password="admin-pw", **common)
     alice = KafkaAdminClient(sasl_plain_username="alice", sasl_plain_password="alice-secret", **common)
