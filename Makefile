@@ -185,8 +185,11 @@ compat: venv clients
 # make crash-loop - kill -9 the broker right after acknowledged AddPartitionsToTxn / AddOffsetsToTxn /
 #                   EndTxn answers CRASH_KILLS times (TRIREME_CRASH_SEED varies the kill points), and
 #                   CRASH_ADD_ROUNDS rounds of 40 adds killed the instant they are answered
+# make compaction-crash-loop - kill -9 the broker while its log cleaner compacts a dirty partition, CRASH_KILLS
+#                   times (TRIREME_CRASH_SEED varies the kill points); `make test` runs 3
+#                   (compat_tests/test_crash_compaction.py)
 
-.PHONY: crash-loop
+.PHONY: crash-loop compaction-crash-loop
 
 CRASH_KILLS      ?= 60
 CRASH_ADD_ROUNDS ?= 20
@@ -195,3 +198,7 @@ crash-loop: venv
 	TRIREME_CRASH_LOOP_KILLS=$(CRASH_KILLS) TRIREME_CRASH_ADD_ROUNDS=$(CRASH_ADD_ROUNDS) \
 	    $(PY) -m pytest -p no:cacheprovider -n 0 -q -s compat_tests/test_crash_transactions.py \
 	    -k 'crash_loop or acknowledged_add'
+
+compaction-crash-loop: venv
+	TRIREME_COMPACTION_CRASH_KILLS=$(CRASH_KILLS) $(PY) -m pytest -p no:cacheprovider -n 0 -q -s \
+	    compat_tests/test_crash_compaction.py
