@@ -156,7 +156,12 @@ class Probe:
         """The last run's latencies of the records produced inside any of ``intervals`` (wall ms)."""
         def inside(samples):
             return [(t, v) for t, v in samples if any(a <= t <= b for a, b in intervals)]
-        return {"produce": summary(inside(self.produce_ms)), "fetch": summary(inside(self.fetch_ms))}
+        out = {"produce": summary(inside(self.produce_ms)), "fetch": summary(inside(self.fetch_ms))}
+        worst = max(inside(self.produce_ms), key=lambda s: s[1], default=None)
+        if worst is not None:       # where in its cleaning the slowest probe record was produced
+            a, b = next((a, b) for a, b in intervals if a <= worst[0] <= b)
+            out["slowest_produce_at"] = {"ms_after_start": worst[0] - a, "ms_before_end": b - worst[0]}
+        return out
 
 
 def summary(samples: list[tuple[int, float]]) -> dict:
@@ -274,6 +279,10 @@ def main(argv=None) -> int:
             during = probe.within(own["intervals"])
             print(f"while the cleaner ran (probe records produced inside its cleanings):\n"
                   f"          produce {fmt(during['produce'])}\n          fetch   {fmt(during['fetch'])}")
+            if "slowest_produce_at" in during:
+                at = during["slowest_produce_at"]
+                print(f"          the slowest was produced {at['ms_after_start']:.0f} ms into its cleaning, "
+                      f"{at['ms_before_end']:.0f} ms before its end")
         else:
             during = None
         for line in cleaner_metrics(metrics_url):

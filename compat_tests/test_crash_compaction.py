@@ -132,9 +132,19 @@ def test_kill9_during_cleaning_loop(server):
     check_after_restart(view, sent + more, "after the loop")
 
 
+def parent_of(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def cleaner_processes(server, workdir: Path) -> list[int]:
-    """Processes in the broker's directory other than the broker: its cleaner child (and what that needs)."""
-    return [pid for pid in processes_in(workdir) if server.proc is None or pid != server.proc.pid]
+    """The running broker's children in its directory: its cleaner (and what that needs), not what a killed
+    broker left behind."""
+    if server.proc is None:
+        return []
+    return [pid for pid in processes_in(workdir) if parent_of(pid) == server.proc.pid]
 
 
 @pytest.mark.xfail(strict=True, reason="cleaner-runtime: the cleaner's spawned child (and its resource tracker) "
