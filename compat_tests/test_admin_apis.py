@@ -236,14 +236,17 @@ def test_create_and_delete_acls_security_disabled(conn, version):
 
 
 @pytest.mark.parametrize("version", [0, 1])
-def test_alter_client_quotas_refused(conn, version):
+def test_alter_client_quotas_validate_only(conn, version):
+    """Checked and answered, nothing stored (compat_tests/test_client_quotas.py sets quotas on a broker of its own)."""
     cls = message("AlterClientQuotasRequest").cls
     ecls = cls.EntryData
-    entry = ecls(entity=[ecls.EntityData(entity_type="user", entity_name="alice")],
-                 ops=[ecls.OpData(key="producer_byte_rate", value=1024.0, remove=False)])
-    r = conn.request("AlterClientQuotas", version, cls(entries=[entry], validate_only=False))
+    entries = [ecls(entity=[ecls.EntityData(entity_type="user", entity_name="alice")],
+                    ops=[ecls.OpData(key="producer_byte_rate", value=1024.0, remove=False)]),
+               ecls(entity=[ecls.EntityData(entity_type="user", entity_name="bob")],
+                    ops=[ecls.OpData(key="producer_byte_rate", value=-1.0, remove=False)])]
+    r = conn.request("AlterClientQuotas", version, cls(entries=entries, validate_only=True))
     assert [(x.error_code, [(e.entity_type, e.entity_name) for e in x.entity]) for x in r.entries] == \
-        [(E.INVALID_REQUEST.code, [("user", "alice")])]
+        [(0, [("user", "alice")]), (E.INVALID_REQUEST.code, [("user", "bob")])]
     quotas = conn.request("DescribeClientQuotas", 1, req("DescribeClientQuotas", components=[], strict=False))
     assert (quotas.error_code, quotas.entries) == (0, [])
 

@@ -33,6 +33,7 @@ from .groups import GroupService
 from .limits import Limits, out_of_descriptors
 from .local_peer import LocalPeer
 from .metrics import Metrics
+from .quotas import ClientQuotaManager
 from .security import Security
 from .startup import StartupError, StartupInterrupted, os_reason
 from .transactions import TransactionService
@@ -170,7 +171,7 @@ class Broker:
         self.storage = storage
         self.metrics = Metrics()
         self.security = Security(config)
-        new_data_dir = not self.storage.exists("meta.properties")
+        self.quotas = ClientQuotaManager(config, self.security.client_quotas, self.metrics)
         try:
             self.meta = BrokerMeta.load_or_create(self.storage, node_id=config["node.id"])
             self.topics = TopicRegistry(self.storage, "topics.json")
@@ -211,10 +212,11 @@ class Broker:
         self.transactions.abort_orphans([((p.topic.name, p.index), pid, epoch)
                                          for p in self.partitions.values()
                                          for pid, epoch, _ in p.producers.open_transactions()])
-        # ACLs, SCRAM credentials and quotas (server/security.py); the first SCRAM users on a new data directory
+        # ACLs, SCRAM credentials and quotas (server/security.py); the first SCRAM users when the metadata log was
+        # never written (a new data directory; as features.json takes transaction.version when it is missing)
         self.cluster_metadata = ClusterMetadataService(self, self.open_internal_partition, self.security.metadata)
         self.security.attach(self.cluster_metadata)
-        if new_data_dir:
+        if self.cluster_metadata.partition.log.log_end_offset == 0:
             self.cluster_metadata.bootstrap(self.security.initial_records())
         # The coordinators' topics: not in the registry (clients neither create nor write them), but described
         # to clients as Kafka describes them, marked internal.
@@ -358,6 +360,8 @@ class Broker:
     def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None,
                      validate_only: bool = False) -> Topic:
         """Create a topic atomically: its partitions are opened first, the registry names it last."""
+        if name == CLUSTER_METADATA_TOPIC:           # Kafka's ControllerApis: hidden, so not "already exists"
+            raise TopicError(E.INVALID_REQUEST.code, f"Creation of internal topic {name} is prohibited.")
         if name in INTERNAL_TOPICS:
             raise TopicError(E.TOPIC_ALREADY_EXISTS.code, f"{name} is an internal topic of this broker")
         if partitions == -1:

@@ -200,20 +200,30 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
         100000, "ACLs this broker keeps; CreateAcls beyond it answers POLICY_VIOLATION per binding (Kafka: no "
                 "limit)."),
     "trireme.storage.add.scram": (
-        "", "SCRAM users created when the data directory is new, in kafka-storage format --add-scram's form "
-            "(SCRAM-SHA-512=[name=admin,password=...]), several separated by ';'.  Ignored afterwards."),
+        "", "SCRAM users created when the data directory is new (no ACL, user or quota stored yet), in kafka-storage "
+            "format --add-scram's form (SCRAM-SHA-512=[name=admin,password=...]), several separated by ';'.  Ignored "
+            "afterwards."),
     "trireme.fsync.enable": (True, "fsync before answering acks=1/all produce requests. false trades "
                                    "crash safety of acknowledged data for speed (Kafka's own default)."),
     "trireme.fsync.threads": (4, "How many partitions a group commit fsyncs at once (1-64; 1: one after "
                                  "another).  More make a round as long as its slowest fsync, not their sum, "
                                  "for some CPU per round."),
     # --- client quotas
+    "quota.window.num": (11, "How many samples a client quota's rate is measured over (Kafka's)."),
+    "quota.window.size.seconds": (1, "How long each of those samples lasts, in seconds; a request-quota throttle "
+                                     "is at most one (Kafka's)."),
+    "trireme.max.client.quota.entities": (
+        100000, "How many users / client ids (and their defaults) may have client quotas: past it, AlterClientQuotas "
+                "answers POLICY_VIOLATION for an entry that would add one (Kafka has no bound)."),
     "trireme.shutdown.grace.ms": (5000, "On SIGTERM, how long in-flight requests may take to finish."),
     "trireme.log.level": ("INFO", "Log level of the structured logs on stderr."),
     "trireme.metrics.listen": ("", "HOST:PORT for a Prometheus endpoint (GET /metrics); :PORT binds 127.0.0.1; "
                                    "empty: off."),
     "trireme.metrics.group.lag.max.groups": (
         100, "trireme_group_lag reports the consumer groups with the largest lag, at most this many."),
+    "trireme.metrics.security.max.series": (
+        100, "The security metrics labelled by principal, resource or client (denied requests, throttled clients) "
+             "report the series with the largest counts, at most this many per metric."),
     "trireme.status.listen": ("", "HOST:PORT for the status page (open http://HOST:PORT/ in a browser); :PORT "
                                   "binds 127.0.0.1; the same address as trireme.metrics.listen serves both; "
                                   "empty: off."),
@@ -228,6 +238,9 @@ LONG_MAX = 2**63 - 1
 # Integer properties that only make sense within a range: (lowest, highest) (Kafka's validators where it has one);
 # other integers are Java longs.
 RANGES = {
+    "quota.window.num": (1, INT_MAX),
+    "quota.window.size.seconds": (1, INT_MAX),
+    "trireme.max.client.quota.entities": (0, INT_MAX),
     "trireme.fsync.threads": (1, 64),
     "node.id": (0, INT_MAX),
     "num.partitions": (1, INT_MAX),
@@ -260,6 +273,7 @@ RANGES = {
     "trireme.response.send.timeout.ms": (1, LONG_MAX),
     "trireme.shutdown.grace.ms": (0, LONG_MAX),
     "trireme.metrics.group.lag.max.groups": (0, INT_MAX),
+    "trireme.metrics.security.max.series": (0, INT_MAX),
     # --- TLS and listeners (security protocols, certificates, principal mapping)
     "trireme.ssl.handshake.timeout.ms": (1, LONG_MAX),
     # --- SASL (mechanisms, JAAS, re-authentication, failed logins)
@@ -287,6 +301,23 @@ SECURITY_PREFIXES = ("ssl.", "sasl.", "listener.name.", "authorizer.", "super.us
                      "principal.builder.", "security.", "delegation.token.", "password.encoder.")
 # Kafka's per-listener overrides: listener.name.<listener>.<property> (Config.for_listener).
 LISTENER_PREFIX = "listener.name."
+# --- SASL: Kafka properties kept as given (secrets: not in PROPERTIES, so never described) that SASL reads
+_SASL_MECHANISM_PREFIXES = ("plain.", "scram-sha-256.", "scram-sha-512.", "oauthbearer.")
+
+
+def read_by_sasl(name: str) -> bool:
+    """Whether SASL (server/authentication.py) reads ``name``: the JAAS lines (``sasl.jaas.config``, per listener and
+    mechanism) and the per-listener, per-mechanism forms of the SASL properties."""
+    if name == "sasl.jaas.config":
+        return True
+    if not name.startswith(LISTENER_PREFIX):
+        return False
+    prop = name[len(LISTENER_PREFIX):].partition(".")[2]
+    for prefix in _SASL_MECHANISM_PREFIXES:
+        if prop.startswith(prefix):
+            prop = prop[len(prefix):]
+            break
+    return prop == "sasl.jaas.config" or (prop.startswith("sasl.") and prop in PROPERTIES)
 # Properties whose values are secrets: DescribeConfigs answers them as Kafka answers its PASSWORD configs (value
 # null, is_sensitive), and nothing logs them.
 SENSITIVE_PROPERTIES = frozenset({"trireme.storage.add.scram", "ssl.keystore.key", "ssl.key.password"})
@@ -372,20 +403,42 @@ def partition_list(text: str, name: str = "value") -> frozenset[tuple[str, int]]
 
 
 def parse_properties(text: str) -> dict[str, str]:
-    """Java-style ``key=value`` (or ``key: value``) lines; ``#`` and ``!`` start comments."""
-    out = {}
+    """Java ``.properties`` text as Kafka reads server.properties: ``key=value``, ``key: value`` or ``key value``
+    lines; ``#`` and ``!`` start comment lines; a line ending in an odd number of backslashes goes on on the next line
+    (its leading blanks dropped: how Kafka's docs write a JAAS line over several lines); ``\\n``, ``\\t``,
+    ``\\uXXXX`` and ``\\`` before any other character are Java's escapes.  Values are stripped of surrounding
+    blanks."""
+    out: dict[str, str] = {}
+    logical: list[str] = []
+    pending: str | None = None
     for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
+        line = raw.lstrip()
+        if pending is None and (not line or line[0] in "#!"):
             continue
-        for sep in ("=", ":"):
-            if sep in line:
-                key, value = line.split(sep, 1)
-                out[key.strip()] = value.strip()
-                break
-        else:
-            out[line] = ""
+        run = len(line) - len(line.rstrip("\\"))
+        if run % 2:
+            pending = (pending or "") + line[:-1]
+            continue
+        logical.append((pending or "") + line)
+        pending = None
+    if pending is not None:
+        logical.append(pending)
+    for line in logical:
+        m = _PROPERTY_LINE.match(line.strip())
+        out[_unescape_property(m.group(1))] = _unescape_property(m.group(2)).strip()
     return out
+
+
+_PROPERTY_LINE = re.compile(r"((?:\\.|[^=:\s\\])*)\s*[=:\s]?\s*(.*)$", re.S)
+_PROPERTY_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f"}
+
+
+def _unescape_property(text: str) -> str:
+    def one(m: re.Match) -> str:
+        if m.group(1):
+            return chr(int(m.group(1), 16))
+        return _PROPERTY_ESCAPES.get(m.group(2), m.group(2))
+    return re.sub(r"\\(?:u([0-9a-fA-F]{4})|(.))", one, text, flags=re.S)
 
 
 def read_config_file(path: str) -> dict[str, Any]:
@@ -479,13 +532,13 @@ class Config:
 
     def report_no_effect(self) -> None:
         """Log, once at start-up, the Kafka properties that were set but mean nothing here."""
-        names = sorted(self.no_effect)
+        names = sorted(n for n in self.no_effect if not read_by_sasl(n))
         secure = [n for n in names if n.startswith(SECURITY_PREFIXES)]
         other = [n for n in names if n not in secure]
         if other:
             log.info("no effect here (Kafka properties Trireme does not use): %s", ", ".join(other))
         if secure:
-            log.warning("no effect here: %s; Trireme has no SASL or ACLs yet: every client may do everything",
+            log.warning("no effect here (Kafka security properties Trireme does not use; see docs/security.md): %s",
                         ", ".join(secure))
 
     def resolve_listeners(self, listen: tuple[str, int] | None = None,

@@ -36,6 +36,7 @@ from trireme.wire.primitives import INT32, CodecError
 from . import authentication, dispatch
 from .deferred import Deferred
 from .dispatch import RequestContext
+from .quotas import wait_throttled
 from .tls import NoMatchingRule, peer_principal
 
 log = logging.getLogger("trireme.connection")
@@ -344,6 +345,7 @@ class Connection:
         self._eof = False                          # the client's EOF (or idle): polls not yet started are skipped
         self.waiting_since: float | None = None    # trio time the reader began waiting for a request's bytes
         self.idle = False                          # the idle watchdog ended the wait for a request
+        self.throttled_until = 0.0                 # trio time a quota mutes this connection until (server/quotas.py)
         self.authentication = authentication.for_connection(self)     # SASL state on a SASL listener, else None
 
     def _log_fields(self) -> str:
@@ -469,6 +471,8 @@ class Connection:
             self.requests += 1
             charged = reader.charged
             self.request_bytes += charged
+            if self.throttled_until and not await wait_throttled(self):     # KIP-219 (server/quotas.py)
+                return "throttled for longer than connections.max.idle.ms"
             try:
                 if not self.limits.answer_fits(ANSWER_TO_REQUEST * len(frame), self.response_bytes):
                     await self._wait_for_answer_room(frame)
@@ -495,7 +499,7 @@ class Connection:
         ``received`` is when its frame began to arrive (``time.perf_counter()``).  A Deferred releases the
         request's ``charged`` budget bytes when it completes."""
         dispatched = time.perf_counter()
-        if self.authentication is not None:         # a SASL listener: what may pass before authentication
+        if self.authentication is not None and not self.authentication.passes:    # SASL, not (for good) authenticated
             verdict = await self.authentication.gate(frame)
             if verdict is not None:
                 return None if verdict is authentication.NO_ANSWER else self._raw_token(verdict, received)
@@ -547,6 +551,9 @@ class Connection:
         handled = time.perf_counter()
         metrics.observe_request(handler.name, handled - started)
         metrics.observe_phase(handler.name, "receive", dispatched - received)
+        if self.broker.quotas.enabled:
+            result = self.broker.quotas.charge(self, handler.name, api_version, header.client_id, len(frame),
+                                               handled - started, result)
         if type(result) is Deferred:
             return _Waiting(result, handler, header, charged, received, handled)
         if result is None:

@@ -39,6 +39,15 @@ class Histogram:
         return sum(self.counts)
 
 
+# The security counters are keyed by what clients choose (resource names, client ids, the principals of
+# certificates): past this many distinct keys a new one is counted under OTHER, so memory stays bounded whatever
+# they send.  Rendering reports the largest series only (trireme.metrics.security.max.series).
+MAX_SECURITY_KEYS = 10000
+OTHER = "(other)"
+# Mechanism labels: Kafka's SASL mechanisms and SSL (a client certificate); any other name a client sends is OTHER.
+KNOWN_MECHANISMS = frozenset({"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI", "SSL"})
+
+
 class Metrics:
     def __init__(self):
         self.requests = collections.Counter()
@@ -95,15 +104,21 @@ class Metrics:
 
     def authentication(self, listener: str, mechanism: str, succeeded: bool) -> None:
         """One SASL or TLS authentication on ``listener`` with ``mechanism`` (``SSL`` for a client certificate)."""
+        mechanism = mechanism if mechanism in KNOWN_MECHANISMS else OTHER
         self.authentications[(listener, mechanism, "success" if succeeded else "failure")] += 1
 
     def request_denied(self, principal: str, api: str, resource_type: str, name: str) -> None:
         """The authorizer denied ``principal`` an operation of ``api`` on a resource."""
-        self.denied[(principal, api, resource_type, name)] += 1
+        key = (principal, api, resource_type, name)
+        if key not in self.denied and len(self.denied) >= MAX_SECURITY_KEYS:
+            key = (OTHER, api, resource_type, OTHER)        # at most APIs x resource types more keys
+        self.denied[key] += 1
 
     def client_throttled(self, user: str, client_id: str, quota_type: str, throttle_ms: int) -> None:
         """A response told the client to back off for ``throttle_ms`` under a ``quota_type`` quota."""
         key = (user, client_id, quota_type)
+        if key not in self.throttled and len(self.throttled) >= MAX_SECURITY_KEYS:
+            key = (OTHER, OTHER, quota_type)
         self.throttled[key] += 1
         self.throttle_ms[key] += throttle_ms
 
@@ -197,11 +212,58 @@ def render_broker(broker) -> str:
     out.metric("trireme_topic_bytes_out_total", "counter", "Record batch bytes sent in Fetch responses, per topic.",
                [({"topic": t}, n) for t, n in sorted(m.topic_bytes_out.items())])
     out.metric("trireme_connections", "gauge", "Open client connections.", broker.limits.admission.count)
+    _security_metrics(out, broker)
     _partition_metrics(out, broker)
     _group_metrics(out, broker)
     _transaction_metrics(out, broker, now_ms())
     broker.limits.write_metrics(out, broker.storage)
     return out.text()
+
+
+def top(counter, n: int) -> list:
+    """The ``n`` largest (key, count) pairs of ``counter``, ties by key: what a label set is bounded to."""
+    return sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+
+
+def denied_by(counter, fields: tuple[int, ...]) -> collections.Counter:
+    """Denied-request counts summed over the key fields not in ``fields`` (0 principal, 1 API, 2 resource type,
+    3 resource name)."""
+    out: collections.Counter = collections.Counter()
+    for key, n in counter.items():
+        out[tuple(key[i] for i in fields)] += n
+    return out
+
+
+def _security_metrics(out: Exposition, broker) -> None:
+    """Authentications, denied requests and throttled clients (issue 21): the per-principal/resource/client ones
+    only for the largest series (trireme.metrics.security.max.series), so no client can grow the label set."""
+    m = broker.metrics
+    n = broker.config["trireme.metrics.security.max.series"]
+    out.metric("trireme_authentications_total", "counter",
+               "Authentications per listener, mechanism (SSL: a client certificate) and outcome (success, failure).",
+               [({"listener": listener, "mechanism": mechanism, "outcome": outcome}, count)
+                for (listener, mechanism, outcome), count in sorted(m.authentications.items())])
+    out.metric("trireme_authorization_denials_total", "counter",
+               "Operations the authorizer denied, all principals and resources.", sum(m.denied.values()))
+    out.metric("trireme_authorization_denials_by_principal_total", "counter",
+               "Operations the authorizer denied per principal, API and resource type; the series with the largest "
+               "counts (trireme.metrics.security.max.series).",
+               [({"principal": principal, "api": api, "resource_type": kind}, count)
+                for (principal, api, kind), count in top(denied_by(m.denied, (0, 1, 2)), n)])
+    out.metric("trireme_authorization_denials_by_resource_total", "counter",
+               "Operations the authorizer denied per resource; the series with the largest counts.",
+               [({"resource_type": kind, "resource": name}, count)
+                for (kind, name), count in top(denied_by(m.denied, (2, 3)), n)])
+    most = top(m.throttle_ms, n)
+    out.metric("trireme_client_throttles_total", "counter",
+               "Responses that told a client to back off, per user, client id and quota type; the clients with the "
+               "most throttle time.",
+               [({"user": user, "client_id": client, "quota_type": kind}, m.throttled[(user, client, kind)])
+                for (user, client, kind), _ in most])
+    out.metric("trireme_client_throttle_seconds_total", "counter",
+               "Throttle time given to a client, per user, client id and quota type; the clients with the most.",
+               [({"user": user, "client_id": client, "quota_type": kind}, ms / 1000)
+                for (user, client, kind), ms in most])
 
 
 # (name, help, value of a partition)

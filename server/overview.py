@@ -1,4 +1,4 @@
-"""What the broker holds, read for people and scrapers (the status page, the metrics): partitions and what pins their last stable offset, consumer group lag, hanging and stuck transactions.
+"""What the broker holds, read for people and scrapers (the status page, the metrics): partitions and what pins their last stable offset, consumer group lag, hanging and stuck transactions, listeners and security counters.
 
 Everything here only reads the broker's state, at the moment it is asked (a page view, a scrape),
 so the produce and fetch paths pay nothing for it.
@@ -136,3 +136,83 @@ def stuck_transactions(broker) -> list[StuckView]:
                       tuple((t, p, E.for_code(code).name) for (t, p), code in sorted(s.partitions.items())),
                       s.since_ms)
             for s in broker.transactions.stuck_transactions()]
+
+
+# --- security ---------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ListenerView:
+    name: str
+    protocol: str                            # PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL
+    address: str                             # HOST:PORT as configured
+    mechanisms: tuple[str, ...]              # sasl.enabled.mechanisms of a SASL listener
+    client_auth: str                         # ssl.client.auth of a TLS listener ("" for none)
+
+
+@dataclasses.dataclass(frozen=True)
+class SecurityView:
+    listeners: tuple[ListenerView, ...]
+    authorizer: str | None                   # authorizer.class.name when the authorizer is on
+    super_users: tuple[str, ...]
+    allow_everyone_if_no_acl: bool
+    authentications: tuple[tuple[str, str, int, int], ...]          # listener, mechanism, successes, failures
+    denied: tuple[tuple[str, str, str, str, int], ...]              # principal, API, type, resource, count: largest
+    denied_total: int
+    denied_series: int                       # distinct (principal, API, type, resource) counted
+    throttled: tuple[tuple[str, str, str, int, int], ...]           # user, client id, quota type, count, ms
+    throttled_series: int
+
+
+def _setting(config, name: str, listener: str | None = None):
+    """A property's value whether or not this build knows it (Trireme's property, else the raw Kafka setting)."""
+    if listener is not None:
+        return config.for_listener(listener, name)
+    try:
+        return config[name]
+    except KeyError:
+        raw = config.no_effect.get(name)
+        return None if raw is None else raw[0]
+
+
+def listeners(broker) -> list[ListenerView]:
+    """The client listeners (the bound ones when serving, else as configured), with each one's SASL mechanisms and
+    client-certificate setting (``ssl.client.auth``)."""
+    config = broker.config
+    endpoints = getattr(broker, "endpoints", None)
+    if endpoints:
+        found = [(e.name, e.security_protocol, f"{e.host}:{e.port}") for e in endpoints.values()]
+    else:
+        found = [(s.name, s.security_protocol, f"{s.host}:{s.port}") for s in getattr(config, "listeners", None) or ()]
+    found = found or [("PLAINTEXT", "PLAINTEXT", f"{config.listen_host}:{broker.advertised_port}")]
+    out = []
+    for name, protocol, address in found:
+        mechanisms = ()
+        if protocol.startswith("SASL"):
+            mechanisms = tuple(m.strip().upper() for m in str(_setting(config, "sasl.enabled.mechanisms", name)
+                                                              or "GSSAPI").split(",") if m.strip())
+        client_auth = str(_setting(config, "ssl.client.auth", name) or "none") if protocol.endswith("SSL") else ""
+        out.append(ListenerView(name, protocol, address, mechanisms, client_auth.lower()))
+    return out
+
+
+def security(broker, max_rows: int) -> SecurityView:
+    """What the status page shows of security: listeners, the authorizer, and the security counters (the
+    ``max_rows`` largest denied-request and throttled-client series)."""
+    m, config, sec = broker.metrics, broker.config, broker.security
+    auth: dict[tuple[str, str], list[int]] = {}
+    for (listener, mechanism, outcome), n in m.authentications.items():
+        auth.setdefault((listener, mechanism), [0, 0])[outcome != "success"] += n
+    denied = sorted(m.denied.items(), key=lambda kv: (-kv[1], kv[0]))[:max_rows]
+    throttled = sorted(m.throttle_ms.items(), key=lambda kv: (-kv[1], kv[0]))[:max_rows]
+    enabled = bool(getattr(sec, "authorizer_enabled", False))
+    return SecurityView(
+        listeners=tuple(listeners(broker)),
+        authorizer=(str(_setting(config, "authorizer.class.name") or "on")) if enabled else None,
+        super_users=tuple(u.strip() for u in str(_setting(config, "super.users") or "").split(";") if u.strip()),
+        allow_everyone_if_no_acl=str(_setting(config, "allow.everyone.if.no.acl.found")).lower() == "true",
+        authentications=tuple((listener, mech, ok, failed) for (listener, mech), (ok, failed) in sorted(auth.items())),
+        denied=tuple((*key, n) for key, n in denied),
+        denied_total=sum(m.denied.values()),
+        denied_series=len(m.denied),
+        throttled=tuple((*key, m.throttled[key], ms) for key, ms in throttled),
+        throttled_series=len(m.throttle_ms))

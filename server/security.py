@@ -16,6 +16,7 @@ import logging
 import os
 
 from trireme.state.acls import Authorizer, Operation, ResourceType, parse_super_users
+from trireme.state.client_quotas import ClientQuotas
 from trireme.state.cluster_metadata import AclRecords, ClusterMetadata
 from trireme.state.scram_credentials import (MECHANISMS, AddScramError, ScramCredential, ScramCredentials,
                                              parse_add_scram)
@@ -46,17 +47,18 @@ class Security:
             raise StartupError(f"trireme.storage.add.scram: {e}") from None
         self.acls = AclRecords(self.authorizer, config["trireme.max.acls"])
         self.scram = ScramCredentials()
+        self.client_quotas = ClientQuotas(config["trireme.max.client.quota.entities"])
         # The sections of __cluster_metadata, registered before the log is replayed (one per kind of metadata).
-        self.metadata = ClusterMetadata([self.acls, self.scram])
+        self.metadata = ClusterMetadata([self.acls, self.scram, self.client_quotas])
         self.service = None             # server.cluster_metadata.ClusterMetadataService, once the log is loaded
 
     def attach(self, service) -> None:
-        """The loaded ``__cluster_metadata`` service; on a new data directory its first SCRAM users are written."""
+        """The loaded ``__cluster_metadata`` service (the broker writes :meth:`initial_records` to it when new)."""
         self.service = service
 
     def initial_records(self) -> list:
         """The records of ``trireme.storage.add.scram`` (each with a fresh random salt unless one is given), for a
-        new data directory.  Logs user names and mechanisms, never a password."""
+        new data directory (``__cluster_metadata`` never written).  Logs user names and mechanisms, never a password."""
         records = []
         for entry in self._add_scram:
             records.append(entry.record(os.urandom(32)))
@@ -97,4 +99,4 @@ class Security:
 
     def client_quota(self, user: str | None, client_id: str | None) -> dict[str, float]:
         """The quotas that apply to this (user, client id) by Kafka's precedence: quota key → value."""
-        return {}
+        return self.client_quotas.client_quota(user or "", client_id or "")

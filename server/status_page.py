@@ -1,4 +1,4 @@
-"""The status page: one server-rendered HTML page showing partitions, groups, transactions and producers, with opt-in actions that abort or complete transactions.
+"""The status page: one server-rendered HTML page showing partitions, groups, transactions, producers and security (listeners, the authorizer, failed logins, denied requests, throttled clients), with opt-in actions that abort or complete transactions.
 
 Served on ``trireme.status.listen`` by :mod:`trireme.server.web`.  What it shows is read from the
 broker's state when the page is asked for (:mod:`trireme.server.overview`).  Actions are off
@@ -51,6 +51,7 @@ COMPLETE_PATH = "/actions/complete-transaction"
 STUCK_PATH = "/stuck-transactions"
 MAX_PRODUCER_ROWS = 500
 MAX_MEMBERS_SHOWN = 6
+MAX_SECURITY_ROWS = 50              # denied-request and throttled-client rows shown (the largest counts)
 _MARKERS = message("WriteTxnMarkersRequest").cls
 
 STYLE = """
@@ -153,11 +154,15 @@ class StatusPage:
                          key=lambda m: (m.value.start_timestamp_ms, m.transactional_id))
         hanging = [t for t in open_txns if t.hanging]
         stuck = overview.stuck_transactions(broker)
+        security = overview.security(broker, MAX_SECURITY_ROWS)
+        failed_logins = sum(failed for _, _, _, failed in security.authentications)
         cards = [("topics", len(broker.topics.all()), "partitions"),
                  ("partitions", len(broker.partitions), "partitions"),
                  ("consumer groups", len(groups), "groups"), ("open transactions", len(ongoing), "transactions"),
                  ("hanging transactions", len(hanging), "hanging"), ("stuck transactions", len(stuck), "stuck"),
-                 ("connections", broker.limits.admission.count, "")]
+                 ("connections", broker.limits.admission.count, ""),
+                 ("failed authentications", failed_logins, "security"),
+                 ("denied requests", security.denied_total, "security")]
         parts = [
             "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
             f"<title>Trireme · node {_e(broker.node_id)}</title>",
@@ -170,7 +175,8 @@ class StatusPage:
             f"<span>as of {_e(time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(now / 1000)))}</span></header>",
             "<main>",
             '<div class="cards">' + "".join(
-                f'<a class="card{" bad" if anchor in ("hanging", "stuck") and n else ""}" href="#{anchor}"><b>{n}</b>'
+                f'<a class="card{" bad" if anchor in ("hanging", "stuck", "security") and n else ""}" '
+                f'href="#{anchor}"><b>{n}</b>'
                 f'{_e(label)}</a>' for label, n, anchor in cards) + "</div>",
             self._actions_section(),
             self._partitions_section(pins),
@@ -178,6 +184,7 @@ class StatusPage:
             self._transactions_section(ongoing, pins, now),
             self._hanging_section(hanging, now),
             self._stuck_section(stuck, now),
+            self._security_section(security),
             self._producers_section(now),
             "<footer>" + ("Actions are <b>on</b> (<code>trireme.status.actions.enable</code>)." if self.actions_enabled
                           else "Actions are off; set <code>trireme.status.actions.enable=true</code> to abort "
@@ -303,6 +310,39 @@ class StatusPage:
         return ('<section id="stuck"><h2>Stuck transactions</h2>'
                 + _table(columns + (["action"] if self.actions_enabled else []), rows,
                          "none: no partition refused a marker for good")
+                + "</section>")
+
+    def _security_section(self, view) -> str:
+        listeners = [[_e(lv.name), _e(lv.protocol), _e(lv.address), _e(", ".join(lv.mechanisms)),
+                      _e(lv.client_auth)] for lv in view.listeners]
+        if view.authorizer is None:
+            authorizer = ('<p>Authorizer: <span class="tag warn">off</span> (every request is allowed; set '
+                          "<code>authorizer.class.name</code>)</p>")
+        else:
+            supers = ", ".join(_e(u) for u in view.super_users) or "none"
+            authorizer = (f'<p>Authorizer: <span class="tag ok">on</span> <code>{_e(view.authorizer)}</code>; '
+                          f"super users: {supers}; allow everyone if no ACL is found: "
+                          f"{'yes' if view.allow_everyone_if_no_acl else 'no'}</p>")
+        auth = [[_e(listener), _e(mechanism), _e(ok), f'<span class="tag bad">{_e(failed)}</span>' if failed else "0"]
+                for listener, mechanism, ok, failed in view.authentications]
+        denied = [[_e(principal), _e(api), _e(kind), _e(name), _e(n)] for principal, api, kind, name, n in view.denied]
+        throttled = [[_e(user), _e(client), _e(kind), _e(n), _e(_age(ms))]
+                     for user, client, kind, n, ms in view.throttled]
+
+        def more(shown: int, total: int) -> str:
+            return f'<p class="empty">and {total - shown} more</p>' if total > shown else ""
+        return ('<section id="security"><h2>Security</h2>'
+                + _table(["listener", "security protocol", "address", "SASL mechanisms", "client certificates"],
+                         listeners, "no listeners") + authorizer
+                + "<h3>Authentications</h3>"
+                + _table(["listener", "mechanism", "succeeded#", "failed#"], auth, "no authentications")
+                + f"<h3>Denied requests ({_e(view.denied_total)})</h3>"
+                + _table(["principal", "API", "resource type", "resource", "denied#"], denied, "none denied")
+                + more(len(view.denied), view.denied_series)
+                + "<h3>Throttled clients</h3>"
+                + _table(["user", "client id", "quota", "throttled responses#", "throttle time#"], throttled,
+                         "no client throttled")
+                + more(len(view.throttled), view.throttled_series)
                 + "</section>")
 
     def _producers_section(self, now: int) -> str:

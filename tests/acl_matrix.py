@@ -190,7 +190,8 @@ def succeeded(response, broker) -> None:
 
 def broker_state(broker: Broker) -> dict[str, Any]:
     """What a refused request must leave as it was: topics, every partition's offsets and producer state, the
-    transaction coordinator's state, the producer ids handed out and the groups' committed offsets."""
+    transaction coordinator's state, the producer ids handed out, the groups' committed offsets and the client
+    quotas."""
     partitions = {}
     for key, p in sorted(broker.partitions.items()):
         partitions[key] = (p.log.log_start_offset, p.log.log_end_offset, sorted(
@@ -207,6 +208,7 @@ def broker_state(broker: Broker) -> dict[str, Any]:
         "groups": sorted(groups.groups),
         "committed offsets": repr(sorted(groups.offsets.items())),
         "pending offsets": repr(sorted(groups.pending.items())),
+        "client quotas": sorted(map(repr, broker.security.client_quotas.quotas.items())),
     }
 
 
@@ -249,12 +251,20 @@ def run_case(case: Case) -> None:
     _run(case, list(case.needs), None)
 
 
+async def settled(broker: Broker) -> None:
+    """Wait until what set-up staged in the coordinators (an add answered once staged) is durable and replayed, so
+    the state snapshot does not move under the call."""
+    await broker.transactions.wait_replayed()
+    await broker.groups.wait_replayed()
+
+
 def _run(case: Case, grants: list[Grant], missing: Grant | None) -> None:
     broker = make_broker(**case.props)
     send = call_fast if case.fast else call_as
 
     async def body(b):
         prepared = await case.setup(b) if case.setup is not None else None
+        await settled(b)
         request = case.request(b, prepared)
         before = broker_state(b)
         grant(b, grants)

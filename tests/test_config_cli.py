@@ -169,8 +169,8 @@ def test_kafka_broker_properties_are_accepted_without_effect(tmp_path, caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
         "no effect here (Kafka properties Trireme does not use): log.dirs, num.io.threads, process.roles",
-        "no effect here: listener.name.internal.ssl.truststore.password, ssl.endpoint.identification.algorithm; "
-        "Trireme has no SASL or ACLs yet: every client may do everything"]
+        "no effect here (Kafka security properties Trireme does not use; see docs/security.md): "
+        "listener.name.internal.ssl.truststore.password, ssl.endpoint.identification.algorithm"]
 
 
 def test_retention_in_minutes_and_hours_with_kafkas_precedence(tmp_path):

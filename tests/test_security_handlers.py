@@ -249,3 +249,62 @@ def test_describe_configs_never_tells_the_add_scram_password(tmp_path):
         assert entry.synonyms and all(s.value is None for s in entry.synonyms)
     run(broker, body)
     broker.close()
+
+
+def test_acl_changes_on_a_full_disk_answer_storage_errors_and_never_hang(monkeypatch):
+    from trireme.server import broker as broker_module
+    from trireme.state.storage import MemoryStorage
+    monkeypatch.setattr(broker_module, "STORAGE_RETRY_FIRST_S", 0.01)
+    monkeypatch.setattr(broker_module, "STORAGE_RETRY_MAX_S", 0.05)
+    storage = MemoryStorage()
+    config = Config(data_dir="<memory:acls-full>")
+    config.update({"authorizer.class.name": "trireme", "super.users": ADMIN})
+    broker = Broker(config, storage)
+
+    async def body():
+        storage.full = True
+        with trio.fail_after(10):
+            r = await call(broker, "CreateAcls", 3, CA(creations=[creation("a")]))
+            assert r.results[0].error_code == E.KAFKA_STORAGE_ERROR.code
+            r = await call(broker, "CreateAcls", 3, CA(creations=[creation("b")]))      # offline: refused at once
+            assert r.results[0].error_code == E.KAFKA_STORAGE_ERROR.code
+            r = await call(broker, "AlterUserScramCredentials", 0, AU(deletions=[], upsertions=[upsertion("u")]))
+            assert r.results[0].error_code == E.KAFKA_STORAGE_ERROR.code
+        assert not broker.security.authorize(ALICE, "h", Operation.READ, T, "a")
+        storage.full = False
+        with trio.fail_after(10):
+            while broker.cluster_metadata.partition.storage_error:
+                await trio.sleep(0.01)
+            r = await call(broker, "CreateAcls", 3, CA(creations=[creation("c")]))
+        assert r.results[0].error_code == 0
+        # the first write was retried when space came back: like a timed-out request, it may have happened
+        assert broker.security.authorize(ALICE, "h", Operation.READ, T, "c")
+        assert broker.security.authorize(ALICE, "h", Operation.READ, T, "a")
+    run(broker, body)
+    broker.close()
+
+
+def test_describe_producers_does_not_reach_cluster_metadata(tmp_path):
+    broker = Broker(Config(data_dir=str(tmp_path)))
+    DP = req("DescribeProducers")
+
+    async def body():
+        r = await call(broker, "DescribeProducers", 0, DP(topics=[DP.TopicRequest(name="__cluster_metadata",
+                                                                                 partition_indexes=[0])]))
+        assert r.topics[0].partitions[0].error_code == E.UNKNOWN_TOPIC_OR_PARTITION.code
+    run(broker, body)
+    broker.close()
+
+
+def test_create_topics_of_cluster_metadata_is_prohibited(tmp_path):
+    broker = Broker(Config(data_dir=str(tmp_path)))
+    CT = req("CreateTopics")
+
+    async def body():
+        r = await call(broker, "CreateTopics", 7, CT(timeout_ms=1000, validate_only=False, topics=[
+            CT.CreatableTopic(name="__cluster_metadata", num_partitions=1, replication_factor=1, assignments=[],
+                              configs=[])]))
+        assert (r.topics[0].error_code, r.topics[0].error_message) == (
+            E.INVALID_REQUEST.code, "Creation of internal topic __cluster_metadata is prohibited.")
+    run(broker, body)
+    broker.close()

@@ -83,7 +83,7 @@ def read_small_produce(frame, pos: int, version: int) -> SmallProduce | None:
 def encode_small_produce_response(version: int, topic: str | None, topic_id: uuid.UUID | None, partition: int,
                                   base_offset: int, log_append_time_ms: int, log_start_offset: int) -> bytes:
     """The body of a ProduceResponse of ``version`` answering one partition of one topic: accepted, no error,
-    no throttle."""
+    no throttle (:func:`with_throttle` sets one)."""
     name = bytearray()
     if version >= FIRST_TOPIC_ID:
         name += topic_id.bytes
@@ -97,3 +97,11 @@ def encode_small_produce_response(version: int, topic: str | None, topic_id: uui
         return b"".join((b"\x02", name, b"\x02", offsets, b"\x01\x00\x00\x00", b"\x00\x00\x00\x00\x00"))
     tail = b"\x00\x00\x00\x00\xff\xff" if version >= 8 else b""     # no record errors, null error message
     return b"".join((b"\x00\x00\x00\x01", name, b"\x00\x00\x00\x01", offsets, tail, b"\x00\x00\x00\x00"))
+
+
+def with_throttle(body: bytes, version: int, throttle_time_ms: int) -> bytes:
+    """``body`` (an answer of :func:`encode_small_produce_response` of ``version``) with its ThrottleTimeMs set: the
+    field is the body's last INT32, before the request's empty tagged fields when flexible."""
+    if version >= FIRST_FLEXIBLE:
+        return b"".join((body[:-5], INT32.pack(throttle_time_ms), body[-1:]))
+    return b"".join((body[:-4], INT32.pack(throttle_time_ms)))

@@ -1,5 +1,6 @@
-"""The admin command line: ``trireme topics``, ``trireme groups`` and ``trireme transactions`` do the jobs of Kafka's
-kafka-topics.sh, kafka-consumer-groups.sh and kafka-transactions.sh against any Kafka-protocol broker.
+"""The admin command line: ``trireme topics``, ``groups``, ``transactions``, ``acls``, ``users`` and ``quotas`` do the jobs of Kafka's
+kafka-topics.sh, kafka-consumer-groups.sh, kafka-transactions.sh, kafka-acls.sh and kafka-configs.sh (SCRAM users,
+client quotas) against any Kafka-protocol broker, on a secured listener too (``--command-config``, ``security.py``).
 
 One client, ours: the ``wire`` codec over a plain socket (``client.py``), not kafka-python's admin
 client.  It adds no dependency, each call names the request, version and fields it sends (so the
@@ -10,7 +11,7 @@ uses, from the other side of the socket.
 Option names are the Kafka tools' (``--bootstrap-server``, ``--topic``, ``--group``,
 ``--reset-offsets``, ``--transactional-id``, ...); topics and groups take an action flag
 (``--list``, ``--describe``, ...) as kafka-topics.sh and kafka-consumer-groups.sh do, transactions a
-sub-command as kafka-transactions.sh does.  Output is a table, or JSON with ``--json``; an error
+sub-command as kafka-transactions.sh does (and so do acls, users and quotas: ``list``, ``create``, ...).  Output is a table, or JSON with ``--json``; an error
 prints ``trireme <tool>: <message>`` on stderr and exits 1 (usage errors exit 2).
 """
 from __future__ import annotations
@@ -18,11 +19,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import groups, topics, transactions
+from . import acls, groups, quotas, topics, transactions, users
 from .client import AdminError, Client
 from .output import render
+from .security import load_command_config
 
-TOOLS = {"topics": topics, "groups": groups, "transactions": transactions}
+TOOLS = {"topics": topics, "groups": groups, "transactions": transactions, "acls": acls, "users": users,
+         "quotas": quotas}
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
@@ -34,6 +37,9 @@ def add_connection_options(parser: argparse.ArgumentParser, nested: bool = False
                         help=f"broker(s) to connect to (default {DEFAULT_BOOTSTRAP})")
     parser.add_argument("--json", action="store_true", default=default(False),
                         help="print JSON instead of a table")
+    parser.add_argument("--command-config", metavar="FILE", default=default(None),
+                        help="client properties for a secured listener, as Kafka's tools take them "
+                             "(security.protocol, ssl.*, sasl.mechanism, sasl.jaas.config, ...)")
     parser.add_argument("--timeout", type=float, metavar="SECONDS", default=default(30.0),
                         help="socket timeout, and how long to retry while a coordinator is unavailable (default 30)")
 
@@ -50,8 +56,15 @@ def add_parsers(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the admin command ``args`` selects; → the exit status."""
     try:
-        with Client(args.bootstrap_server, args.timeout) as client:
-            report = args.run(client, args)
+        prepare = getattr(args, "prepare", None)
+        if prepare is not None:                      # what needs the user before connecting (a password prompt)
+            prepare(args)
+        if users.runs_locally(args):                 # a PLAIN credentials file: no broker involved
+            report = users.plain(args)
+        else:
+            security = load_command_config(args.command_config)
+            with Client(args.bootstrap_server, args.timeout, security) as client:
+                report = args.run(client, args)
     except AdminError as e:
         print(f"trireme {args.command}: {e}", file=sys.stderr)
         return 1

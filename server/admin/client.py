@@ -1,6 +1,7 @@
 """A blocking Kafka admin client for the command line: our own ``wire`` codec over plain sockets, one connection per broker.
 
-Each connection starts with ApiVersions; a call names the versions its caller's code was written
+Each connection starts with ApiVersions (after the TLS handshake on an SSL listener; followed by
+SaslHandshake and SaslAuthenticate on a SASL one, see ``security.py``); a call names the versions its caller's code was written
 for and uses the highest one the broker serves too.  Requests go where Kafka's admin client sends
 them: Metadata to any broker, group and transaction calls to the coordinator FindCoordinator names,
 ListOffsets, DescribeProducers and WriteTxnMarkers to the partition's leader.
@@ -88,19 +89,30 @@ def parse_host_port(text: str) -> tuple[str, int]:
 class Connection:
     """One socket to one broker, speaking size-prefixed request/response frames in order."""
 
-    def __init__(self, host: str, port: int, timeout: float):
+    def __init__(self, host: str, port: int, timeout: float, security=None):
         self.address = f"{host}:{port}"
         try:
-            self.sock = socket.create_connection((host, port), timeout=timeout)
+            sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as e:
             raise AdminError(f"cannot connect to {self.address}: {e.strerror or e}") from None
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            self.sock = security.wrap(sock, host) if security is not None else sock
+        except BaseException:
+            sock.close()
+            raise
         self._correlation = itertools.count(1)
         self.versions: dict[int, tuple[int, int]] = {}
         response = self.send("ApiVersions", 3, request("ApiVersions", client_software_name=CLIENT_ID,
                                                           client_software_version=__version__))
         check(response.error_code, f"ApiVersions from {self.address}")
         self.versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        if security is not None:
+            try:
+                security.authenticate(self)             # SaslHandshake + SaslAuthenticate on a SASL listener
+            except BaseException:
+                self.close()
+                raise
 
     def close(self) -> None:
         self.sock.close()
@@ -151,8 +163,10 @@ class Connection:
 class Client:
     """Connections to a cluster found from its bootstrap servers, with the metadata that routes requests."""
 
-    def __init__(self, bootstrap_servers: str, timeout: float = 30.0):
+    def __init__(self, bootstrap_servers: str, timeout: float = 30.0, security=None):
+        """``security``: a :class:`~trireme.server.admin.security.ClientSecurity` (TLS, SASL) for every connection."""
         self.timeout = timeout
+        self.security = security
         self._connections: dict[tuple[str, int], Connection] = {}
         self._bootstrap: Connection | None = None
         self.brokers: dict[int, tuple[str, int]] = {}
@@ -180,7 +194,7 @@ class Client:
     def _connect(self, address: tuple[str, int]) -> Connection:
         conn = self._connections.get(address)
         if conn is None:
-            conn = self._connections[address] = Connection(*address, self.timeout)
+            conn = self._connections[address] = Connection(*address, self.timeout, self.security)
         return conn
 
     def connection(self, node: int | None = None) -> Connection:

@@ -14,14 +14,21 @@ Behaviour / version notes:
 - The broker keeps the salt, StoredKey and ServerKey (derived from the salted password the client
   sends) and the iterations, never a password.  Changes are answered once durable and in force (the
   next SCRAM login uses them); if the log cannot be written, KAFKA_STORAGE_ERROR for those users.
+  The users changed are logged by name (trireme.security), nothing else of theirs.
 """
 from __future__ import annotations
+
+import logging
 
 from trireme.server.cluster_metadata import MetadataUnavailable
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
+
+from .describe_acls import CLUSTER_DENIED
+
+log = logging.getLogger("trireme.security")
 
 
 @handles("AlterUserScramCredentials", 0, 0)
@@ -30,7 +37,7 @@ def alter_user_scram_credentials(ctx, request):
     rcls = type(response).AlterUserScramCredentialsResult
     users = list(dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions]))
     if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        response.results = [rcls(user=u, error_code=E.CLUSTER_AUTHORIZATION_FAILED.code, error_message=None)
+        response.results = [rcls(user=u, error_code=E.CLUSTER_AUTHORIZATION_FAILED.code, error_message=CLUSTER_DENIED)
                             for u in users]
         return response
     scram = ctx.broker.security.scram
@@ -47,5 +54,9 @@ def alter_user_scram_credentials(ctx, request):
             return response
         response.results = [rcls(user=r.user, error_code=getattr(E, r.error).code if r.error else 0,
                                  error_message=r.message) for r in results]
+        changed = [r.user for r in results if not r.error]
+        if changed:      # names only: never a salt, key or salted password
+            log.info("SCRAM credentials changed for users=%s (by %s from %s)", ",".join(changed), ctx.principal,
+                     ctx.host)
         return response
     return Deferred(alter)

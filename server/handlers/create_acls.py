@@ -11,9 +11,12 @@ Behaviour / version notes:
   refused (no delegation tokens here), and past `trireme.max.acls` bindings POLICY_VIOLATION.
 - A binding that exists already succeeds without change.  The others are written to
   `__cluster_metadata` and answered once durable and in force; if the log cannot be written,
-  KAFKA_STORAGE_ERROR for the bindings that would have been added.
+  KAFKA_STORAGE_ERROR for the bindings that would have been added.  Each binding added is logged
+  (trireme.security) with the principal and address that asked.
 """
 from __future__ import annotations
+
+import logging
 
 from trireme.server.cluster_metadata import MetadataUnavailable
 from trireme.server.deferred import Deferred
@@ -21,7 +24,9 @@ from trireme.server.dispatch import handles
 from trireme.state.acls import CLUSTER_NAME, AclBinding, Operation, ResourceType
 from trireme.wire import error_codes as E
 
-from .describe_acls import NO_AUTHORIZER
+from .describe_acls import CLUSTER_DENIED, NO_AUTHORIZER
+
+log = logging.getLogger("trireme.security")
 
 
 def refuse_all(response, items, rcls, error, message=None):
@@ -34,7 +39,7 @@ def create_acls(ctx, request):
     response = ctx.response()
     rcls = type(response).AclCreationResult
     if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        return refuse_all(response, request.creations, rcls, E.CLUSTER_AUTHORIZATION_FAILED)
+        return refuse_all(response, request.creations, rcls, E.CLUSTER_AUTHORIZATION_FAILED, CLUSTER_DENIED)
     security = ctx.broker.security
     if not security.authorizer_enabled:
         return refuse_all(response, request.creations, rcls, E.SECURITY_DISABLED, NO_AUTHORIZER)
@@ -48,5 +53,8 @@ def create_acls(ctx, request):
             return refuse_all(response, bindings, rcls, E.KAFKA_STORAGE_ERROR, f"ACLs not stored: {e}")
         response.results = [rcls(error_code=0, error_message=None) if r is None else
                             rcls(error_code=getattr(E, r[0]).code, error_message=r[1]) for r in results]
+        for b, r in zip(bindings, results):
+            if r is None:
+                log.info("ACL created: %s (by %s from %s)", b, ctx.principal, ctx.host)
         return response
     return Deferred(create)

@@ -9,9 +9,11 @@ Behaviour / version notes:
 - Each filter's result lists every binding it matched (error 0 each); a binding several filters
   match is listed under each and removed once.  The removals are written to `__cluster_metadata`
   and answered once durable and in force; if the log cannot be written, KAFKA_STORAGE_ERROR per
-  filter and nothing is listed.
+  filter and nothing is listed.  Each binding removed is logged (trireme.security).
 """
 from __future__ import annotations
+
+import logging
 
 from trireme.server.cluster_metadata import MetadataUnavailable
 from trireme.server.deferred import Deferred
@@ -19,7 +21,9 @@ from trireme.server.dispatch import handles
 from trireme.state.acls import CLUSTER_NAME, AclFilter, Operation, ResourceType
 from trireme.wire import error_codes as E
 
-from .describe_acls import NO_AUTHORIZER
+from .describe_acls import CLUSTER_DENIED, NO_AUTHORIZER
+
+log = logging.getLogger("trireme.security")
 
 
 @handles("DeleteAcls", 1, 3)
@@ -34,7 +38,7 @@ def delete_acls(ctx, request):
         return response
 
     if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        return refuse_all(E.CLUSTER_AUTHORIZATION_FAILED)
+        return refuse_all(E.CLUSTER_AUTHORIZATION_FAILED, CLUSTER_DENIED)
     security = ctx.broker.security
     if not security.authorizer_enabled:
         return refuse_all(E.SECURITY_DISABLED, NO_AUTHORIZER)
@@ -51,6 +55,8 @@ def delete_acls(ctx, request):
                 response.filter_results.append(rcls(error_code=getattr(E, r[0]).code, error_message=r[1],
                                                      matching_acls=[]))
                 continue
+            for b in r:
+                log.info("ACL deleted: %s (by %s from %s)", b, ctx.principal, ctx.host)
             response.filter_results.append(rcls(error_code=0, error_message=None, matching_acls=[
                 mcls(error_code=0, error_message=None, resource_type=b.resource_type, resource_name=b.name,
                      pattern_type=b.pattern_type, principal=b.principal, host=b.host, operation=b.operation,

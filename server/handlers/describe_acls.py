@@ -22,13 +22,15 @@ from trireme.state.acls import CLUSTER_NAME, AclFilter, Operation, ResourceType
 from trireme.wire import error_codes as E
 
 NO_AUTHORIZER = "No Authorizer is configured."
+# Kafka's answers carry the message of Errors.CLUSTER_AUTHORIZATION_FAILED's exception (ApiError.fromThrowable).
+CLUSTER_DENIED = "Cluster authorization failed."
 
 
 @handles("DescribeAcls", 1, 3)
 def describe_acls(ctx, request):
     response = ctx.response(error_code=0, error_message=None, resources=[])
     if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
-        response.error_code = E.CLUSTER_AUTHORIZATION_FAILED.code
+        response.error_code, response.error_message = E.CLUSTER_AUTHORIZATION_FAILED.code, CLUSTER_DENIED
         return response
     security = ctx.broker.security
     if not security.authorizer_enabled:

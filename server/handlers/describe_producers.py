@@ -40,7 +40,7 @@ def describe_producers(ctx, request):
             if topic_error:
                 out.partitions.append(pcls(partition_index=index, error_code=topic_error, error_message=message))
                 continue
-            partition = broker.partitions.get((t.name, index))
+            partition = broker.partition(t.name, index)      # __cluster_metadata stays hidden
             if partition is None:
                 out.partitions.append(pcls(partition_index=index, error_code=E.UNKNOWN_TOPIC_OR_PARTITION.code,
                                            error_message=f"{t.name}-{index} does not exist"))

@@ -14,12 +14,14 @@ from trireme.server.dispatch import handles
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
 
+from .describe_acls import CLUSTER_DENIED
+
 
 @handles("DescribeUserScramCredentials", 0, 0)
 def describe_user_scram_credentials(ctx, request):
     response = ctx.response(error_code=0, error_message=None, results=[])
     if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
-        response.error_code = E.CLUSTER_AUTHORIZATION_FAILED.code
+        response.error_code, response.error_message = E.CLUSTER_AUTHORIZATION_FAILED.code, CLUSTER_DENIED
         return response
     rcls = type(response).DescribeUserScramCredentialsResult
     icls = rcls.CredentialInfo

@@ -1,0 +1,228 @@
+"""How the admin command line reaches a secured listener: a Kafka-style ``--command-config`` file read into TLS settings and SASL credentials, and the client side of SaslHandshake/SaslAuthenticate.
+
+The file holds client properties as Kafka's tools (``--command-config``) and librdkafka take them:
+
+- ``security.protocol``: PLAINTEXT (default), SSL, SASL_PLAINTEXT or SASL_SSL;
+- TLS: the CA from ``ssl.ca.location`` (librdkafka), ``ssl.truststore.location`` or inline
+  ``ssl.truststore.certificates`` with ``ssl.truststore.type=PEM`` (Java); a client certificate for
+  mTLS from ``ssl.certificate.location`` + ``ssl.key.location`` (librdkafka),
+  ``ssl.keystore.location`` with ``ssl.keystore.type=PEM`` (one file: the key, then the chain) or
+  inline ``ssl.keystore.key`` + ``ssl.keystore.certificate.chain``; ``ssl.key.password`` for an
+  encrypted key; ``ssl.endpoint.identification.algorithm`` (``https``, the default, checks the
+  broker's name; empty does not) and librdkafka's ``enable.ssl.certificate.verification``;
+- SASL: ``sasl.mechanism`` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) with the credentials of a Java
+  ``sasl.jaas.config`` line (PlainLoginModule / ScramLoginModule ``username="…" password="…";``)
+  or librdkafka's ``sasl.username`` / ``sasl.password``.
+
+Properties for other things (``client.id``, ``request.timeout.ms``, …) are ignored, as a
+properties file shared with other tools has them. Secrets read here never go into a message.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import socket
+import ssl
+import tempfile
+from typing import Any
+
+from trireme.server.config import parse_properties
+
+from .client import AdminError, request
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+MAX_COMMAND_CONFIG_BYTES = 1 << 20
+
+
+def parse_jaas(text: str) -> tuple[str, dict[str, str]]:
+    """A JAAS configuration entry as Kafka's ``sasl.jaas.config`` holds it
+    (``LoginModuleClass required key="value" key2=value2;``) → (login module class, options)."""
+    m = re.match(r'\s*([\w.$]+)\s+(required|requisite|sufficient|optional)\b(.*?);?\s*$', text, re.S)
+    if not m:
+        raise AdminError("sasl.jaas.config: expected 'LoginModuleClass required key=\"value\" ...;'")
+    options, rest = {}, m.group(3)
+    pattern = re.compile(r'\s*([\w.-]+)\s*=\s*(?:"((?:\\.|[^"\\])*)"|([^\s;"]+))')
+    pos = 0
+    while rest[pos:].strip(" \t\r\n;"):
+        option = pattern.match(rest, pos)
+        if not option:
+            raise AdminError("sasl.jaas.config: cannot read the login module's options (key=\"value\" pairs)")
+        value = option.group(2) if option.group(2) is not None else option.group(3)
+        options[option.group(1)] = re.sub(r"\\(.)", r"\1", value, flags=re.S)
+        pos = option.end()
+    return m.group(1), options
+
+
+@dataclasses.dataclass
+class ClientSecurity:
+    """What one connection does after connecting: TLS (``ssl_context`` set) and SASL (``mechanism`` set)."""
+
+    protocol: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    check_hostname: bool = True
+    mechanism: str | None = None
+    username: str | None = None
+    password: str | None = dataclasses.field(default=None, repr=False)
+
+    def authenticate(self, conn: Any) -> None:
+        """SASL on ``conn`` when the protocol has SASL (see :func:`authenticate`)."""
+        if self.mechanism is not None:
+            authenticate(conn, self)
+
+    def wrap(self, sock: socket.socket, host: str) -> socket.socket:
+        """The socket with TLS around it when the protocol has TLS (the handshake done)."""
+        if self.ssl_context is None:
+            return sock
+        try:
+            return self.ssl_context.wrap_socket(sock, server_hostname=host)
+        except ssl.SSLCertVerificationError as e:
+            raise AdminError(f"TLS handshake with {host}: the broker's certificate was not accepted: "
+                             f"{e.verify_message or e}") from None
+        except (ssl.SSLError, OSError) as e:
+            raise AdminError(f"TLS handshake with {host} failed: {e}") from None
+
+
+def load_command_config(path: str | None) -> ClientSecurity:
+    """The security settings of a ``--command-config`` file (PLAINTEXT for none)."""
+    if path is None:
+        return ClientSecurity()
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_COMMAND_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise AdminError(f"--command-config {path}: {e.strerror or e}") from None
+    if len(raw) > MAX_COMMAND_CONFIG_BYTES:
+        raise AdminError(f"--command-config {path}: larger than {MAX_COMMAND_CONFIG_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise AdminError(f"--command-config {path}: not UTF-8 text") from None
+    return client_security(parse_properties(text))
+
+
+def client_security(props: dict[str, str]) -> ClientSecurity:
+    """Client properties (Kafka's and librdkafka's names) → the settings one connection uses."""
+    protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
+    if protocol not in PROTOCOLS:
+        raise AdminError(f"security.protocol: {protocol!r} is not one of {', '.join(PROTOCOLS)}")
+    out = ClientSecurity(protocol)
+    if protocol.endswith("SSL"):
+        out.ssl_context, out.check_hostname = _ssl_context(props)
+    if protocol.startswith("SASL"):
+        mechanism = props.get("sasl.mechanism", props.get("sasl.mechanisms", "GSSAPI")).strip().upper()
+        if mechanism not in MECHANISMS:
+            raise AdminError(f"sasl.mechanism: {mechanism} is not supported by this tool (it speaks "
+                             f"{', '.join(MECHANISMS)})")
+        out.mechanism = mechanism
+        out.username, out.password = _credentials(props, mechanism)
+    return out
+
+
+def _credentials(props: dict[str, str], mechanism: str) -> tuple[str, str]:
+    jaas = props.get("sasl.jaas.config")
+    if jaas:
+        module, options = parse_jaas(jaas)
+        expected = "PlainLoginModule" if mechanism == "PLAIN" else "ScramLoginModule"
+        if module.rsplit(".", 1)[-1] != expected:
+            raise AdminError(f"sasl.jaas.config: sasl.mechanism={mechanism} needs {expected}, not {module}")
+        username, password = options.get("username"), options.get("password")
+    else:
+        username, password = props.get("sasl.username"), props.get("sasl.password")
+    if not username or password is None:
+        raise AdminError(f"sasl.mechanism={mechanism} needs a username and a password: sasl.jaas.config "
+                         "(username=\"...\" password=\"...\") or sasl.username and sasl.password")
+    return username, password
+
+
+def _pem_type(props: dict[str, str], name: str) -> None:
+    kind = props.get(name, "PEM").strip().upper()
+    if kind != "PEM":
+        raise AdminError(f"{name}={kind}: only PEM key material is read (convert a JKS or PKCS12 store with "
+                         "keytool/openssl)")
+
+
+def _ssl_context(props: dict[str, str]) -> tuple[ssl.SSLContext, bool]:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    verify = props.get("enable.ssl.certificate.verification", "true").strip().lower() != "false"
+    check_hostname = verify and props.get("ssl.endpoint.identification.algorithm", "https").strip().lower() == "https"
+    context.check_hostname = check_hostname
+    context.verify_mode = ssl.CERT_REQUIRED if verify else ssl.CERT_NONE
+    try:
+        cafile = props.get("ssl.ca.location") or props.get("ssl.truststore.location")
+        inline_ca = props.get("ssl.truststore.certificates")
+        if props.get("ssl.truststore.location") or inline_ca:
+            _pem_type(props, "ssl.truststore.type")
+        if cafile:
+            context.load_verify_locations(cafile=cafile)
+        elif inline_ca:
+            context.load_verify_locations(cadata=inline_ca)
+        elif verify:
+            context.load_default_certs()
+        _client_certificate(context, props)
+    except FileNotFoundError as e:
+        raise AdminError(f"TLS settings: {e.filename}: no such file") from None
+    except (ssl.SSLError, OSError) as e:
+        raise AdminError(f"TLS settings: cannot load the key material: {e}") from None
+    return context, check_hostname
+
+
+def _client_certificate(context: ssl.SSLContext, props: dict[str, str]) -> None:
+    """The client certificate and key for mTLS, when the properties give one."""
+    password = props.get("ssl.key.password") or None
+    if props.get("ssl.certificate.location"):
+        context.load_cert_chain(props["ssl.certificate.location"], props.get("ssl.key.location") or None, password)
+    elif props.get("ssl.keystore.location"):
+        _pem_type(props, "ssl.keystore.type")
+        context.load_cert_chain(props["ssl.keystore.location"], None, props.get("ssl.keystore.password") or password)
+    elif props.get("ssl.keystore.key") or props.get("ssl.keystore.certificate.chain"):
+        _pem_type(props, "ssl.keystore.type")
+        key, chain = props.get("ssl.keystore.key", ""), props.get("ssl.keystore.certificate.chain", "")
+        if not key or not chain:
+            raise AdminError("ssl.keystore.key and ssl.keystore.certificate.chain go together")
+        # load_cert_chain reads files only: a private temporary file, removed at once.
+        with tempfile.TemporaryDirectory(prefix="trireme-admin-") as folder:
+            path = os.path.join(folder, "keystore.pem")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(key.strip() + "\n" + chain.strip() + "\n")
+            context.load_cert_chain(path, None, password)
+
+
+# --- SASL, client side ---------------------------------------------------------------------------
+
+def authenticate(conn: Any, security: ClientSecurity) -> None:
+    """SaslHandshake v1 naming the mechanism, then the SaslAuthenticate exchange, on ``conn`` (a
+    :class:`~trireme.server.admin.client.Connection` whose ApiVersions is done)."""
+    mechanism = security.mechanism
+    response = conn.send("SaslHandshake", conn.version("SaslHandshake", 1, 1),
+                         request("SaslHandshake", mechanism=mechanism))
+    if response.error_code:
+        offered = ", ".join(response.mechanisms or []) or "none"
+        raise AdminError(f"{conn.address} does not accept SASL mechanism {mechanism} (it offers {offered})")
+    version = conn.version("SaslAuthenticate", 0, 2)
+
+    def exchange(token: bytes) -> bytes:
+        answer = conn.send("SaslAuthenticate", version, request("SaslAuthenticate", auth_bytes=token))
+        if answer.error_code:
+            detail = f": {answer.error_message}" if answer.error_message else ""
+            raise AdminError(f"authentication as {security.username!r} with {mechanism} at {conn.address} "
+                             f"failed{detail}")
+        return answer.auth_bytes or b""
+
+    if mechanism == "PLAIN":
+        exchange(b"\0" + security.username.encode() + b"\0" + security.password.encode())
+        return
+    import scramp
+    try:
+        client = scramp.ScramClient([mechanism], security.username, security.password)
+        server_first = exchange(client.get_client_first().encode())
+        client.set_server_first(server_first.decode())
+        server_final = exchange(client.get_client_final().encode())
+        client.set_server_final(server_final.decode())
+    except scramp.ScramException as e:
+        raise AdminError(f"SCRAM exchange with {conn.address} failed: {e}") from None
+    except UnicodeDecodeError:
+        raise AdminError(f"SCRAM exchange with {conn.address} failed: the broker's message is not UTF-8") from None
