@@ -1,0 +1,61 @@
+"""Security review of issue 21 (TLS, SASL, authorizer, quotas) against a real broker: each test is one finding of the
+review, xfail(strict) while the finding is open, so main stays green and the fix turns it into a plain pass.
+
+Clients are raw frames (compat_tests/test_bad_input.RawConn) on a SASL_PLAINTEXT listener with PLAIN users from JAAS
+(as compat_tests/test_acls_server.py sets one up) or on the PLAINTEXT listener (principal User:ANONYMOUS)."""
+from __future__ import annotations
+
+import pytest
+
+from compat_tests.test_bad_input import RawConn, req, unique
+from trireme.wire import error_codes as E
+from trireme.wire.codec import message
+
+STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-pw" '
+        'user_admin="admin-pw" user_alice="alice-secret" user_bob="bob-secret";')
+SASL = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS, "connection.failed.authentication.delay.ms": 0,
+        "authorizer.class.name": STANDARD, "super.users": "User:admin"}
+BROKER = 4                  # DescribeConfigs resource type
+
+
+def login(server, user="alice", password=None):
+    """A raw connection on the SASL_PLAINTEXT listener, logged in with PLAIN."""
+    conn = RawConn(server.bootstrap_for("SASL_PLAINTEXT"))
+    r = conn.request("SaslHandshake", 1, req("SaslHandshake", mechanism="PLAIN"))
+    assert r.error_code == 0, r
+    secret = password if password is not None else f"{user}-secret" if user != "admin" else "admin-pw"
+    r = conn.request("SaslAuthenticate", 2, req("SaslAuthenticate", auth_bytes=f"\0{user}\0{secret}".encode()))
+    assert r.error_code == 0, r
+    return conn
+
+
+def broker_configs(conn) -> dict:
+    cls = message("DescribeConfigsRequest").cls
+    r = conn.request("DescribeConfigs", 4, cls(resources=[cls.DescribeConfigsResource(
+        resource_type=BROKER, resource_name="1", configuration_keys=None)], include_synonyms=True,
+        include_documentation=False))
+    [resource] = r.results
+    assert resource.error_code == 0, resource
+    return {c.name: c for c in resource.configs}
+
+
+# --- finding 1: DescribeConfigs tells the TLS private key and its password -----------------------------------------
+
+SECRET_KEY_PASSWORD = "key-pass-review-1"
+SECRET_KEY = "-----BEGIN ENCRYPTED PRIVATE KEY-----review-1-----END ENCRYPTED PRIVATE KEY-----"
+
+
+@pytest.mark.xfail(strict=True, reason="review finding 1: DescribeConfigs BROKER answers ssl.key.password and "
+                                       "ssl.keystore.key in clear (not in config.SENSITIVE_PROPERTIES)")
+@pytest.mark.server_config({"ssl.key.password": SECRET_KEY_PASSWORD, "ssl.keystore.key": SECRET_KEY})
+def test_describe_configs_never_tells_key_material(server):
+    """Kafka's ssl.key.password, ssl.keystore.key (and every PASSWORD config) are described with a null value and
+    is_sensitive true; here any client (no authorizer: everyone may DescribeConfigs) read them."""
+    with RawConn(server.bootstrap) as conn:
+        configs = broker_configs(conn)
+    for name in ("ssl.key.password", "ssl.keystore.key"):
+        entry = configs[name]
+        assert entry.value is None and entry.is_sensitive, (name, entry.value)
+        assert all(s.value is None for s in entry.synonyms), (name, entry.synonyms)
