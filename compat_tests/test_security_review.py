@@ -59,3 +59,44 @@ def test_describe_configs_never_tells_key_material(server):
         entry = configs[name]
         assert entry.value is None and entry.is_sensitive, (name, entry.value)
         assert all(s.value is None for s in entry.synonyms), (name, entry.synonyms)
+
+
+# --- finding 3: an OAUTHBEARER token's exp is trusted as any number ------------------------------------------------
+
+OAUTH = {**SASL, "sasl.enabled.mechanisms": "PLAIN,OAUTHBEARER"}
+
+
+def unsecured_token(claims_json: str) -> bytes:
+    import base64
+
+    def b64(text: str) -> str:
+        return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+    token = b64('{"alg":"none"}') + "." + b64(claims_json) + "."
+    return f"n,,\x01auth=Bearer {token}\x01\x01".encode()
+
+
+@pytest.mark.xfail(strict=True, reason="review finding 3: oauthbearer.py takes exp 1e300 / 1e400 (inf) / NaN: an "
+                                       "int64 overflow or OverflowError becomes 'internal error' with a traceback")
+@pytest.mark.server_config(OAUTH)
+@pytest.mark.parametrize("exp", ["1e300", "1e400", "NaN"])
+def test_oauthbearer_absurd_exp_is_refused_not_an_internal_error(server, exp):
+    """A JWT's exp is a NumericDate (RFC 7519): a float beyond int64 milliseconds, infinity (1e400 parses as inf) or
+    NaN must be refused as an invalid token (SASL_AUTHENTICATION_FAILED) or at worst answered with a lifetime in
+    range; here the answer cannot be encoded or the validator raises, the handler fails with a traceback
+    ('internal error in SaslAuthenticate') and the client gets a closed connection."""
+    from compat_tests.test_bad_input import Closed, LogWatch
+    watch = LogWatch(server)
+    with RawConn(server.bootstrap_for("SASL_PLAINTEXT")) as conn:
+        r = conn.request("SaslHandshake", 1, req("SaslHandshake", mechanism="OAUTHBEARER"))
+        assert r.error_code == 0
+        try:
+            r = conn.request("SaslAuthenticate", 2, req("SaslAuthenticate", auth_bytes=unsecured_token(
+                '{"sub":"alice","exp":%s}' % exp)))
+        except Closed:
+            r = None
+    assert "internal error" not in watch.text() and "Traceback" not in watch.text(), watch.text()[-2000:]
+    assert r is not None, "the broker closed the connection without an answer"
+    if r.error_code == 0:
+        assert 0 <= r.session_lifetime_ms < 2**63
+    else:
+        assert r.error_code == E.SASL_AUTHENTICATION_FAILED.code
