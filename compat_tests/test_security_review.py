@@ -100,3 +100,55 @@ def test_oauthbearer_absurd_exp_is_refused_not_an_internal_error(server, exp):
         assert 0 <= r.session_lifetime_ms < 2**63
     else:
         assert r.error_code == E.SASL_AUTHENTICATION_FAILED.code
+
+
+# --- durability: an acknowledged ACL / SCRAM change survives kill -9, whatever the flush policy --------------------
+
+def create_acl(conn, name: str, principal: str = "User:alice") -> None:
+    cls = message("CreateAclsRequest").cls
+    r = conn.request("CreateAcls", 3, cls(creations=[cls.AclCreation(
+        resource_type=2, resource_name=name, resource_pattern_type=3, principal=principal, host="*", operation=3,
+        permission_type=3)]))
+    assert [x.error_code for x in r.results] == [0], r
+
+
+def described_acl_names(conn) -> set:
+    cls = message("DescribeAclsRequest").cls
+    r = conn.request("DescribeAcls", 3, cls(resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
+                                            principal_filter=None, host_filter=None, operation=1, permission_type=1))
+    assert r.error_code == 0, r
+    return {res.resource_name for res in r.resources}
+
+
+def upsert_scram(conn, user: str) -> None:
+    import hashlib
+    import os
+    salt = os.urandom(16)
+    salted = hashlib.pbkdf2_hmac("sha256", b"pw", salt, 4096)
+    cls = message("AlterUserScramCredentialsRequest").cls
+    r = conn.request("AlterUserScramCredentials", 0, cls(deletions=[], upsertions=[cls.ScramCredentialUpsertion(
+        name=user, mechanism=1, iterations=4096, salt=salt, salted_password=salted)]))
+    assert [x.error_code for x in r.results] == [0], r
+
+
+def scram_users(conn) -> set:
+    cls = message("DescribeUserScramCredentialsRequest").cls
+    r = conn.request("DescribeUserScramCredentials", 0, cls(users=None))
+    assert r.error_code == 0, r
+    return {x.user for x in r.results}
+
+
+@pytest.mark.server_config({"authorizer.class.name": STANDARD, "super.users": "User:ANONYMOUS",
+                            "log.flush.interval.messages": 1_000_000, "log.flush.interval.ms": 600_000})
+def test_security_metadata_survives_kill9_under_a_lazy_flush_policy(server):
+    """Kafka's flush policy (log.flush.interval.*) lets Produce be acknowledged before its fsync; an acknowledged
+    CreateAcls / AlterUserScramCredentials must still survive kill -9 (Kafka's metadata log is not under it)."""
+    names = [unique("durable") for _ in range(3)]
+    with RawConn(server.bootstrap) as conn:
+        for name in names:
+            create_acl(conn, name)
+        upsert_scram(conn, "durable-user")
+    server.kill9()
+    with RawConn(server.bootstrap) as conn:
+        assert set(names) <= described_acl_names(conn)
+        assert "durable-user" in scram_users(conn)
