@@ -46,3 +46,36 @@ def test_denied_counters_are_bounded_whatever_names_clients_send():
             {E.TOPIC_AUTHORIZATION_FAILED.code}
         assert len(b.metrics.denied) <= 10_000, len(b.metrics.denied)
     run_with_broker(broker, body)
+
+
+@pytest.mark.xfail(strict=True, reason="review finding 2: metrics.client_throttled keeps one counter per (user, "
+                                       "client id, quota type) forever; client ids are the client's")
+def test_throttle_counters_are_bounded_whatever_client_ids_clients_send():
+    """A default client-id quota (kafka-configs --entity-default --entity-type clients) throttles each new client
+    id; 20,000 made-up client ids must not leave 20,000 label sets for ever (the quota sensors themselves stop at
+    server/quotas.py's MAX_SENSORS, and Kafka expires its per-client-id sensors after an hour idle)."""
+    import types
+
+    import trio
+
+    from trireme.server.metrics import Metrics
+    from trireme.server.quotas import ClientQuotaManager
+    from trireme.state.client_quotas import CLIENT_ID, ClientQuotas
+    quotas = ClientQuotas()
+    results, records = quotas.alter([([(CLIENT_ID, None)], [("producer_byte_rate", 1, False)])])
+    assert results == [(None, None)]
+    for k, v in records:
+        quotas.replay(k, v)
+    metrics = Metrics()
+    manager = ClientQuotaManager({"quota.window.num": 11, "quota.window.size.seconds": 1}, quotas, metrics,
+                                 clock=lambda: 0)
+    answer = message("ProduceResponse").cls
+
+    async def run():
+        for i in range(20_000):
+            conn = types.SimpleNamespace(principal="User:ANONYMOUS", throttled_until=0.0)
+            r = manager.charge(conn, "Produce", 9, f"made-up-{i}", 10_000, 0.0, answer(responses=[],
+                                                                                       throttle_time_ms=0))
+            assert r.throttle_time_ms > 0
+    trio.run(run)
+    assert len(metrics.throttled) <= 10_000, len(metrics.throttled)
