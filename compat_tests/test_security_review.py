@@ -152,3 +152,37 @@ def test_security_metadata_survives_kill9_under_a_lazy_flush_policy(server):
     with RawConn(server.bootstrap) as conn:
         assert set(names) <= described_acl_names(conn)
         assert "durable-user" in scram_users(conn)
+
+
+# --- the pre-authentication gate with pipelined frames (regression checks, passing) -------------------------------
+
+def _frames(*requests) -> bytes:
+    from compat_tests.test_bad_input import encode_request
+    return b"".join(encode_request(api, version, obj, cid) for cid, (api, version, obj) in enumerate(requests, 1))
+
+
+@pytest.mark.server_config(SASL)
+@pytest.mark.parametrize("password", ["alice-secret", "wrong", ""])
+def test_frames_pipelined_behind_a_login_run_only_if_it_succeeds(server, password):
+    """SaslHandshake, SaslAuthenticate and a Metadata in one write: the Metadata is answered only when the login
+    succeeded; after a failed one the connection closes with the failure answer only (Kafka's authenticator reads no
+    further request from a connection whose authentication failed)."""
+    from compat_tests.test_bad_input import Closed, decode_response
+    topic = unique("pipelined")
+    with RawConn(server.bootstrap_for("SASL_PLAINTEXT")) as conn:
+        conn.send(_frames(("SaslHandshake", 1, req("SaslHandshake", mechanism="PLAIN")),
+                          ("SaslAuthenticate", 2, req("SaslAuthenticate",
+                                                      auth_bytes=f"\0alice\0{password}".encode())),
+                          ("Metadata", 12, req("Metadata", topics=[req("Metadata").MetadataRequestTopic(name=topic)],
+                                               allow_auto_topic_creation=True))))
+        _, hs = decode_response("SaslHandshake", 1, conn.read_frame())
+        assert hs.error_code == 0
+        _, auth = decode_response("SaslAuthenticate", 2, conn.read_frame())
+        if password == "alice-secret":
+            assert auth.error_code == 0
+            _, md = decode_response("Metadata", 12, conn.read_frame())
+            assert [t.error_code for t in md.topics] == [E.TOPIC_AUTHORIZATION_FAILED.code]
+        else:
+            assert auth.error_code == E.SASL_AUTHENTICATION_FAILED.code
+            with pytest.raises(Closed):
+                conn.read_frame()
