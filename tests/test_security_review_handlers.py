@@ -79,3 +79,33 @@ def test_throttle_counters_are_bounded_whatever_client_ids_clients_send():
             assert r.throttle_time_ms > 0
     trio.run(run)
     assert len(metrics.throttled) <= 10_000, len(metrics.throttled)
+
+
+# --- finding 4: the PLAIN credentials file tells which users exist -------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="review finding 4: PlainServer._check returns at once for a user not in the "
+                                       "credentials file, and runs PBKDF2 (~0.2 s) for one that is: user enumeration")
+def test_unknown_plain_user_costs_the_same_password_check_as_a_known_one(tmp_path, monkeypatch):
+    """A wrong password for a user in trireme.sasl.plain.credentials.file costs one PBKDF2 of the file's iterations;
+    a user name not in the file must cost the same (a dummy hash), or the answer's delay tells an unauthenticated
+    client which names exist (the same failure message for both is not enough).  Counted, not timed."""
+    import hashlib
+
+    import trio
+
+    from trireme.server import plain_credentials
+    from trireme.server.sasl_mechanisms import PlainServer, SaslFailure
+    path = tmp_path / "plain.credentials"
+    path.write_text("alice:" + plain_credentials.hash_password("alice-secret", 20_000) + "\n")
+    calls = []
+    real = hashlib.pbkdf2_hmac
+    monkeypatch.setattr(hashlib, "pbkdf2_hmac", lambda *a: calls.append(a[3]) or real(*a))
+    credentials = plain_credentials.CredentialsFile(str(path))
+
+    def attempt(user):
+        calls.clear()
+        with pytest.raises(SaslFailure):
+            trio.run(PlainServer({}, credentials).evaluate, f"\0{user}\0guess".encode())
+        return list(calls)
+    assert attempt("alice") == [20_000]
+    assert attempt("mallory") == [20_000]
