@@ -186,3 +186,46 @@ def test_frames_pipelined_behind_a_login_run_only_if_it_succeeds(server, passwor
             assert auth.error_code == E.SASL_AUTHENTICATION_FAILED.code
             with pytest.raises(Closed):
                 conn.read_frame()
+
+
+# --- finding 5: the failed-login limit is checked before, and counted after, a slow check -------------------------
+
+@pytest.mark.xfail(strict=True, reason="review finding 5: FailedLogins.blocked is asked before the PBKDF2 check and "
+                                       "record() only after it, so guesses sent in parallel all get checked")
+def test_failed_login_limit_holds_for_guesses_sent_in_parallel(server_factory_plain_file):
+    """trireme.sasl.failed.authentications.per.minute=3: twelve wrong passwords for a credentials-file user sent at
+    once on twelve connections must get at most three checked ('Invalid username or password'); the rest are refused
+    as rate-limited without a check.  Here every one is checked: each passes blocked() while the first is still in
+    its worker thread, so parallel connections multiply the guesses an address gets per minute."""
+    server = server_factory_plain_file
+    conns = []
+    try:
+        for _ in range(12):
+            conn = RawConn(server.bootstrap_for("SASL_PLAINTEXT"), timeout=60)
+            assert conn.request("SaslHandshake", 1, req("SaslHandshake", mechanism="PLAIN")).error_code == 0
+            conns.append(conn)
+        cids = [c.send_request("SaslAuthenticate", 2, req("SaslAuthenticate", auth_bytes=b"\0carol\0guess"))
+                for c in conns]
+        answers = [c.read_response("SaslAuthenticate", 2, cid) for c, cid in zip(conns, cids)]
+    finally:
+        for c in conns:
+            c.close()
+    assert {a.error_code for a in answers} == {E.SASL_AUTHENTICATION_FAILED.code}
+    checked = [a for a in answers if "too many failed" not in (a.error_message or "")]
+    assert len(checked) <= 3, [a.error_message for a in answers]
+
+
+@pytest.fixture
+def server_factory_plain_file(tmp_path):
+    """A broker whose SASL_PLAINTEXT listener checks PLAIN against a credentials file (carol, 1,000,000 PBKDF2
+    iterations: about a second a check, so twelve parallel guesses are all in flight together)."""
+    from compat_tests.conftest import ServerProcess
+    from trireme.server import plain_credentials
+    path = tmp_path / "plain.credentials"
+    path.write_text("carol:" + plain_credentials.hash_password("carol-secret", 1_000_000) + "\n")
+    props = {**SASL, "trireme.sasl.plain.credentials.file": str(path),
+             "trireme.sasl.failed.authentications.per.minute": 3}
+    srv = ServerProcess(tmp_path / "broker", config=props)
+    srv.start()
+    yield srv
+    srv.stop()
