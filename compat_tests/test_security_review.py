@@ -229,3 +229,30 @@ def server_factory_plain_file(tmp_path):
     srv.start()
     yield srv
     srv.stop()
+
+
+# --- finding 6 (fixed in server/security.py): ACL hosts of IPv6 clients compared as Kafka writes them ---------------
+
+V6 = {"listeners": "PLAINTEXT://127.0.0.1:0,V6://[::1]:0", "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,V6:PLAINTEXT",
+      "authorizer.class.name": STANDARD, "allow.everyone.if.no.acl.found": True}
+
+
+@pytest.mark.server_config(V6)
+def test_deny_acl_for_an_ipv6_host_applies_as_in_kafka(server):
+    """kafka-acls --deny-host takes the address as Kafka compares it: InetAddress.getHostAddress(), which for IPv6 is
+    eight uncompressed hex groups.  ALLOW Describe on every topic for User:ANONYMOUS from any host, DENY it from
+    0:0:0:0:0:0:0:1: a client on [::1] is refused (TOPIC_AUTHORIZATION_FAILED) as on Kafka (the DENY never matched
+    the compressed '::1' before)."""
+    topic = unique("v6")
+    cls = message("CreateAclsRequest").cls
+    with RawConn(server.bootstrap) as admin:                      # no ACL on the cluster yet: allowed to everyone
+        r = admin.request("CreateAcls", 3, cls(creations=[
+            cls.AclCreation(resource_type=2, resource_name="*", resource_pattern_type=3, principal="User:ANONYMOUS",
+                            host="*", operation=8, permission_type=3),
+            cls.AclCreation(resource_type=2, resource_name="*", resource_pattern_type=3, principal="User:ANONYMOUS",
+                            host="0:0:0:0:0:0:0:1", operation=8, permission_type=2)]))
+        assert [x.error_code for x in r.results] == [0, 0], r
+    with RawConn(f"::1:{server.listener_ports['V6']}") as conn:
+        r = conn.request("Metadata", 12, req("Metadata", topics=[req("Metadata").MetadataRequestTopic(name=topic)],
+                                             allow_auto_topic_creation=False))
+    assert [t.error_code for t in r.topics] == [E.TOPIC_AUTHORIZATION_FAILED.code]

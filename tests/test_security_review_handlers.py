@@ -109,3 +109,30 @@ def test_unknown_plain_user_costs_the_same_password_check_as_a_known_one(tmp_pat
         return list(calls)
     assert attempt("alice") == [20_000]
     assert attempt("mallory") == [20_000]
+
+
+# --- finding 6 (fixed): ACL hosts compared with the client's address as Java writes it --------------------------------
+
+@pytest.mark.parametrize("python, java", [
+    ("127.0.0.1", "127.0.0.1"),
+    ("::1", "0:0:0:0:0:0:0:1"),
+    ("2001:db8::1", "2001:db8:0:0:0:0:0:1"),
+    ("2001:DB8:0:0:1::a", "2001:db8:0:0:1:0:0:a"),
+    ("::ffff:10.1.2.3", "10.1.2.3"),             # Java makes an IPv4-mapped address an Inet4Address
+    ("fe80::1%eth0", "fe80:0:0:0:0:0:0:1%eth0"),
+])
+def test_java_host_address(python, java):
+    from trireme.server.security import java_host_address
+    assert java_host_address(python) == java
+
+
+def test_a_deny_for_the_java_form_of_an_ipv6_host_applies():
+    """Kafka's StandardAuthorizerData.findResult compares acl.host() with clientAddress().getHostAddress()."""
+    from trireme.state.acls import AclBinding, Operation, PatternType, Permission, ResourceType
+    broker = secured_broker()
+    security = broker.security
+    for host, permission in (("*", Permission.ALLOW), ("0:0:0:0:0:0:0:1", Permission.DENY)):
+        security.authorizer.add(AclBinding(ResourceType.TOPIC, "t", PatternType.LITERAL, "User:alice", host,
+                                           Operation.READ, permission))
+    assert security.authorize("User:alice", "127.0.0.1", Operation.READ, ResourceType.TOPIC, "t")
+    assert not security.authorize("User:alice", "::1", Operation.READ, ResourceType.TOPIC, "t")
