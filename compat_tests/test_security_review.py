@@ -233,7 +233,8 @@ def server_factory_plain_file(tmp_path):
 
 # --- finding 6 (fixed in server/security.py): ACL hosts of IPv6 clients compared as Kafka writes them ---------------
 
-V6 = {"listeners": "PLAINTEXT://127.0.0.1:0,V6://[::1]:0", "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,V6:PLAINTEXT",
+V6 = {"listeners": "PLAINTEXT://127.0.0.1:0,V6://[::1]:0",
+      "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,V6:PLAINTEXT",
       "authorizer.class.name": STANDARD, "allow.everyone.if.no.acl.found": True}
 
 

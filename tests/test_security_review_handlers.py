@@ -136,3 +136,35 @@ def test_a_deny_for_the_java_form_of_an_ipv6_host_applies():
                                            Operation.READ, permission))
     assert security.authorize("User:alice", "127.0.0.1", Operation.READ, ResourceType.TOPIC, "t")
     assert not security.authorize("User:alice", "::1", Operation.READ, ResourceType.TOPIC, "t")
+
+
+# --- finding 7 (fixed): ACL and SCRAM change log lines could be forged with a newline --------------------------------
+
+def test_acl_and_scram_change_log_lines_cannot_be_forged(caplog):
+    """CreateAcls / DeleteAcls / AlterUserScramCredentials log the binding, the user names and who asked; a resource
+    name, principal or user name holding a newline (Kafka accepts any string there) must not start a log line of its
+    own that reads like the broker's."""
+    import hashlib
+    import logging
+    forged = "x\n2026-01-01 00:00:00,000 WARNING trireme.security forged"
+    broker = secured_broker(**{"super.users": "User:alice"})
+    ca, da = message("CreateAclsRequest").cls, message("DeleteAclsRequest").cls
+    us = message("AlterUserScramCredentialsRequest").cls
+
+    async def body(b):
+        r = await call_as(b, "CreateAcls", 3, ca(creations=[ca.AclCreation(
+            resource_type=2, resource_name=forged, resource_pattern_type=3, principal="User:" + forged, host="*",
+            operation=3, permission_type=3)]))
+        assert [x.error_code for x in r.results] == [0]
+        r = await call_as(b, "DeleteAcls", 3, da(filters=[da.DeleteAclsFilter(
+            resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1, principal_filter=None,
+            host_filter=None, operation=1, permission_type=1)]))
+        assert [len(f.matching_acls) for f in r.filter_results] == [1]
+        r = await call_as(b, "AlterUserScramCredentials", 0, us(deletions=[], upsertions=[us.ScramCredentialUpsertion(
+            name=forged, mechanism=1, iterations=4096, salt=b"salt", salted_password=hashlib.sha256(b"x").digest())]))
+        assert [x.error_code for x in r.results] == [0]
+    with caplog.at_level(logging.INFO, logger="trireme.security"):
+        run_with_broker(broker, body)
+    lines = [r.getMessage() for r in caplog.records if r.name == "trireme.security"]
+    assert len(lines) >= 3 and all("forged" in line for line in lines[-3:]), lines
+    assert not any("\n" in line for line in lines), lines
