@@ -8,6 +8,7 @@ import socket
 import ssl
 import struct
 import threading
+import time
 
 import pytest
 import scramp
@@ -33,7 +34,7 @@ class FakeBroker:
     def __init__(self, answers=None, ssl_context: ssl.SSLContext | None = None, sasl: dict | None = None):
         self.answers = answers or {}
         self.ssl_context = ssl_context
-        self.sasl = sasl                 # {"mechanism": ..., "users": {name: password}}
+        self.sasl = sasl                 # {"mechanism": ..., "users": {name: password}, "session_ms": lifetime}
         self.requests: list[tuple[str, int, object, bytes]] = []
         self.errors: list[BaseException] = []
         self.sock = socket.create_server(("127.0.0.1", 0))
@@ -75,6 +76,7 @@ class FakeBroker:
         names = {key: name for name, key in API_KEYS.items()}
         authenticated = self.sasl is None
         state: dict = {}
+        expires = None
         while True:
             head = _read(conn, 4)
             frame = _read(conn, struct.unpack(">i", head)[0])
@@ -91,14 +93,21 @@ class FakeBroker:
                 response.api_keys = [kcls(api_key=k, min_version=lo, max_version=hi)
                                      for k, (lo, hi) in advertised_versions().items()]
             elif api == "SaslHandshake":
+                state = {}                               # a new exchange (KIP-368: also a re-authentication)
                 response.mechanisms = [self.sasl["mechanism"]]
                 if obj.mechanism != self.sasl["mechanism"]:
                     response.error_code = E.UNSUPPORTED_SASL_MECHANISM.code
             elif api == "SaslAuthenticate":
-                response.auth_bytes, failed, authenticated = self._sasl_step(obj.auth_bytes, state)
+                response.auth_bytes, failed, done = self._sasl_step(obj.auth_bytes, state)
                 if failed:
                     response.error_code, response.error_message = E.SASL_AUTHENTICATION_FAILED.code, failed
-            elif not authenticated:
+                elif done:
+                    authenticated = True
+                    session_ms = self.sasl.get("session_ms", 0)
+                    expires = time.monotonic() + session_ms / 1000 if session_ms else None
+                    if version >= 1:
+                        response.session_lifetime_ms = session_ms
+            elif not authenticated or (expires is not None and time.monotonic() > expires):
                 return                                   # Kafka closes the connection
             else:
                 response = self.answers[api](obj)
@@ -575,3 +584,21 @@ def test_users_on_a_plain_credentials_file(tmp_path):
     code, _, err = trireme("users", "delete", "--user", "alice", "--plain-credentials-file", str(path))
     assert code == 0, err
     assert plain_credentials.read(str(path)) == {}
+
+
+def test_sasl_session_is_renewed_on_the_connection_before_it_ends(broker_factory, tmp_path):
+    """KIP-368: the broker gives a session lifetime; a request after 85 % of it is preceded by SaslHandshake and
+    SaslAuthenticate again on the same connection (the broker would close it otherwise)."""
+    def slow_describe(req):
+        time.sleep(0.25)
+        return response("DescribeAcls")
+    broker = broker_factory({"DescribeAcls": slow_describe},
+                            sasl={"mechanism": "SCRAM-SHA-256", "users": {"admin": PASSWORD}, "session_ms": 200})
+    path = tmp_path / "c.properties"
+    path.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                    f"sasl.username=admin\nsasl.password={PASSWORD}\n")
+    code, _, err = trireme("acls", "list", "--bootstrap-server", broker.bootstrap, "--command-config", str(path),
+                           "--principal", "User:a", "--principal", "User:b")
+    assert code == 0, err
+    sasl = ["SaslHandshake", "SaslAuthenticate", "SaslAuthenticate"]
+    assert [api for api, *_ in broker.requests] == ["ApiVersions", *sasl, "DescribeAcls", *sasl, "DescribeAcls"]

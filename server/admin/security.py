@@ -66,10 +66,10 @@ class ClientSecurity:
     username: str | None = None
     password: str | None = dataclasses.field(default=None, repr=False)
 
-    def authenticate(self, conn: Any) -> None:
-        """SASL on ``conn`` when the protocol has SASL (see :func:`authenticate`)."""
-        if self.mechanism is not None:
-            authenticate(conn, self)
+    def authenticate(self, conn: Any) -> int:
+        """SASL on ``conn`` when the protocol has SASL (see :func:`authenticate`); → the session lifetime in ms the
+        broker gave (0: none, or no SASL)."""
+        return authenticate(conn, self) if self.mechanism is not None else 0
 
     def wrap(self, sock: socket.socket, host: str) -> socket.socket:
         """The socket with TLS around it when the protocol has TLS (the handshake done)."""
@@ -193,9 +193,10 @@ def _client_certificate(context: ssl.SSLContext, props: dict[str, str]) -> None:
 
 # --- SASL, client side ---------------------------------------------------------------------------
 
-def authenticate(conn: Any, security: ClientSecurity) -> None:
+def authenticate(conn: Any, security: ClientSecurity) -> int:
     """SaslHandshake v1 naming the mechanism, then the SaslAuthenticate exchange, on ``conn`` (a
-    :class:`~trireme.server.admin.client.Connection` whose ApiVersions is done)."""
+    :class:`~trireme.server.admin.client.Connection` whose ApiVersions is done); → the session lifetime (ms) of
+    the last answer (SaslAuthenticate v1+, KIP-368; 0: none)."""
     mechanism = security.mechanism
     response = conn.send("SaslHandshake", conn.version("SaslHandshake", 1, 1),
                          request("SaslHandshake", mechanism=mechanism))
@@ -204,17 +205,20 @@ def authenticate(conn: Any, security: ClientSecurity) -> None:
         raise AdminError(f"{conn.address} does not accept SASL mechanism {mechanism} (it offers {offered})")
     version = conn.version("SaslAuthenticate", 0, 2)
 
+    lifetime = [0]
+
     def exchange(token: bytes) -> bytes:
         answer = conn.send("SaslAuthenticate", version, request("SaslAuthenticate", auth_bytes=token))
         if answer.error_code:
             detail = f": {answer.error_message}" if answer.error_message else ""
             raise AdminError(f"authentication as {security.username!r} with {mechanism} at {conn.address} "
                              f"failed{detail}")
+        lifetime[0] = max(0, getattr(answer, "session_lifetime_ms", 0) or 0)
         return answer.auth_bytes or b""
 
     if mechanism == "PLAIN":
         exchange(b"\0" + security.username.encode() + b"\0" + security.password.encode())
-        return
+        return lifetime[0]
     import scramp
     try:
         client = scramp.ScramClient([mechanism], security.username, security.password)
@@ -222,6 +226,7 @@ def authenticate(conn: Any, security: ClientSecurity) -> None:
         client.set_server_first(server_first.decode())
         server_final = exchange(client.get_client_final().encode())
         client.set_server_final(server_final.decode())
+        return lifetime[0]
     except scramp.ScramException as e:
         raise AdminError(f"SCRAM exchange with {conn.address} failed: {e}") from None
     except UnicodeDecodeError:
