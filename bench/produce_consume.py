@@ -326,8 +326,8 @@ def percentile(sorted_values, q: float):
     return sorted_values[i]
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def create_topic(bootstrap: str, topic: str, partitions: int, client_props: dict | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(client_props or {})})
     futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)],
                                   operation_timeout=30, request_timeout=30)
     for future in futures.values():
@@ -415,6 +415,7 @@ def _send_confluent(args, bootstrap: str, topic: str, clock) -> dict:
     if args.transactional:
         conf["transactional.id"] = "bench-" + uuid.uuid4().hex[:8]
         conf["enable.idempotence"] = True
+    conf.update(parse_props(args.client_prop))
     conf.update(parse_props(args.producer_prop))
     latencies = array("d")
     errors = []
@@ -607,6 +608,7 @@ def consume_phase(args, bootstrap: str, topic: str, stats: ServerStats) -> dict:
         "fetch.queue.backoff.ms": 10,
         "isolation.level": args.isolation,
     }
+    conf.update(parse_props(args.client_prop))
     conf.update(parse_props(args.consumer_prop))
     consumer = Consumer(conf)
     md = consumer.list_topics(topic, timeout=30).topics.get(topic)
@@ -756,6 +758,9 @@ def main(argv=None) -> int:
                     help="extra librdkafka producer property")
     ap.add_argument("--consumer-prop", action="append", default=[], metavar="KEY=VALUE",
                     help="extra librdkafka consumer property")
+    ap.add_argument("--client-prop", action="append", default=[], metavar="KEY=VALUE",
+                    help="librdkafka property of the admin client, producer and consumer alike (security.protocol, "
+                         "ssl.ca.location: bench/tls_throughput.py)")
     ap.add_argument("--consume-timeout", type=float, default=600, help="give up consuming after this (s)")
     args = ap.parse_args(argv)
     phases = {p.strip() for p in args.phases.split(",") if p.strip()}
@@ -794,7 +799,7 @@ def main(argv=None) -> int:
         print(f"bench: {json.dumps(config)}", flush=True)
         summary = {"config": config}
         if "produce" in phases:
-            create_topic(bootstrap, topic, args.partitions)
+            create_topic(bootstrap, topic, args.partitions, parse_props(args.client_prop))
             summary["produce"] = produce_phase(args, bootstrap, topic, stats)
             report_produce(summary["produce"])
         if "consume" in phases:

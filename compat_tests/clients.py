@@ -10,6 +10,11 @@
 
 Everything is installed by ``make clients`` (see the Makefile); tests that
 need a client that is missing must fail, so use ``require_*`` helpers.
+
+Security: ``security=`` (a compat_tests.security.ClientSecurity) gives a
+harness or a kcat call the settings of a secured listener; without it they
+use ``DEFAULT_SECURITY`` (set for a whole run by ``--command-config``, see
+compat_tests/README.md), None: PLAINTEXT.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from compat_tests.security import ClientSecurity
 from tools.java_clients import harness_dir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,6 +41,10 @@ JAVA_VERSIONS = ("3.9.0", "4.3.0")
 JS_DIR = REPO / "compat_tests" / "js"
 
 DEFAULT_CALL_TIMEOUT = 60.0
+
+# The security settings every harness and kcat call gets unless given its own (a run against a secured
+# listener: conftest.py's --command-config); None: PLAINTEXT.
+DEFAULT_SECURITY: ClientSecurity | None = None
 
 
 class HarnessError(RuntimeError):
@@ -136,8 +146,10 @@ class HarnessProcess:
 
     def __init__(self, kind: str, bootstrap: str, version: str | None = None, *,
                  log_level: str | None = None, stderr_path: str | os.PathLike | None = None,
-                 env: dict[str, str] | None = None, python: str | None = None):
+                 env: dict[str, str] | None = None, python: str | None = None,
+                 security: ClientSecurity | None = None):
         self.kind = kind
+        self.security = security if security is not None else DEFAULT_SECURITY
         self.version = version
         self.bootstrap = bootstrap
         if kind == "java":
@@ -161,6 +173,11 @@ class HarnessProcess:
         child_env = dict(os.environ)
         if log_level:
             child_env["HARNESS_LOG_LEVEL"] = log_level
+        if self.security is not None:
+            if self.kind == "kafkajs":
+                child_env["HARNESS_KAFKAJS_SECURITY"] = json.dumps(self.security.kafkajs())
+            else:                   # the Java harness; the Spark harness gives them kafka.-prefixed to its source
+                child_env["HARNESS_CLIENT_CONFIG"] = json.dumps(self.security.java())
         if env:
             child_env.update(env)
         self._own_log = stderr_path is None
@@ -319,7 +336,7 @@ def kcat_produce(bootstrap: str, topic: str, values: Sequence[bytes | str | None
                  keys: Sequence[bytes | str | None] | None = None, partition: int | None = 0,
                  headers: Sequence[tuple[str, str]] = (), codec: str | None = None,
                  config: dict[str, Any] | None = None, extra_args: Sequence[str] = (),
-                 timeout: float = 60.0) -> subprocess.CompletedProcess:
+                 timeout: float = 60.0, security: ClientSecurity | None = None) -> subprocess.CompletedProcess:
     """Produce ``values`` with ``kcat -P``.
 
     Messages are separated by 0x1E and keys by 0x1F (so values may contain
@@ -341,6 +358,7 @@ def kcat_produce(bootstrap: str, topic: str, values: Sequence[bytes | str | None
         argv += ["-H", f"{k}={v}"]
     if codec:
         argv += ["-z", codec]
+    argv += kcat_security_args(security)
     for k, v in (config or {}).items():
         argv += ["-X", f"{k}={v}"]
     argv += list(extra_args)
@@ -370,7 +388,7 @@ _KCAT_FORMAT = "#%p %o %T %K %S\\n%k%s %h\\n"
 def kcat_consume(bootstrap: str, topic: str, partition: int = 0, offset: int | str = 0,
                  count: int | None = None, *, config: dict[str, Any] | None = None,
                  extra_args: Sequence[str] = (), timeout: float = 30.0,
-                 exit_at_end: bool = True) -> list[KcatRecord]:
+                 exit_at_end: bool = True, security: ClientSecurity | None = None) -> list[KcatRecord]:
     """Consume with ``kcat -C`` (no group; -p/-o assign + seek) and parse.
 
     ``offset`` is anything kcat's -o takes (number, beginning, end, -N,
@@ -385,6 +403,7 @@ def kcat_consume(bootstrap: str, topic: str, partition: int = 0, offset: int | s
         argv += ["-c", str(count)]
     if exit_at_end:
         argv.append("-e")
+    argv += kcat_security_args(security)
     for k, v in (config or {}).items():
         argv += ["-X", f"{k}={v}"]
     argv += list(extra_args)
@@ -392,6 +411,12 @@ def kcat_consume(bootstrap: str, topic: str, partition: int = 0, offset: int | s
     if proc.returncode != 0:
         raise subprocess.CalledProcessError(proc.returncode, argv, proc.stdout, proc.stderr)
     return parse_kcat_output(proc.stdout)
+
+
+def kcat_security_args(security: ClientSecurity | None) -> list[str]:
+    """``-X`` arguments for ``security`` (given ones only: DEFAULT_SECURITY reaches every kcat through
+    KCAT_CONFIG, see compat_tests/conftest.py)."""
+    return [a for k, v in (security.librdkafka() if security else {}).items() for a in ("-X", f"{k}={v}")]
 
 
 _HEAD = re.compile(rb"#(-?\d+) (-?\d+) (-?\d+) (-?\d+) (-?\d+)\n")
@@ -425,10 +450,11 @@ def parse_kcat_output(data: bytes) -> list[KcatRecord]:
     return out
 
 
-def kcat_metadata(bootstrap: str, topic: str | None = None, timeout: float = 30.0) -> dict:
+def kcat_metadata(bootstrap: str, topic: str | None = None, timeout: float = 30.0,
+                  security: ClientSecurity | None = None) -> dict:
     """``kcat -L -J`` (broker/topic metadata as JSON)."""
     kcat = require_kcat()
-    argv = [kcat, "-L", "-J", "-b", bootstrap]
+    argv = [kcat, "-L", "-J", "-b", bootstrap, *kcat_security_args(security)]
     if topic:
         argv += ["-t", topic]
     proc = subprocess.run(argv, capture_output=True, timeout=timeout, check=True)

@@ -6,6 +6,9 @@ stock-client harnesses (see compat_tests/clients.py).
 * ``java_harness``  - factory: ``java_harness("3.9.0")`` -> HarnessProcess
 * ``kafkajs_harness`` - factory: ``kafkajs_harness()`` -> HarnessProcess
 * ``kcat``          - path of the kcat binary (fails if missing)
+* ``secured_server`` - one broker per module with PLAINTEXT, SSL (mTLS) and SASL_SSL
+  (SCRAM-SHA-512, OAUTHBEARER) listeners and certificates made for the run
+  (compat_tests/security.py ``SecuredListeners``)
 
 Broker properties can be added per test with
 ``@pytest.mark.server_config({"log.segment.bytes": 4096})``.
@@ -41,7 +44,7 @@ if str(REPO) not in sys.path:
 pytest.register_assert_rewrite("compat_tests.group_members", "compat_tests.harness_helpers",
                                "compat_tests.python_clients")
 
-from compat_tests import clients, matrix  # noqa: E402
+from compat_tests import clients, matrix, security  # noqa: E402
 from compat_tests.broker_probe import (  # noqa: E402,F401  (BrokerInfo, broker_info: tests import them from here)
     BASE_SERVER_CONFIG, BrokerInfo, broker_info, wait_until_answering)
 from compat_tests.matrix import not_applicable  # noqa: E402
@@ -370,13 +373,14 @@ def _server_config_from_marks(node: Any) -> dict[str, Any]:
     return props
 
 
-def _start_server(request: pytest.FixtureRequest, node: Any) -> Iterator[ServerProcess]:
+def _start_server(request: pytest.FixtureRequest, node: Any,
+                  base_config: dict[str, Any] | None = None) -> Iterator[ServerProcess]:
     external = _external_broker(request.config)
     if external is not None:
         yield external
         return
     workdir = Path(tempfile.mkdtemp(prefix="trireme-compat-"))
-    srv = ServerProcess(workdir, config=_server_config_from_marks(node))
+    srv = ServerProcess(workdir, config={**(base_config or {}), **_server_config_from_marks(node)})
     try:
         srv.start()
     except Exception:
@@ -411,6 +415,23 @@ def server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
 def module_server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
     """One broker shared by all tests of a module (marks on the module apply)."""
     yield from _start_server(request, request.node)
+
+
+@pytest.fixture(scope="module")
+def secured_server(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[security.SecuredListeners]:
+    """One broker per module with the fixture's PLAINTEXT listener, an SSL listener requiring client
+    certificates and a SASL_SSL listener (SCRAM-SHA-512 with the first user, unsecured OAUTHBEARER); the
+    certificates are made for this module with trustme."""
+    if request.config.getoption("bootstrap"):
+        not_applicable("starts a broker with TLS and SASL listeners of its own")
+    tls = security.make_tls_files(tmp_path_factory.mktemp("tls"))
+    gen = _start_server(request, request.node, security.secured_broker_config(tls))
+    srv = next(gen)
+    try:
+        yield security.SecuredListeners(srv.bootstrap, srv.bootstrap_for("SSL"), srv.bootstrap_for("SASL_SSL"), tls,
+                                        srv)
+    finally:
+        next(gen, None)
 
 
 # ------------------------------------------------------------------ clients

@@ -1,9 +1,9 @@
-"""A real broker whose connections are on a SASL_PLAINTEXT listener (compat_tests/sasl_standin.py), and raw SASL
-exchanges for the SASL tests."""
+"""A real broker with a SASL_PLAINTEXT listener (besides the fixture's PLAINTEXT one), its first SCRAM users created
+by trireme.storage.add.scram, and raw SASL exchanges, for the SASL tests."""
 from __future__ import annotations
 
-import json
-import sys
+import socket
+import ssl
 from pathlib import Path
 
 import pytest
@@ -11,39 +11,79 @@ import pytest
 from compat_tests.conftest import ServerProcess
 from compat_tests.test_bad_input import RawConn, req
 
-REPO = Path(__file__).resolve().parent.parent
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-pw" '
         'user_alice="alice-secret" user_bob="bob-secret";')
 BASE = {
+    "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
     "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
     "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+    "trireme.storage.add.scram": ";".join(f"{m}=[name={u},password={p}]" for u, p in USERS.items()
+                                          for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")),
 }
 
 
-class SaslServerProcess(ServerProcess):
-    def _command(self) -> list[str]:
-        return [sys.executable, str(REPO / "compat_tests" / "sasl_standin.py"), "serve", "--data-dir",
-                str(self.data_dir), "--listen", f"{self.host}:{self.port}", "--config", str(self.config_path),
-                *self.extra_args]
+class SaslServer(ServerProcess):
+    @property
+    def sasl_bootstrap(self) -> str:
+        return self.bootstrap_for("SASL_PLAINTEXT")
 
 
-def start_sasl_server(tmp_path, monkeypatch, **props):
-    monkeypatch.setenv("TRIREME_TEST_SCRAM_USERS", json.dumps(USERS))
+class Certificates:
+    """A trustme CA and the broker's PEM keystore (PKCS#8 key + chain), made for the run in ``directory``."""
+
+    def __init__(self, directory: Path):
+        import trustme
+        from cryptography.hazmat.primitives import serialization
+        directory.mkdir(parents=True, exist_ok=True)
+        self.ca = trustme.CA()
+        self.ca_path = str(directory / "ca.pem")
+        self.ca.cert_pem.write_to_path(self.ca_path)
+        cert = self.ca.issue_cert("localhost", "127.0.0.1", common_name="localhost")
+        key = serialization.load_pem_private_key(cert.private_key_pem.bytes(), None).private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        self.keystore = str(directory / "broker.keystore.pem")
+        Path(self.keystore).write_bytes(key + b"".join(c.bytes() for c in cert.cert_chain_pems))
+
+    def listener_config(self) -> dict:
+        """A SASL_SSL listener besides the SASL_PLAINTEXT one."""
+        return {"listeners": "SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+                "ssl.keystore.type": "PEM", "ssl.keystore.location": self.keystore,
+                "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS}
+
+    def context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=self.ca_path)
+
+
+class TlsRawConn(RawConn):
+    """RawConn over TLS (a SASL_SSL listener)."""
+
+    def __init__(self, bootstrap: str, context: ssl.SSLContext, timeout: float = 10.0):
+        host, _, port = bootstrap.rpartition(":")
+        raw = socket.create_connection((host, int(port)), timeout=timeout)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = context.wrap_socket(raw, server_hostname="localhost")
+        self.timeout = timeout
+        import itertools
+        self._ids = itertools.count(1)
+        self.buf = bytearray()
+
+
+def start_sasl_server(tmp_path, **props) -> SaslServer:
     tmp_path.mkdir(parents=True, exist_ok=True)
-    srv = SaslServerProcess(tmp_path, config={**BASE, **props})
+    srv = SaslServer(tmp_path, config={**BASE, **props})
     srv.start()
     return srv
 
 
 @pytest.fixture
-def sasl_server(tmp_path, monkeypatch):
-    """Factory: ``sasl_server(**properties)`` starts a broker whose connections are SASL_PLAINTEXT; afterwards its log
-    must hold no traceback and no internal error."""
+def sasl_server(tmp_path):
+    """Factory: ``sasl_server(**properties)`` starts a broker with a SASL_PLAINTEXT listener (``.sasl_bootstrap``);
+    afterwards its log must hold no traceback and no internal error."""
     started = []
 
     def start(**props):
-        srv = start_sasl_server(tmp_path / f"broker{len(started)}", monkeypatch, **props)
+        srv = start_sasl_server(tmp_path / f"broker{len(started)}", **props)
         started.append(srv)
         return srv
     yield start

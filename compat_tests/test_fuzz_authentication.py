@@ -1,5 +1,6 @@
 """The authentication fuzzer: mutated SaslHandshake / SaslAuthenticate frames, raw v0 tokens, truncated exchanges and
-slow logins against a real broker on a SASL_PLAINTEXT listener must not break it.
+slow logins against a real broker on a SASL_PLAINTEXT and on a SASL_SSL listener (trustme certificates made for the
+run) must not break it.  (Truncated TLS records themselves are compat_tests/test_tls.py's.)
 
 Each attempt opens a connection and sends a valid frame of the authentication path (ApiVersions, SaslHandshake v0/1,
 SaslAuthenticate v0-2 with PLAIN, SCRAM-SHA-512 and OAUTHBEARER tokens, raw v0 tokens, a SCRAM client final after a
@@ -30,7 +31,7 @@ import time
 import pytest
 import scramp
 
-from compat_tests.sasl_support import plain_login, sasl_server  # noqa: F401  (fixture)
+from compat_tests.sasl_support import Certificates, TlsRawConn, plain_login, sasl_server  # noqa: F401
 from compat_tests.test_bad_input import Closed, RawConn, encode_request, req
 
 ATTEMPTS = int(os.environ.get("TRIREME_FUZZ_AUTH_ATTEMPTS", "500"))
@@ -91,8 +92,8 @@ def mutate(rnd: random.Random, data: bytes) -> bytes:
 
 
 class Fuzzer:
-    def __init__(self, bootstrap: str, rnd: random.Random):
-        self.bootstrap, self.rnd = bootstrap, rnd
+    def __init__(self, connect, rnd: random.Random):
+        self.connect, self.rnd = connect, rnd        # connect() → a new RawConn to the SASL listener
         self.stats: collections.Counter = collections.Counter()
 
     def handshake(self, mechanism: str, version: int) -> bytes:
@@ -146,7 +147,7 @@ class Fuzzer:
     def scram_final(self, rnd: random.Random) -> None:
         self.stats["plan 3"] += 1
         client = scramp.ScramClient(["SCRAM-SHA-512"], "alice", rnd.choice(["alice-secret", "nope"]))
-        with RawConn(self.bootstrap, timeout=ANSWER_TIMEOUT_S) as conn:
+        with self.connect() as conn:
             try:
                 conn.request("SaslHandshake", 1, req("SaslHandshake", mechanism="SCRAM-SHA-512"))
                 r = conn.request("SaslAuthenticate", 2, req("SaslAuthenticate",
@@ -162,7 +163,7 @@ class Fuzzer:
                 self.stats["closed"] += 1
 
     def exchange(self, data: bytes) -> None:
-        with RawConn(self.bootstrap, timeout=ANSWER_TIMEOUT_S) as conn:
+        with self.connect() as conn:
             try:
                 conn.send(data)
             except OSError:
@@ -184,24 +185,37 @@ class Fuzzer:
             self.stats["closed"] += 1
 
 
-def slow_login(bootstrap: str) -> socket.socket:
+def slow_login(connect) -> RawConn:
     """A connection that begins a SaslAuthenticate frame and stops (a slow or stuck client)."""
-    sock = socket.create_connection(tuple(bootstrap.rsplit(":", 1)[0:1]) + (int(bootstrap.rsplit(":", 1)[1]),))
-    sock.sendall(encode_request("SaslHandshake", 1, req("SaslHandshake", mechanism="PLAIN"), 1))
-    sock.sendall(struct.pack(">i", 4000) + b"\x00\x24\x00\x02")
-    return sock
+    conn = connect()
+    conn.send(encode_request("SaslHandshake", 1, req("SaslHandshake", mechanism="PLAIN"), 1))
+    conn.send(struct.pack(">i", 4000) + b"\x00\x24\x00\x02")
+    return conn
 
 
-def test_authentication_fuzz(sasl_server):
-    srv = sasl_server(**{"connection.failed.authentication.delay.ms": 1,
-                         "trireme.sasl.failed.authentications.per.minute": 1_000_000,
-                         "sasl.server.max.receive.size": 65536})
+@pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_authentication_fuzz(sasl_server, tmp_path, protocol):
+    props = {"connection.failed.authentication.delay.ms": 1,
+             "trireme.sasl.failed.authentications.per.minute": 1_000_000,
+             "sasl.server.max.receive.size": 65536}
+    if protocol == "SASL_SSL":
+        certs = Certificates(tmp_path / "certs")
+        srv = sasl_server(**props, **certs.listener_config())
+        context = certs.context()
+
+        def connect():
+            return TlsRawConn(srv.bootstrap_for("SASL_SSL"), context, timeout=ANSWER_TIMEOUT_S)
+    else:
+        srv = sasl_server(**props)
+
+        def connect():
+            return RawConn(srv.sasl_bootstrap, timeout=ANSWER_TIMEOUT_S)
     rnd = random.Random(SEED)
-    bystander = RawConn(srv.bootstrap, timeout=ANSWER_TIMEOUT_S)
+    bystander = connect()
     assert plain_login(bystander).error_code == 0
-    slow = [slow_login(srv.bootstrap) for _ in range(SLOW_LOGINS)]
+    slow = [slow_login(connect) for _ in range(SLOW_LOGINS)]
     rss_before = rss_mb(srv.proc.pid)
-    fuzzer = Fuzzer(srv.bootstrap, rnd)
+    fuzzer = Fuzzer(connect, rnd)
     try:
         for i in range(ATTEMPTS):
             fuzzer.attempt(i)
@@ -214,9 +228,9 @@ def test_authentication_fuzz(sasl_server):
         for s in slow:
             s.close()
         bystander.close()
-    print(f"seed {SEED}, {ATTEMPTS} attempts: {dict(fuzzer.stats)}; RSS {rss_before:.0f} -> {rss_after:.0f} MiB")
+    print(f"{protocol} seed {SEED}, {ATTEMPTS} attempts: {dict(fuzzer.stats)}; RSS {rss_before:.0f} -> {rss_after:.0f} MiB")
     assert rss_after - rss_before < MAX_RSS_GROWTH_MB, f"seed {SEED}: RSS {rss_before:.0f} -> {rss_after:.0f} MiB"
-    with RawConn(srv.bootstrap) as conn:            # not wedged: a fresh login is served
+    with connect() as conn:                         # not wedged: a fresh login is served
         assert plain_login(conn).error_code == 0
         assert conn.request("Metadata", 12, req("Metadata", topics=[], allow_auto_topic_creation=False)).brokers
     log = srv.stderr_path.read_text(errors="replace")

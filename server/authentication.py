@@ -35,6 +35,7 @@ MAX_ROUNDS = 16                      # SaslAuthenticate rounds of one authentica
 MIN_REAUTH_INTERVAL_S = 1.0          # Kafka: a re-authentication at most once a second
 FAILURE_WINDOW_S = 60.0
 MAX_TRACKED_ADDRESSES = 10_000       # failed-login history kept for at most this many client addresses
+DEFAULT_MAX_RECEIVE = 524288         # sasl.server.max.receive.size's default
 
 # Gate verdicts besides None (dispatch the request as usual) and bytes (a raw token to send).
 NO_ANSWER = object()
@@ -169,6 +170,7 @@ class SaslService:
         self.delay_s = int(config["connection.failed.authentication.delay.ms"]) / 1000
         self._listeners: dict[str, ListenerSasl | SaslConfigError] = {}
         self._credentials: dict[str, object] = {}
+        self._check_threads: trio.CapacityLimiter | None = None     # made in the broker's trio run, on first use
         self._validators: dict[str, object] = {}
 
     def listener(self, name: str) -> ListenerSasl:
@@ -191,7 +193,9 @@ class SaslService:
                 from .plain_credentials import CredentialsFile
                 credentials = self._credentials.setdefault(settings.credentials_path,
                                                            CredentialsFile(settings.credentials_path))
-            return sasl_mechanisms.PlainServer(settings.plain_users, credentials)
+            if credentials is not None and self._check_threads is None:
+                self._check_threads = trio.CapacityLimiter(sasl_mechanisms.CHECK_THREADS)
+            return sasl_mechanisms.PlainServer(settings.plain_users, credentials, self._check_threads)
         if mechanism == OAUTHBEARER:
             return sasl_mechanisms.OAuthBearerServer(self._validator(settings))
         return sasl_mechanisms.ScramServer(mechanism, self.broker.security)
@@ -258,6 +262,7 @@ class Authenticator:
         self.service = svc
         self.listener = listener
         self.state = INITIAL
+        self.passes = False                 # authenticated for good (no session expiry): requests go straight on
         self.versions_seen = False
         self.headers = True                 # SaslAuthenticate frames (SaslHandshake v1+), else raw tokens (v0)
         self.mechanism: str | None = None
@@ -274,34 +279,32 @@ class Authenticator:
     # ---------------------------------------------------------------- the connection's hooks
 
     def limit_frames(self, reader) -> None:
-        """Frames before authentication are held to sasl.server.max.receive.size (Kafka's authenticator)."""
+        """Frames before authentication (and during a re-authentication) are held to sasl.server.max.receive.size, as
+        Kafka's authenticator reads them; afterwards the reader's own limit applies again."""
         self.reader = reader
+        self._request_limit = (reader.max_size, reader.limit_name)
         self._apply_limit()
 
     def _apply_limit(self) -> None:
         reader = self.reader
         if reader is None:
             return
-        if not hasattr(self, "_request_limit"):
-            self._request_limit = (reader.max_size, getattr(reader, "limit_name", "socket.request.max.bytes"))
         if self.state == COMPLETE:
             reader.max_size, reader.limit_name = self._request_limit
-        else:
-            reader.max_size = min(self._request_limit[0], self._settings_or_default().max_receive)
-            reader.limit_name = "sasl.server.max.receive.size"
-
-    def _settings_or_default(self):
+            return
         try:
-            return self.service.listener(self.listener.name)
-        except SaslConfigError:
-            return dataclasses.make_dataclass("S", [("max_receive", int)])(524288)
+            max_receive = self.service.listener(self.listener.name).max_receive
+        except SaslConfigError:             # (the handshake closes the connection with the reason)
+            max_receive = DEFAULT_MAX_RECEIVE
+        reader.max_size = min(self._request_limit[0], max_receive)
+        reader.limit_name = "sasl.server.max.receive.size"
 
     async def gate(self, frame: bytearray):
         """Whether ``frame`` may be dispatched (None), or the raw token answering it (bytes), or NO_ANSWER; raises
         CloseConnection for what closes the connection."""
         from .connection import CloseConnection
         state = self.state
-        if state == COMPLETE and self.expires_at is None:
+        if self.passes:                     # (the connection does not ask then; a direct caller may)
             return None
         if state == AUTHENTICATE and not self.headers:
             return await self._raw_token(bytes(frame))
@@ -322,6 +325,7 @@ class Authenticator:
                 self.reauth_started = now
                 self.reauthenticating = True
                 self.state = HANDSHAKE
+                self.passes = False
                 self._apply_limit()
                 return None
             if now >= self.expires_at:
@@ -359,7 +363,9 @@ class Authenticator:
                                 ctx.response(error_code=E.ILLEGAL_SASL_STATE.code, mechanisms=[]))
         try:
             settings = self.service.listener(self.listener.name)
-        except SaslConfigError as e:
+            if request.mechanism in settings.mechanisms:
+                server = self.service.mechanism_server(settings, request.mechanism)
+        except SaslConfigError as e:        # (a start-up check refuses this before; embedded use may skip it)
             from .connection import CloseConnection
             raise CloseConnection(str(e)) from None
         requested = request.mechanism or ""
@@ -374,7 +380,7 @@ class Authenticator:
             self.state = REAUTH_BAD_MECHANISM
         else:
             self.mechanism = requested
-            self.server = self.service.mechanism_server(settings, requested)
+            self.server = server
             self.rounds = 0
             self.state = AUTHENTICATE
         return ctx.response(error_code=E.NONE.code, mechanisms=list(settings.mechanisms))
@@ -434,6 +440,7 @@ class Authenticator:
         self.conn.principal = principal
         self.user = self.server.user
         self.state = COMPLETE
+        self.passes = self.expires_at is None
         self._apply_limit()
         svc.broker.metrics.authentication(self.listener.name, self.mechanism, True)
         log.info("%s principal=%s mechanism=%s listener=%s peer=%s session_lifetime_ms=%d",
@@ -465,6 +472,7 @@ class Authenticator:
         nothing; the connection closes once that is sent (:meth:`finish`)."""
         svc = self.service
         self.state = FAILED
+        self.passes = False
         self.closing = f"SASL authentication failed: {failure.reason}"
         self.server_user = getattr(self.server, "attempted_user", None)
         host = getattr(self.conn, "host", "") or ""

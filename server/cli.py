@@ -13,7 +13,7 @@ import trio
 from trireme import __version__
 from trireme.state.topics import TopicError
 
-from . import admin, dispatch, metrics, web
+from . import admin, authentication, dispatch, metrics, web
 from .broker import Broker
 from .config import LONG_MAX, PROPERTIES, Config, ConfigError, parse_host_port, parse_topic_spec, read_config_file
 from .listener import EndPoint, Listener
@@ -114,9 +114,13 @@ async def run_broker(config: Config, storage=None, topics=(), *, standalone: boo
     for spec in specs:          # key material checked before anything is bound or loaded
         if spec.security_protocol in ("SSL", "SASL_SSL"):
             try:
-                tls[spec.name] = ListenerTls(config, spec.name)
+                tls[spec.name] = ListenerTls(config, spec.name, spec.security_protocol)
             except ConfigError as e:
                 raise StartupError(f"listener {spec.name}: {e}") from None
+    try:                        # a SASL listener whose settings cannot work refuses to start (server/authentication.py)
+        authentication.check_listeners(config, specs)
+    except authentication.SaslConfigError as e:
+        raise StartupError(str(e)) from None
     endpoints: list[EndPoint] = []
     try:
         for spec in specs:

@@ -148,6 +148,8 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
     "ssl.client.auth": ("none", "Client certificates on SSL listeners: none, requested or required (mTLS)."),
     "ssl.principal.mapping.rules": ("DEFAULT", "Kafka's rules (RULE:pattern/replacement/[LU], DEFAULT) from a client "
                                                "certificate's subject DN to the principal name."),
+    "ssl.allow.dn.changes": (False, "Let a certificate reload (AlterConfigs) change the certificate's subject."),
+    "ssl.allow.san.changes": (False, "Let a certificate reload change the certificate's subject alternative names."),
     "trireme.ssl.handshake.timeout.ms": (
         10000, "A TLS handshake must finish within this time of the connection's accept, else the connection is "
                "closed (the Kafka clients' socket.connection.setup.timeout.ms default)."),
@@ -289,8 +291,6 @@ RANGES = {
 CHOICES = {"trireme.log.level": ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL"),
            "ssl.client.auth": ("NONE", "REQUESTED", "REQUIRED"),
            "security.inter.broker.protocol": SECURITY_PROTOCOLS}
-# Kafka's PASSWORD properties: never logged, described as sensitive without their value.
-SENSITIVE = frozenset({"ssl.keystore.key", "ssl.key.password", "ssl.keystore.password", "ssl.truststore.password"})
 # Kafka's other forms of a property in other units, most precise first: (name, factor to the property's unit).
 # Kafka's precedence: the most precise form set wins; a negative value means no limit (-1).
 UNIT_FORMS = {"log.retention.ms": (("log.retention.ms", 1), ("log.retention.minutes", 60_000),
@@ -301,9 +301,26 @@ SECURITY_PREFIXES = ("ssl.", "sasl.", "listener.name.", "authorizer.", "super.us
                      "principal.builder.", "security.", "delegation.token.", "password.encoder.")
 # Kafka's per-listener overrides: listener.name.<listener>.<property> (Config.for_listener).
 LISTENER_PREFIX = "listener.name."
+# --- SASL: Kafka properties kept as given (secrets: not in PROPERTIES, so never described) that SASL reads
+_SASL_MECHANISM_PREFIXES = ("plain.", "scram-sha-256.", "scram-sha-512.", "oauthbearer.")
+
+
+def read_by_sasl(name: str) -> bool:
+    """Whether SASL (server/authentication.py) reads ``name``: the JAAS lines (``sasl.jaas.config``, per listener and
+    mechanism) and the per-listener, per-mechanism forms of the SASL properties."""
+    if name == "sasl.jaas.config":
+        return True
+    if not name.startswith(LISTENER_PREFIX):
+        return False
+    prop = name[len(LISTENER_PREFIX):].partition(".")[2]
+    for prefix in _SASL_MECHANISM_PREFIXES:
+        if prop.startswith(prefix):
+            prop = prop[len(prefix):]
+            break
+    return prop == "sasl.jaas.config" or (prop.startswith("sasl.") and prop in PROPERTIES)
 # Properties whose values are secrets: DescribeConfigs answers them as Kafka answers its PASSWORD configs (value
 # null, is_sensitive), and nothing logs them.
-SENSITIVE_PROPERTIES = frozenset({"trireme.storage.add.scram"})
+SENSITIVE_PROPERTIES = frozenset({"trireme.storage.add.scram", "ssl.keystore.key", "ssl.key.password"})
 # String properties that hold a comma list of TOPIC-PARTITION (see :func:`partition_list`).
 PARTITION_LISTS = frozenset({"trireme.debug.transaction.marker.refuse"})
 
@@ -515,7 +532,7 @@ class Config:
 
     def report_no_effect(self) -> None:
         """Log, once at start-up, the Kafka properties that were set but mean nothing here."""
-        names = sorted(self.no_effect)
+        names = sorted(n for n in self.no_effect if not read_by_sasl(n))
         secure = [n for n in names if n.startswith(SECURITY_PREFIXES)]
         other = [n for n in names if n not in secure]
         if other:

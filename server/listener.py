@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import socket
 
 import trio
 
@@ -26,6 +27,7 @@ from .limits import out_of_descriptors
 log = logging.getLogger("trireme.listener")
 
 BACKOFF = 0.1       # seconds the accept loop sleeps after running out of descriptors
+WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 
 class EndPoint:
@@ -38,7 +40,8 @@ class EndPoint:
         self.security_protocol = spec.security_protocol
         self.host = spec.host
         self.port = sockets[0].socket.getsockname()[1] if sockets else spec.port    # the bound one (port 0 too)
-        self.advertised_host = spec.advertised_host or spec.host
+        # as Kafka: a listener bound to every interface advertises the machine's canonical host name
+        self.advertised_host = spec.advertised_host or (socket.getfqdn() if spec.host in WILDCARD_HOSTS else spec.host)
         self.advertised_port = spec.advertised_port or self.port
         self.tls = tls
         self.sockets = sockets
@@ -76,7 +79,7 @@ class Listener:
                 for listener in endpoint.sockets:
                     await listener.aclose()
             for conn in list(self.connections):
-                conn.reader_scope.cancel()
+                conn.stop_reading()
             grace = self.broker.config["trireme.shutdown.grace.ms"] / 1000
             with trio.move_on_after(grace):
                 while self.connections:

@@ -8,8 +8,10 @@ log and never holds a secret.
 """
 from __future__ import annotations
 
+import functools
 import hmac
 import re
+import secrets
 
 import trio
 
@@ -19,11 +21,13 @@ from .oauthbearer import TokenInvalid
 PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER = "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"
 MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER)
 MAX_LOGGED_NAME = 128
-# PBKDF2 checks of the PLAIN credentials file at once (worker threads); the rest wait their turn.
-CHECK_THREADS = trio.CapacityLimiter(2)
+# PBKDF2 checks of the PLAIN credentials file at once per broker (worker threads); the rest wait their turn.
+CHECK_THREADS = 2
 
 
 class SaslFailure(Exception):
+    """An authentication refused: ``reason`` for the log, ``client_message`` (or None: the standard one) for the client."""
+
     def __init__(self, reason: str, client_message: str | None = None):
         super().__init__(reason)
         self.reason = reason
@@ -38,15 +42,22 @@ def printable(name: str | None) -> str:
     return shown + ("..." if len(name) > MAX_LOGGED_NAME else "")
 
 
+@functools.cache
+def _unknown_user_hash() -> str:
+    from .plain_credentials import hash_password
+    return hash_password(secrets.token_urlsafe(16))
+
+
 class PlainServer:
     """RFC 4616 ``[authzid] NUL authcid NUL passwd`` checked against the JAAS ``user_<name>`` options, then the hashed
     credentials file (Kafka's PlainSaslServer and PlainServerCallbackHandler, messages included)."""
 
     mechanism = PLAIN
 
-    def __init__(self, jaas_users: dict[str, str], credentials_file):
+    def __init__(self, jaas_users: dict[str, str], credentials_file, check_threads: trio.CapacityLimiter | None = None):
         self.jaas_users = jaas_users
         self.credentials_file = credentials_file
+        self.check_threads = check_threads
         self.complete = False
         self.user: str | None = None
         self.attempted_user: str | None = None
@@ -79,15 +90,20 @@ class PlainServer:
         if self.credentials_file is None:
             return False
         from . import plain_credentials
-        try:
-            stored = self.credentials_file.lookup(username)
+        limiter = self.check_threads or trio.CapacityLimiter(CHECK_THREADS)
+        try:        # reading the file again (when it changed) and PBKDF2 both in a worker thread
+            return await trio.to_thread.run_sync(self._check_file, username, password, limiter=limiter)
         except (OSError, plain_credentials.CredentialsError) as e:
             raise SaslFailure(f"credentials file unreadable: {e}", "Authentication failed: credentials for user "
                               "could not be verified") from None
-        if stored is None:
+
+    def _check_file(self, username: str, password: str) -> bool:
+        from . import plain_credentials
+        stored = self.credentials_file.lookup(username)
+        if stored is None:          # as long as a known user's check: the answer's time does not tell who exists
+            plain_credentials.verify(_unknown_user_hash(), password)
             return False
-        async with CHECK_THREADS:
-            return await trio.to_thread.run_sync(plain_credentials.verify, stored, password)
+        return plain_credentials.verify(stored, password)
 
 
 class ScramServer:

@@ -21,10 +21,13 @@ from .config import ConfigError
 
 TLS_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
-# The settings a listener's SSL context is built from (what a reload may change).
-CONTEXT_SETTINGS = ("ssl.protocol", "ssl.enabled.protocols", "ssl.cipher.suites", "ssl.keystore.type",
-                    "ssl.keystore.location", "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.key.password",
-                    "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.certificates", "ssl.client.auth")
+# What Kafka lets AlterConfigs change on a running broker per listener (SslConfigs.RECONFIGURABLE_CONFIGS, as
+# listener.name.<listener>.<config>): the key material, checked by building the new context first.
+RECONFIGURABLE = ("ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+                  "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.truststore.type",
+                  "ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.certificates")
+# Kafka's PASSWORD configs among them: never logged, described without their value.
+SECRETS = frozenset({"ssl.keystore.key", "ssl.key.password", "ssl.keystore.password", "ssl.truststore.password"})
 _PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.S)
 
 
@@ -57,9 +60,20 @@ def _setting(config, listener: str, name: str, overrides: dict | None) -> str:
     return "" if value is None else str(value).strip()
 
 
-def build_context(config, listener: str, overrides: dict | None = None) -> ssl.SSLContext:
+def client_auth(config, listener: str, security_protocol: str = "SSL") -> str:
+    """ssl.client.auth of a listener: none, requested or required.  On SASL_SSL only the listener's own
+    ``listener.name.<l>.ssl.client.auth`` counts (Kafka, KIP-684: the broker-wide one is for SSL listeners)."""
+    if security_protocol == "SASL_SSL" and \
+            f"listener.name.{listener.lower()}.ssl.client.auth" not in config.listener_values:
+        return "none"
+    return (_setting(config, listener, "ssl.client.auth", None) or "none").lower()
+
+
+def build_context(config, listener: str, overrides: dict | None = None,
+                  security_protocol: str = "SSL") -> ssl.SSLContext:
     """The server SSL context of ``listener`` from its settings (``overrides``: name → value taking the place of the
-    configured ones, for a reload); any problem is a ConfigError of one line naming the setting."""
+    configured ones, for a reload); any problem is a ConfigError of one line naming the setting.  The leaf
+    certificate it serves is ``context.leaf_certificate`` (DER)."""
     def get(name: str) -> str:
         return _setting(config, listener, name, overrides)
 
@@ -80,8 +94,8 @@ def build_context(config, listener: str, overrides: dict | None = None) -> ssl.S
         except ssl.SSLError:
             raise ConfigError(f"ssl.cipher.suites: no cipher suite OpenSSL knows in {get('ssl.cipher.suites')!r} "
                               f"(use OpenSSL names, e.g. ECDHE-RSA-AES128-GCM-SHA256)") from None
-    _load_keystore(context, get)
-    auth = (get("ssl.client.auth") or "none").lower()
+    context.leaf_certificate = _load_keystore(context, get)
+    auth = client_auth(config, listener, security_protocol)
     if auth not in CLIENT_AUTH:
         raise ConfigError(f"ssl.client.auth must be none, requested or required, not {auth!r}")
     _load_truststore(context, get, auth != "none")
@@ -103,7 +117,7 @@ def _set_versions(context: ssl.SSLContext, protocol: str, enabled: str, enabled_
     context.minimum_version, context.maximum_version = versions[0], versions[-1]
 
 
-def _load_keystore(context: ssl.SSLContext, get) -> None:
+def _load_keystore(context: ssl.SSLContext, get) -> bytes:
     location, key, chain = get("ssl.keystore.location"), get("ssl.keystore.key"), get("ssl.keystore.certificate.chain")
     if location and (key or chain):
         raise ConfigError("ssl.keystore.location and ssl.keystore.key/ssl.keystore.certificate.chain: set one form, "
@@ -139,6 +153,7 @@ def _load_keystore(context: ssl.SSLContext, get) -> None:
             reason = e.reason or str(e)
             hint = " (wrong ssl.key.password?)" if password or "BAD_DECRYPT" in str(e) else ""
             raise ConfigError(f"{what}: cannot use the key and certificate: {reason}{hint}") from None
+    return ssl.PEM_cert_to_DER_cert(_pem("CERTIFICATE", certs[0]))
 
 
 def _load_truststore(context: ssl.SSLContext, get, needed: bool) -> None:
@@ -164,26 +179,55 @@ class ListenerTls:
     """One SSL/SASL_SSL listener's TLS: its current context (replaced whole by :meth:`reload`, so connections keep
     the context they started with), client authentication and principal mapper."""
 
-    def __init__(self, config, listener: str):
+    def __init__(self, config, listener: str, security_protocol: str = "SSL"):
         self.config = config
         self.listener = listener
         self.overrides: dict[str, str] = {}         # settings changed since start-up (AlterConfigs)
-        self.context = build_context(config, listener)
-        self.client_auth = (_setting(config, listener, "ssl.client.auth", None) or "none").lower()
+        self.security_protocol = security_protocol
+        self.context = build_context(config, listener, security_protocol=security_protocol)
+        self.client_auth = client_auth(config, listener, security_protocol)
         self.mapper = PrincipalMapper(_setting(config, listener, "ssl.principal.mapping.rules", None) or "DEFAULT")
 
-    def check(self, changes: dict[str, str]) -> ssl.SSLContext:
-        """The context ``changes`` (setting → new value, "" to unset) would give; ConfigError when it cannot be
-        built.  Nothing changes."""
-        return build_context(self.config, self.listener, {**self.overrides, **changes})
+    def check(self, overrides: dict[str, str]) -> ssl.SSLContext:
+        """The context the dynamic ``overrides`` (setting → value; None: back to the static setting) would give;
+        ConfigError when it cannot be built or its certificate names another subject (Kafka's
+        ssl.allow.dn.changes / ssl.allow.san.changes, default false).  Nothing changes."""
+        static = {name: value for name, value in overrides.items() if value is not None}
+        context = build_context(self.config, self.listener, _with_unset(self.config, self.listener, static,
+                                                                        overrides), self.security_protocol)
+        old, new = (x509.load_der_x509_certificate(c.leaf_certificate) for c in (self.context, context))
+        if old.subject != new.subject and not _flag(self.config, self.listener, "ssl.allow.dn.changes"):
+            raise ConfigError(f"the new certificate's subject {subject_dn(context.leaf_certificate)} differs from "
+                              f"the current one's {subject_dn(self.context.leaf_certificate)} "
+                              f"(ssl.allow.dn.changes=false)")
+        if _sans(old) != _sans(new) and not _flag(self.config, self.listener, "ssl.allow.san.changes"):
+            raise ConfigError("the new certificate's subject alternative names differ from the current one's "
+                              "(ssl.allow.san.changes=false)")
+        return context
 
-    def reload(self, changes: dict[str, str]) -> None:
-        """Use the context with ``changes`` for new connections (ConfigError, and the old context kept, when it
-        cannot be built)."""
-        context = self.check(changes)
-        self.overrides.update(changes)
+    def reload(self, overrides: dict[str, str | None]) -> None:
+        """New connections use the context of these dynamic ``overrides`` (the whole set; ConfigError, and the old
+        context kept, when it cannot be built); connections already open keep theirs."""
+        context = self.check(overrides)
+        self.overrides = {name: value for name, value in overrides.items() if value is not None}
         self.context = context
-        self.client_auth = (self.overrides.get("ssl.client.auth") or self.client_auth).lower()
+
+
+def _with_unset(config, listener: str, static: dict, overrides: dict) -> dict:
+    """Overrides for build_context: a dynamic setting deleted (None) falls back to the static one."""
+    return {**{name: _setting(config, listener, name, None) for name, value in overrides.items() if value is None},
+            **static}
+
+
+def _flag(config, listener: str, name: str) -> bool:
+    return str(config.for_listener(listener, name) or "false").strip().lower() == "true"
+
+
+def _sans(cert: x509.Certificate) -> list:
+    try:
+        return sorted(map(str, cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value))
+    except x509.ExtensionNotFound:
+        return []
 
 
 # --- the client certificate's principal --------------------------------------------------------------------

@@ -251,12 +251,20 @@ def run_case(case: Case) -> None:
     _run(case, list(case.needs), None)
 
 
+async def settled(broker: Broker) -> None:
+    """Wait until what set-up staged in the coordinators (an add answered once staged) is durable and replayed, so
+    the state snapshot does not move under the call."""
+    await broker.transactions.wait_replayed()
+    await broker.groups.wait_replayed()
+
+
 def _run(case: Case, grants: list[Grant], missing: Grant | None) -> None:
     broker = make_broker(**case.props)
     send = call_fast if case.fast else call_as
 
     async def body(b):
         prepared = await case.setup(b) if case.setup is not None else None
+        await settled(b)
         request = case.request(b, prepared)
         before = broker_state(b)
         grant(b, grants)

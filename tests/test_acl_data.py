@@ -8,8 +8,10 @@ from __future__ import annotations
 import pytest
 
 from acl_matrix import (PRINCIPAL, Case, Changes, broker_state, call_as, call_fast, cluster, context, error_codes, grant,
-                        group, make_broker, only, run_case, succeeded, topic, txn)
+                        group, make_broker, only, run_case, settled, succeeded, topic, txn)
 from broker_runner import run_with_broker
+from trireme.server.connection import CloseConnection
+from trireme.server.deferred import Deferred
 from trireme.server.dispatch import API_KEYS, HANDLERS
 from trireme.state.acls import Operation, ResourceType
 from trireme.wire import error_codes as E
@@ -222,8 +224,7 @@ def fetched(response, broker):
 
 def fetch_refused(response, missing):
     only(TOPIC_DENIED)(response, missing)
-    assert all(p.records in (None, b"") and p.high_watermark == -1 for t in response.responses
-               for p in t.partitions)
+    assert all(p.records == b"" and p.high_watermark == -1 for t in response.responses for p in t.partitions)
 
 
 FETCH_CASES = [
@@ -505,13 +506,16 @@ def describe_topics_refused(response, missing):
     assert (t.topic_id.int, t.is_internal, t.partitions, t.topic_authorized_operations) == (0, False, [], -2**31)
 
 
-@pytest.mark.parametrize("case", [
+DESCRIBE_TOPIC_PARTITIONS_CASES = [
     Case("describe-topic-partitions", "DescribeTopicPartitions", 0, lambda b, _: describe_topics_request("orders"),
          (topic("orders", DESCRIBE),), describe_topics_refused, succeeded, setup=orders, changes=Changes.NOTHING),
     Case("describe-topic-partitions-missing", "DescribeTopicPartitions", 0,
          lambda b, _: describe_topics_request("missing"), (topic("missing", DESCRIBE),), describe_topics_refused,
          lambda r, b: only(E.UNKNOWN_TOPIC_OR_PARTITION.code)(r, None), changes=Changes.NOTHING),
-], ids=str)
+]
+
+
+@pytest.mark.parametrize("case", DESCRIBE_TOPIC_PARTITIONS_CASES, ids=str)
 def test_describe_topic_partitions_matrix(case):
     run_case(case)
 
@@ -695,6 +699,7 @@ def test_add_partitions_refuses_the_whole_add_when_a_topic_is_denied():
         ids = await transactional_producer(b, add=False)
         b.create_topic("audit", 1)
         grant(b, [txn(TID, WRITE), topic("audit", WRITE), topic("__consumer_offsets", WRITE)])
+        await settled(b)
         before = broker_state(b)
         response = await call_as(b, "AddPartitionsToTxn", 3, add_request(
             ids, {"orders": [0], "audit": [0], "__consumer_offsets": [0]}))
@@ -746,13 +751,16 @@ async def idempotent_producer(broker):
     return init.producer_id, init.producer_epoch
 
 
-@pytest.mark.parametrize("case", [
-    # An admin's abort of a hanging transaction (KIP-664): ClusterAction, or Alter on the cluster as Kafka 4 allows.
+# An admin's abort of a hanging transaction (KIP-664): ClusterAction, or Alter on the cluster as Kafka 4 allows.
+WRITE_TXN_MARKERS_CASES = [
     Case(f"write-txn-markers-{operation.name.lower()}", "WriteTxnMarkers", 1,
          lambda b, ids: marker_request(*ids), (cluster(operation),), only(CLUSTER_DENIED), succeeded,
          setup=idempotent_producer)
     for operation in (Operation.CLUSTER_ACTION, Operation.ALTER)
-], ids=str)
+]
+
+
+@pytest.mark.parametrize("case", WRITE_TXN_MARKERS_CASES, ids=str)
 def test_write_txn_markers_matrix(case):
     run_case(case)
 
@@ -764,6 +772,7 @@ def test_rogue_markers_are_refused_and_the_transaction_stays_intact(version):
     coordinator (issue 20): no marker may end a partition of an open transaction behind the coordinator's back."""
     async def body(b):
         pid, epoch = await open_transaction_with_data(b)
+        await settled(b)
         lso = [b.partition("orders", i).last_stable_offset() for i in (0, 1)]
         before = broker_state(b)
         grant(b, [topic("orders", WRITE), topic("orders", READ), txn(TID, WRITE), cluster(DESCRIBE)])
@@ -788,6 +797,28 @@ def test_rogue_markers_are_refused_and_the_transaction_stays_intact(version):
 
 DX = req("DescribeTransactions")
 LX = req("ListTransactions")
+
+
+def listed_nothing(response, missing):
+    assert (response.error_code, response.transaction_states) == (NONE, []), f"without {missing}: {response}"
+
+
+def listed_tid(response, broker):
+    assert [(s.transactional_id, s.transaction_state) for s in response.transaction_states] == [(TID, "Ongoing")]
+
+
+TRANSACTION_TOOLING_CASES = [
+    Case("describe-transactions", "DescribeTransactions", 0, lambda b, _: DX(transactional_ids=[TID]),
+         (txn(TID, DESCRIBE),), only(TXN_DENIED), succeeded, setup=transactional_producer, changes=Changes.NOTHING),
+    Case("list-transactions", "ListTransactions", 1,
+         lambda b, _: LX(state_filters=[], producer_id_filters=[], duration_filter=-1),
+         (txn(TID, DESCRIBE),), listed_nothing, listed_tid, setup=transactional_producer, changes=Changes.NOTHING),
+]
+
+
+@pytest.mark.parametrize("case", TRANSACTION_TOOLING_CASES, ids=str)
+def test_transaction_tooling_matrix(case):
+    run_case(case)
 
 
 def test_describe_transactions_per_id_and_only_describable_topics():
@@ -825,4 +856,42 @@ def test_list_transactions_lists_only_describable_ids(version):
             ["tx-a"] if version >= 2 else ["other", "tx-a"])
         # The pattern is applied first: only "tx-b" was a denial, not the ids the pattern left out.
         assert sorted(key[3] for key in b.metrics.denied) == ["tx-b"]
+    _run(body)
+
+
+def test_a_fetch_with_nothing_it_may_read_is_answered_at_once():
+    """As Kafka: no partition that exists and may be read, nothing to wait for (no long poll of max_wait)."""
+    async def body(b):
+        b.create_topic("orders", 1)
+        grant(b, [topic("missing", READ)])
+        handler = HANDLERS[API_KEYS["Fetch"]]
+        for names in ({"orders": [0]}, {"missing": [0]}, {"orders": [0], "missing": [0]}):
+            request = fetch_request(names)
+            request.max_wait_ms, request.min_bytes = 60000, 1
+            frame = bytearray(handler.request.encode_bytes(request, 12))
+            decoded, _ = handler.request.decode(frame, 12)
+            response = handler.fn(context(b, "Fetch", 12, frame), decoded)
+            assert not isinstance(response, Deferred), names
+            assert set(error_codes(response, top=False)) <= {TOPIC_DENIED, E.UNKNOWN_TOPIC_OR_PARTITION.code}
+        grant(b, [topic("orders", READ)])
+        request = fetch_request({"orders": [0]})
+        request.max_wait_ms, request.min_bytes = 60000, 1
+        frame = bytearray(handler.request.encode_bytes(request, 12))
+        decoded, _ = handler.request.decode(frame, 12)
+        assert isinstance(handler.fn(context(b, "Fetch", 12, frame), decoded), Deferred)   # may read: it waits
+    _run(body)
+
+
+@pytest.mark.parametrize("tid", [None, TID])
+def test_acks0_transactional_refusal_closes_the_connection(tid):
+    """Kafka answers an error it cannot send (acks=0) by closing the connection; nothing is appended."""
+    async def body(b):
+        b.create_topic("orders", 1)
+        grant(b, [topic("orders", WRITE)])
+        request = produce_request({"orders": [0]}, tid=tid, producer_id=5, producer_epoch=0, base_sequence=0,
+                                  transactional=True)
+        request.acks = 0
+        with pytest.raises(CloseConnection):
+            await call_as(b, "Produce", 9, request)
+        assert b.partition("orders", 0).log.log_end_offset == 0
     _run(body)

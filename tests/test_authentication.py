@@ -521,3 +521,65 @@ def test_check_listeners_refuses_what_cannot_work():
                             "listener.name.sasl_plaintext.plain.sasl.jaas.config": "M required;"}, "no users")):
         with pytest.raises(authentication.SaslConfigError, match=needle):
             authentication.check_listeners(stand_in_broker(**props).config, listeners)
+
+
+def test_jaas_lines_are_not_reported_as_without_effect(caplog):
+    config = stand_in_broker(**{"sasl.jaas.config": "M required user_x=\"y\";",
+                                "listener.name.sasl_ssl.oauthbearer.sasl.oauthbearer.expected.issuer": "https://i",
+                                "num.network.threads": 3}).config
+    with caplog.at_level("INFO", logger="trireme.config"):
+        config.report_no_effect()
+    assert "jaas" not in caplog.text and "expected.issuer" not in caplog.text
+    assert "num.network.threads" in caplog.text            # what has no effect is still said
+
+
+def test_jwks_over_https_is_fetched_off_the_event_loop(tmp_path, monkeypatch):
+    import http.server
+    import ssl
+    import threading
+
+    import trustme
+    _, url = rsa_jwks(tmp_path)
+    body = open(url[len("file://"):], "rb").read()
+    ca = trustme.CA()
+    ca_path = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_path))
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca_path))
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            time.sleep(0.5)                         # a slow identity provider
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+    server = http.server.HTTPServer(("127.0.0.1", 0), Slow)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    cache = oauthbearer.JwksCache(f"https://127.0.0.1:{server.server_address[1]}/jwks.json", 3600000)
+    ticks = 0
+
+    async def go():
+        nonlocal ticks
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await trio.sleep(0.01)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ticker)
+            keys = await cache.keys()
+            nursery.cancel_scope.cancel()
+        return keys
+    try:
+        keys = trio.run(go)
+    finally:
+        server.shutdown()
+    assert [k.key_id for k in keys] == ["k1"]
+    assert ticks >= 3                               # the event loop ran while the fetch waited

@@ -105,3 +105,56 @@ def test_serve_with_listener_properties(tmp_path):
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
+
+
+def test_fixture_runs_extra_listeners_and_counts_client_certificate_handshakes(tmp_path):
+    """TriremeBroker in this process: extra listeners from ``listeners``, each one's bound port, TLS on them, and
+    metrics.authentication for client certificates."""
+    import socket
+    import ssl
+
+    import trustme
+
+    from trireme.testing import TriremeBroker
+    ca = trustme.CA()
+    server = ca.issue_cert("localhost", "127.0.0.1")
+    keystore, ca_path, client = tmp_path / "ks.pem", tmp_path / "ca.pem", tmp_path / "client.pem"
+    server.private_key_and_cert_chain_pem.write_to_path(str(keystore))
+    ca.cert_pem.write_to_path(str(ca_path))
+    ca.issue_cert("carol@example.com", common_name="carol").private_key_and_cert_chain_pem.write_to_path(str(client))
+    with TriremeBroker(config={"listeners": "SSL://127.0.0.1:0,MTLS://127.0.0.1:0",
+                               "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL",
+                               "ssl.keystore.location": str(keystore), "ssl.truststore.location": str(ca_path),
+                               "listener.name.mtls.ssl.client.auth": "required"}) as broker:
+        assert set(broker.listener_ports) == {"PLAINTEXT", "SSL", "MTLS"}
+        assert broker.listener_ports["PLAINTEXT"] == broker.port and 0 not in broker.listener_ports.values()
+        assert len(set(broker.listener_ports.values())) == 3
+
+        def handshake(listener: str, with_certificate: bool) -> bool:
+            context = ssl.create_default_context(cafile=str(ca_path))
+            if with_certificate:
+                context.load_cert_chain(str(client))
+            host, _, port = broker.bootstrap_for(listener).rpartition(":")
+            try:
+                with context.wrap_socket(socket.create_connection((host, int(port)), timeout=10),
+                                         server_hostname="localhost") as tls:
+                    tls.sendall(b"\x00\x00\x00\x0a\x00\x12\x00\x00\x00\x00\x00\x01\xff\xff")    # ApiVersions v0
+                    return len(tls.recv(4)) == 4                # its answer (TLS 1.3 reports a refusal here)
+            except (ssl.SSLError, ConnectionError):
+                return False
+
+        assert handshake("SSL", False) and handshake("MTLS", True)
+        assert not handshake("MTLS", False)
+        metrics = broker._listener.broker.metrics
+        assert dict(metrics.authentications) == {("MTLS", "SSL", "success"): 1, ("MTLS", "SSL", "failure"): 1}
+        assert "tls_principal=User:CN=carol" in broker.log_text()
+
+
+def test_a_listener_on_every_interface_advertises_the_host_name():
+    import socket
+
+    from trireme.server.config import ListenerSpec
+    from trireme.server.listener import EndPoint
+    assert EndPoint(ListenerSpec("PLAINTEXT", "PLAINTEXT", "0.0.0.0", 9092), []).advertised_host == socket.getfqdn()
+    assert EndPoint(ListenerSpec("SSL", "SSL", "127.0.0.1", 9093, "kafka.example", 19093), []).advertised_port == 19093
+    assert EndPoint(ListenerSpec("SSL", "SSL", "127.0.0.1", 9093), []).advertised_host == "127.0.0.1"

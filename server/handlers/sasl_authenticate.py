@@ -6,7 +6,7 @@ Behaviour / version notes:
   SASL_AUTHENTICATION_FAILED with Kafka's message, sent after connection.failed.authentication.delay.ms, and the
   connection closes.
 - Where Kafka's request handler gets it (a PLAINTEXT/SSL listener, or after authentication) the answer is
-  ILLEGAL_SASL_STATE.
+  ILLEGAL_SASL_STATE with its message, "SaslAuthenticate request received after successful authentication".
 """
 from __future__ import annotations
 
@@ -19,5 +19,5 @@ def sasl_authenticate(ctx, request):
     authenticator = getattr(ctx.connection, "authentication", None)
     if authenticator is None:
         return ctx.response(error_code=E.ILLEGAL_SASL_STATE.code, auth_bytes=b"", session_lifetime_ms=0,
-                            error_message="SaslAuthenticate request received on a listener without SASL")
+                            error_message="SaslAuthenticate request received after successful authentication")
     return authenticator.authenticate(ctx, request)
