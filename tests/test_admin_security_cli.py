@@ -466,9 +466,9 @@ def ca():
     return trustme.CA()
 
 
-def _server_context(ca, client_auth: bool = False) -> ssl.SSLContext:
+def _server_context(ca, client_auth: bool = False, names=("localhost", "127.0.0.1")) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ca.issue_cert("localhost", "127.0.0.1").configure_cert(context)
+    ca.issue_cert(*names).configure_cert(context)
     if client_auth:
         context.verify_mode = ssl.CERT_REQUIRED
         ca.configure_trust(context)
@@ -519,7 +519,8 @@ def test_sasl_mechanism_the_broker_does_not_offer(broker_factory, tmp_path):
 
 
 def test_tls_checks_the_broker_certificate_and_presents_a_client_one(broker_factory, ca, tmp_path):
-    broker = broker_factory({"DescribeAcls": _describe_ok}, ssl_context=_server_context(ca, client_auth=True))
+    broker = broker_factory({"DescribeAcls": _describe_ok},
+                            ssl_context=_server_context(ca, client_auth=True, names=("localhost",)))
     other = trustme.CA()
     other.cert_pem.write_to_path(str(tmp_path / "other.pem"))
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
@@ -549,6 +550,23 @@ def test_tls_checks_the_broker_certificate_and_presents_a_client_one(broker_fact
                            "--command-config", str(tmp_path / "rdkafka.properties"))
     assert code == 0, err
     assert len(broker.of("DescribeAcls")) == 2
+    # The broker's certificate names localhost only: 127.0.0.1 fails the host-name check unless
+    # ssl.endpoint.identification.algorithm is empty (Kafka's switch); no verification at all is librdkafka's.
+    renamed = "127.0.0.1"
+    code, _, err = trireme("acls", "list", "--bootstrap-server", f"{renamed}:{broker.port}",
+                           "--command-config", str(tmp_path / "mtls.properties"))
+    assert code == 1 and "the broker's certificate was not accepted" in err
+    (tmp_path / "no-host-check.properties").write_text(
+        (tmp_path / "mtls.properties").read_text() + "ssl.endpoint.identification.algorithm=\n")
+    code, _, err = trireme("acls", "list", "--bootstrap-server", f"{renamed}:{broker.port}",
+                           "--command-config", str(tmp_path / "no-host-check.properties"))
+    assert code == 0, err
+    (tmp_path / "no-verify.properties").write_text(
+        f"security.protocol=SSL\nssl.ca.location={tmp_path / 'other.pem'}\nenable.ssl.certificate.verification=false\n"
+        f"ssl.keystore.location={keystore}\n")
+    code, _, err = trireme("acls", "list", "--bootstrap-server", f"localhost:{broker.port}",
+                           "--command-config", str(tmp_path / "no-verify.properties"))
+    assert code == 0, err
 
 
 def test_users_add_password_from_a_prompt_is_asked_twice(broker_factory, monkeypatch):
