@@ -437,11 +437,9 @@ def test_java_properties_and_jaas_lines():
     assert props["security.protocol"] == "SASL_SSL"
     assert props["ssl.truststore.certificates"] == "-----BEGIN CERTIFICATE-----\nAAA\n-----END CERTIFICATE-----"
     assert props["key=with:escapes"] == "v"
-    module, options = security.parse_jaas(props["sasl.jaas.config"])
-    assert module == "org.apache.kafka.common.security.scram.ScramLoginModule"
-    assert options == {"username": "admin", "password": 'p"w;d'}
-    assert security.parse_jaas("a.PlainLoginModule required username=bob password=x;")[1] == {
-        "username": "bob", "password": "x"}
+    security_settings = security.client_security({**props, "security.protocol": "SASL_PLAINTEXT",
+                                                  "sasl.mechanism": "SCRAM-SHA-512"})
+    assert (security_settings.username, security_settings.password) == ("admin", 'p"w;d')
 
 
 def test_command_config_errors_name_the_setting_never_the_password(tmp_path):
@@ -452,6 +450,9 @@ def test_command_config_errors_name_the_setting_never_the_password(tmp_path):
               "needs ScramLoginModule"),
              ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "u"},
               "needs a username and a password"),
+             ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+               "sasl.jaas.config": f'x.PlainLoginModule required username="u" password="{PASSWORD}"'},
+              "sasl.jaas.config: JAAS config entry not terminated by semi-colon"),
              ({"security.protocol": "SSL", "ssl.truststore.type": "JKS",
                "ssl.truststore.location": str(tmp_path / "x.jks")}, "only PEM"),
              ({"security.protocol": "SSL", "ssl.ca.location": str(tmp_path / "missing.pem")}, "no such file")]

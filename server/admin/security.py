@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import socket
 import ssl
 import tempfile
 from typing import Any
 
+from trireme.server import jaas
 from trireme.server.config import parse_properties
 
 from .client import AdminError, request
@@ -34,25 +34,6 @@ from .client import AdminError, request
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 MAX_COMMAND_CONFIG_BYTES = 1 << 20
-
-
-def parse_jaas(text: str) -> tuple[str, dict[str, str]]:
-    """A JAAS configuration entry as Kafka's ``sasl.jaas.config`` holds it
-    (``LoginModuleClass required key="value" key2=value2;``) → (login module class, options)."""
-    m = re.match(r'\s*([\w.$]+)\s+(required|requisite|sufficient|optional)\b(.*?);?\s*$', text, re.S)
-    if not m:
-        raise AdminError("sasl.jaas.config: expected 'LoginModuleClass required key=\"value\" ...;'")
-    options, rest = {}, m.group(3)
-    pattern = re.compile(r'\s*([\w.-]+)\s*=\s*(?:"((?:\\.|[^"\\])*)"|([^\s;"]+))')
-    pos = 0
-    while rest[pos:].strip(" \t\r\n;"):
-        option = pattern.match(rest, pos)
-        if not option:
-            raise AdminError("sasl.jaas.config: cannot read the login module's options (key=\"value\" pairs)")
-        value = option.group(2) if option.group(2) is not None else option.group(3)
-        options[option.group(1)] = re.sub(r"\\(.)", r"\1", value, flags=re.S)
-        pos = option.end()
-    return m.group(1), options
 
 
 @dataclasses.dataclass
@@ -121,13 +102,16 @@ def client_security(props: dict[str, str]) -> ClientSecurity:
 
 
 def _credentials(props: dict[str, str], mechanism: str) -> tuple[str, str]:
-    jaas = props.get("sasl.jaas.config")
-    if jaas:
-        module, options = parse_jaas(jaas)
+    jaas_config = props.get("sasl.jaas.config")
+    if jaas_config:
+        try:
+            module = jaas.parse_one(jaas_config)             # Kafka's JaasConfig rules (server/jaas.py)
+        except jaas.JaasError as e:
+            raise AdminError(f"sasl.jaas.config: {e}") from None
         expected = "PlainLoginModule" if mechanism == "PLAIN" else "ScramLoginModule"
-        if module.rsplit(".", 1)[-1] != expected:
-            raise AdminError(f"sasl.jaas.config: sasl.mechanism={mechanism} needs {expected}, not {module}")
-        username, password = options.get("username"), options.get("password")
+        if module.name.rsplit(".", 1)[-1] != expected:
+            raise AdminError(f"sasl.jaas.config: sasl.mechanism={mechanism} needs {expected}, not {module.name}")
+        username, password = module.options.get("username"), module.options.get("password")
     else:
         username, password = props.get("sasl.username"), props.get("sasl.password")
     if not username or password is None:
