@@ -562,6 +562,16 @@ def test_tls_checks_the_broker_certificate_and_presents_a_client_one(broker_fact
     code, _, err = trireme("acls", "list", "--bootstrap-server", f"{renamed}:{broker.port}",
                            "--command-config", str(tmp_path / "no-host-check.properties"))
     assert code == 0, err
+    # Java's inline PEM forms, one line each (line breaks as spaces, as Kafka takes them)
+    one_line = lambda pem: " ".join(pem.decode().split("\n")).strip()            # noqa: E731
+    (tmp_path / "inline.properties").write_text(
+        "security.protocol=SSL\nssl.keystore.type=PEM\n"
+        f"ssl.keystore.key={one_line(client.private_key_pem.bytes())}\n"
+        f"ssl.keystore.certificate.chain={one_line(client.cert_chain_pems[0].bytes())}\n"
+        f"ssl.truststore.certificates={one_line(ca.cert_pem.bytes())}\n")
+    code, _, err = trireme("acls", "list", "--bootstrap-server", f"localhost:{broker.port}",
+                           "--command-config", str(tmp_path / "inline.properties"))
+    assert code == 0, err
     (tmp_path / "no-verify.properties").write_text(
         f"security.protocol=SSL\nssl.ca.location={tmp_path / 'other.pem'}\nenable.ssl.certificate.verification=false\n"
         f"ssl.keystore.location={keystore}\n")

@@ -20,14 +20,12 @@ properties file shared with other tools has them. Secrets read here never go int
 from __future__ import annotations
 
 import dataclasses
-import os
 import socket
 import ssl
-import tempfile
 from typing import Any
 
-from trireme.server import jaas
-from trireme.server.config import parse_properties
+from trireme.server import jaas, tls
+from trireme.server.config import ConfigError, parse_properties
 
 from .client import AdminError, request
 
@@ -134,45 +132,33 @@ def _ssl_context(props: dict[str, str]) -> tuple[ssl.SSLContext, bool]:
     check_hostname = verify and props.get("ssl.endpoint.identification.algorithm", "https").strip().lower() == "https"
     context.check_hostname = check_hostname
     context.verify_mode = ssl.CERT_REQUIRED if verify else ssl.CERT_NONE
+
+    def get(name: str) -> str:
+        return str(props.get(name, "")).strip()
+
+    _pem_type(props, "ssl.truststore.type")
+    _pem_type(props, "ssl.keystore.type")
     try:
-        cafile = props.get("ssl.ca.location") or props.get("ssl.truststore.location")
-        inline_ca = props.get("ssl.truststore.certificates")
-        if props.get("ssl.truststore.location") or inline_ca:
-            _pem_type(props, "ssl.truststore.type")
-        if cafile:
-            context.load_verify_locations(cafile=cafile)
-        elif inline_ca:
-            context.load_verify_locations(cadata=inline_ca)
+        # The CA: librdkafka's file, else Java's PEM truststore read as the broker reads its own (server/tls.py).
+        if get("ssl.ca.location"):
+            context.load_verify_locations(cafile=get("ssl.ca.location"))
+        elif get("ssl.truststore.location") or get("ssl.truststore.certificates"):
+            tls._load_truststore(context, get, needed=False)
         elif verify:
             context.load_default_certs()
-        _client_certificate(context, props)
+        # A client certificate (mTLS): librdkafka's certificate and key files, else Java's PEM keystore.
+        if get("ssl.certificate.location"):
+            context.load_cert_chain(get("ssl.certificate.location"), get("ssl.key.location") or None,
+                                    get("ssl.key.password") or None)
+        elif get("ssl.keystore.location") or get("ssl.keystore.key") or get("ssl.keystore.certificate.chain"):
+            tls._load_keystore(context, get)
+    except ConfigError as e:
+        raise AdminError(f"TLS settings: {e}") from None
     except FileNotFoundError as e:
         raise AdminError(f"TLS settings: {e.filename}: no such file") from None
     except (ssl.SSLError, OSError) as e:
         raise AdminError(f"TLS settings: cannot load the key material: {e}") from None
     return context, check_hostname
-
-
-def _client_certificate(context: ssl.SSLContext, props: dict[str, str]) -> None:
-    """The client certificate and key for mTLS, when the properties give one."""
-    password = props.get("ssl.key.password") or None
-    if props.get("ssl.certificate.location"):
-        context.load_cert_chain(props["ssl.certificate.location"], props.get("ssl.key.location") or None, password)
-    elif props.get("ssl.keystore.location"):
-        _pem_type(props, "ssl.keystore.type")
-        context.load_cert_chain(props["ssl.keystore.location"], None, props.get("ssl.keystore.password") or password)
-    elif props.get("ssl.keystore.key") or props.get("ssl.keystore.certificate.chain"):
-        _pem_type(props, "ssl.keystore.type")
-        key, chain = props.get("ssl.keystore.key", ""), props.get("ssl.keystore.certificate.chain", "")
-        if not key or not chain:
-            raise AdminError("ssl.keystore.key and ssl.keystore.certificate.chain go together")
-        # load_cert_chain reads files only: a private temporary file, removed at once.
-        with tempfile.TemporaryDirectory(prefix="trireme-admin-") as folder:
-            path = os.path.join(folder, "keystore.pem")
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(key.strip() + "\n" + chain.strip() + "\n")
-            context.load_cert_chain(path, None, password)
 
 
 # --- SASL, client side ---------------------------------------------------------------------------
