@@ -631,3 +631,26 @@ def test_sasl_session_is_renewed_on_the_connection_before_it_ends(broker_factory
     assert code == 0, err
     sasl = ["SaslHandshake", "SaslAuthenticate", "SaslAuthenticate"]
     assert [api for api, *_ in broker.requests] == ["ApiVersions", *sasl, "DescribeAcls", *sasl, "DescribeAcls"]
+
+
+def test_kafka_tool_command_lines_run_as_they_are(broker_factory):
+    """kafka-acls.sh's --add/--list/--remove and kafka-configs.sh's --alter/--describe anywhere on the line."""
+    results = message("CreateAclsResponse").cls.AclCreationResult
+    broker = broker_factory({"CreateAcls": lambda req: response("CreateAcls", results=[results() for _ in
+                                                                                     req.creations]),
+                             "DescribeAcls": lambda req: response("DescribeAcls"),
+                             "AlterClientQuotas": lambda req: response("AlterClientQuotas", entries=[]),
+                             "DescribeClientQuotas": lambda req: response("DescribeClientQuotas", entries=[])})
+    code, _, err = trireme("acls", "--bootstrap-server", broker.bootstrap, "--add", "--allow-principal", "User:Bob",
+                           "--operation", "Read", "--topic", "Test-topic")
+    assert code == 0, err
+    assert [(c.principal, c.operation, c.resource_name) for c in broker.of("CreateAcls")[0].creations] == [
+        ("User:Bob", Operation.READ, "Test-topic")]
+    assert trireme("acls", "--bootstrap-server", broker.bootstrap, "--list", "--topic", "Test-topic")[0] == 0
+    assert broker.of("DescribeAcls")[0].resource_name_filter == "Test-topic"
+    code, _, err = trireme("quotas", "--bootstrap-server", broker.bootstrap, "--alter", "--add-config",
+                           "producer_byte_rate=1024", "--entity-type", "users", "--entity-name", "alice")
+    assert code == 0, err
+    assert trireme("quotas", "--bootstrap-server", broker.bootstrap, "--describe", "--entity-type", "users")[0] == 0
+    code, _, err = trireme("acls", "--bootstrap-server", broker.bootstrap, "--add", "--list", "--topic", "t")
+    assert code == 2
