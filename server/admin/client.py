@@ -103,13 +103,12 @@ class Connection:
             raise
         self._correlation = itertools.count(1)
         self.versions: dict[int, tuple[int, int]] = {}
-        self.reauthenticate_at = None
+        self.security = security
+        self.reauthenticate_at: float | None = None      # KIP-368: when the SASL session must be renewed
         response = self.send("ApiVersions", 3, request("ApiVersions", client_software_name=CLIENT_ID,
                                                           client_software_version=__version__))
         check(response.error_code, f"ApiVersions from {self.address}")
         self.versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
-        self.security = security
-        self.reauthenticate_at: float | None = None      # KIP-368: when the SASL session must be renewed
         if security is not None:
             try:
                 self._authenticate()
