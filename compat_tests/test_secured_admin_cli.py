@@ -54,7 +54,6 @@ def test_cli_over_an_mtls_listener_and_the_security_counters(pki):
               "ssl.keystore.location": str(pki / "broker.keystore.pem"), "ssl.truststore.type": "PEM",
               "ssl.truststore.location": str(pki / "ca.pem"), "ssl.client.auth": "required",
               "trireme.metrics.listen": "127.0.0.1:0", "trireme.status.listen": "127.0.0.1:0"}
-    # storage="disk": /metrics fails with the in-memory storage (MemoryStorage has no open_descriptors; reported)
     with TriremeBroker(topics={"orders": 2}, config=config, storage="disk") as broker:
         bootstrap = broker.bootstrap_for("SSL")
         (pki / "mtls.properties").write_text(
