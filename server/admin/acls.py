@@ -18,7 +18,9 @@ ones the resource type has.  ``--producer`` stands for Write, Describe and Creat
 principal deletes every ACL of the resources named; with --resource-pattern-type match, every ACL
 that applies to them (literal, wildcard and prefixed), so use that with care.  ``list`` without a
 resource lists every ACL; --principal keeps only those of that principal.  ``add`` and ``remove``
-are accepted for ``create`` and ``delete``; ``--force`` is accepted (nothing asks for confirmation).
+are accepted for ``create`` and ``delete``, and so are kafka-acls.sh's ``--add``, ``--list`` and
+``--remove`` anywhere on the line (``admin.kafka_style``); ``--force`` is accepted (nothing asks for
+confirmation).
 """
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ follows it, in order; ``--user NAME``, ``--client ID``, ``--ip ADDRESS``, ``--us
 entity type but no name shows every entity of that type; with no entity at all, every quota.  It
 matches the entities given exactly (a user's quota, not also the user/client pairs under it:
 Kafka's ``ClientQuotaFilter.containsOnly``).  ``alter`` sets the --add-config quotas and removes
-the --delete-config ones in one AlterClientQuotas request.
+the --delete-config ones in one AlterClientQuotas request.  kafka-configs.sh's ``--describe`` and
+``--alter`` flags are taken in place of the sub-command (``admin.kafka_style``).
 """
 from __future__ import annotations
 
