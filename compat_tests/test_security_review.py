@@ -47,8 +47,6 @@ SECRET_KEY_PASSWORD = "key-pass-review-1"
 SECRET_KEY = "-----BEGIN ENCRYPTED PRIVATE KEY-----review-1-----END ENCRYPTED PRIVATE KEY-----"
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 1: DescribeConfigs BROKER answers ssl.key.password and "
-                                       "ssl.keystore.key in clear (not in config.SENSITIVE_PROPERTIES)")
 @pytest.mark.server_config({"ssl.key.password": SECRET_KEY_PASSWORD, "ssl.keystore.key": SECRET_KEY})
 def test_describe_configs_never_tells_key_material(server):
     """Kafka's ssl.key.password, ssl.keystore.key (and every PASSWORD config) are described with a null value and

@@ -27,7 +27,6 @@ RECONFIGURABLE = ("ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.pa
                   "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.truststore.type",
                   "ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.certificates")
 # Kafka's PASSWORD configs among them: never logged, described without their value.
-SECRETS = frozenset({"ssl.keystore.key", "ssl.key.password", "ssl.keystore.password", "ssl.truststore.password"})
 _PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.S)
 
 
