@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 
 from .client import AdminError, Client, check, request_class
+from .commands import subcommands
 from .output import Report, Table
 
 HELP = "describe and alter client quotas (kafka-configs.sh --entity-type users/clients/ips)"
@@ -51,12 +52,10 @@ class _Entity(argparse.Action):
 
 
 def add_arguments(parser: argparse.ArgumentParser, nested) -> None:
-    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
+    command = subcommands(parser, nested)
     for name, run, text in (("describe", _describe, "show client quotas (DescribeClientQuotas)"),
                             ("alter", _alter, "set or remove client quotas (AlterClientQuotas)")):
-        p = sub.add_parser(name, help=text, description=text)
-        nested(p)
-        p.set_defaults(run=run, entity_items=[])
+        p = command(name, run, text, entity_items=[])
         p.add_argument("--entity-type", action=_Entity, const="type", metavar="users|clients|ips")
         p.add_argument("--entity-name", action=_Entity, const="name", metavar="NAME")
         p.add_argument("--entity-default", action=_Entity, const="default", nargs=0,
