@@ -143,7 +143,7 @@ def _ssl_context(props: dict[str, str]) -> tuple[ssl.SSLContext, bool]:
         if get("ssl.ca.location"):
             context.load_verify_locations(cafile=get("ssl.ca.location"))
         elif get("ssl.truststore.location") or get("ssl.truststore.certificates"):
-            tls._load_truststore(context, get, needed=False)
+            tls.load_truststore(context, get, needed=False)
         elif verify:
             context.load_default_certs()
         # A client certificate (mTLS): librdkafka's certificate and key files, else Java's PEM keystore.
@@ -151,7 +151,7 @@ def _ssl_context(props: dict[str, str]) -> tuple[ssl.SSLContext, bool]:
             context.load_cert_chain(get("ssl.certificate.location"), get("ssl.key.location") or None,
                                     get("ssl.key.password") or None)
         elif get("ssl.keystore.location") or get("ssl.keystore.key") or get("ssl.keystore.certificate.chain"):
-            tls._load_keystore(context, get)
+            tls.load_keystore(context, get)
     except ConfigError as e:
         raise AdminError(f"TLS settings: {e}") from None
     except FileNotFoundError as e:
