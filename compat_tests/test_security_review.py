@@ -296,21 +296,34 @@ def test_deny_acl_for_an_ipv6_host_applies_as_in_kafka(server):
 
 # --- finding 8: TRIREME_CAPTURE_DIR writes passwords to disk ------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="review finding 8: connection._capture writes every request body it has not "
-                                       "seen yet, SaslAuthenticate's PLAIN password and AlterUserScramCredentials' "
-                                       "salted password included, hex-encoded, to TRIREME_CAPTURE_DIR")
 def test_capture_dir_never_holds_a_secret(tmp_path, monkeypatch):
     """The test-vector capture (TRIREME_CAPTURE_DIR) is a debugging aid someone may turn on against real clients;
-    what it writes must hold no password (secrets never reach a log line, nor a file)."""
+    what it writes must hold no password (secrets never reach a log line, nor a file): not a SaslAuthenticate's
+    PLAIN password, a SaslHandshake v0 raw token's, nor AlterUserScramCredentials' salted password."""
+    import struct
+
     from compat_tests.conftest import ServerProcess
     capture = tmp_path / "capture"
     monkeypatch.setenv("TRIREME_CAPTURE_DIR", str(capture))
     srv = ServerProcess(tmp_path / "broker", config=SASL)
     srv.start()
+    salted = b"salted-password-review-8".ljust(32, b"!")
     try:
+        with login(srv, "admin") as conn:
+            cls = message("AlterUserScramCredentialsRequest").cls
+            r = conn.request("AlterUserScramCredentials", 0, cls(deletions=[], upsertions=[
+                cls.ScramCredentialUpsertion(name="dave", mechanism=1, iterations=4096, salt=b"salt-review-8",
+                                             salted_password=salted)]))
+            assert [x.error_code for x in r.results] == [0], r
         login(srv, "alice").close()
+        with RawConn(srv.bootstrap_for("SASL_PLAINTEXT")) as conn:      # v0: the token travels unframed
+            assert conn.request("SaslHandshake", 0, req("SaslHandshake", mechanism="PLAIN")).error_code == 0
+            token = b"\0bob\0bob-secret"
+            conn.send(struct.pack(">i", len(token)) + token)
+            assert conn.read_frame() == b""
     finally:
         srv.stop()
     written = b"".join(bytes.fromhex(p.read_text().strip()) for p in capture.rglob("*.hex"))
     assert written, "nothing captured: the test no longer exercises the capture"
-    assert b"alice-secret" not in written
+    for secret in (b"alice-secret", b"bob-secret", b"admin-pw", salted):
+        assert secret not in written, secret
