@@ -73,10 +73,8 @@ def unsecured_token(claims_json: str) -> bytes:
     return f"n,,\x01auth=Bearer {token}\x01\x01".encode()
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 3: oauthbearer.py takes exp 1e300 / 1e400 (inf) / NaN: an "
-                                       "int64 overflow or OverflowError becomes 'internal error' with a traceback")
 @pytest.mark.server_config(OAUTH)
-@pytest.mark.parametrize("exp", ["1e300", "1e400", "NaN"])
+@pytest.mark.parametrize("exp", ["1e300", "1e400", "NaN", "-1e400", "1" + "0" * 30])
 def test_oauthbearer_absurd_exp_is_refused_not_an_internal_error(server, exp):
     """A JWT's exp is a NumericDate (RFC 7519): a float beyond int64 milliseconds, infinity (1e400 parses as inf) or
     NaN must be refused as an invalid token (SASL_AUTHENTICATION_FAILED) or at worst answered with a lifetime in

@@ -36,6 +36,7 @@ MIN_REAUTH_INTERVAL_S = 1.0          # Kafka: a re-authentication at most once a
 FAILURE_WINDOW_S = 60.0
 MAX_TRACKED_ADDRESSES = 10_000       # failed-login history kept for at most this many client addresses
 DEFAULT_MAX_RECEIVE = 524288         # sasl.server.max.receive.size's default
+MAX_SESSION_LIFETIME_MS = 2**63 - 1   # SaslAuthenticate's session_lifetime_ms is an int64
 
 # Gate verdicts besides None (dispatch the request as usual) and bytes (a raw token to send).
 NO_ANSWER = object()
@@ -463,7 +464,7 @@ class Authenticator:
         lifetimes = [max_reauth] if max_reauth > 0 else []
         if credential_ms is not None:
             lifetimes.append(max(0, credential_ms - now_ms()))
-        lifetime = max(0, min(lifetimes))
+        lifetime = min(max(0, min(lifetimes)), MAX_SESSION_LIFETIME_MS)
         self.expires_at = time.monotonic() + lifetime / 1000
         return lifetime
 

@@ -211,6 +211,11 @@ def test_oauthbearer_unsecured_accepts_as_kafka_does():
     ({"sub": "alice", "exp": 4e9, "iat": 3.9e9}, {}, "invalid_token"),              # issued in the future
     ({"sub": "alice", "exp": 4e9, "scope": "read"}, {"unsecuredValidatorRequiredScope": "write"},
      "insufficient_scope"),
+    ({"sub": "alice", "exp": float("inf")}, {}, "invalid_token"),                   # exp beyond any NumericDate
+    ({"sub": "alice", "exp": float("nan")}, {}, "invalid_token"),
+    ({"sub": "alice", "exp": 1e300}, {}, "invalid_token"),                          # ms beyond int64
+    ({"sub": "alice", "exp": 10**30}, {}, "invalid_token"),
+    ({"sub": "alice", "exp": 4e9, "iat": float("nan")}, {}, "invalid_token"),
 ])
 def test_oauthbearer_unsecured_refusals_answer_the_json_error_then_fail(claims, options, status):
     server, answer = oauth(initial_response(unsecured(claims)), options)
@@ -268,7 +273,8 @@ def test_oauthbearer_jwks_validation(tmp_path):
     for token in (signed({**good, "iss": "https://evil"}), signed({**good, "aud": "other"}),
                   signed({**good, "exp": now - 100}), signed({k: v for k, v in good.items() if k != "iat"}),
                   signed({k: v for k, v in good.items() if k != "sub"}), signed(good, signing_key=other),
-                  signed(good, kid="unknown"), unsecured(good)):
+                  signed(good, kid="unknown"), unsecured(good), signed({**good, "exp": float("inf")}),
+                  signed({**good, "exp": float("nan")}), signed({**good, "exp": 1e300})):
         server, answer = run(check, token)
         assert json.loads(answer) == {"status": "invalid_token"} and not server.complete, token
 
@@ -461,6 +467,11 @@ def test_oauthbearer_session_lifetime_is_the_tokens():
     token = unsecured({"sub": "svc", "exp": time.time() + 30})
     _, r = call(conn, "SaslAuthenticate", 2, auth_bytes=initial_response(token))
     assert r.error_code == 0 and 25_000 < r.session_lifetime_ms <= 30_000 and conn.principal == "User:svc"
+    conn = StandInConnection(stand_in_broker())                            # the latest exp whose ms fit an int64
+    call(conn, "SaslHandshake", 1, mechanism="OAUTHBEARER")
+    _, r = call(conn, "SaslAuthenticate", 2, auth_bytes=initial_response(unsecured({"sub": "svc",
+                                                                                    "exp": (2**63 - 1) // 1000})))
+    assert r.error_code == 0 and 0 < r.session_lifetime_ms < 2**63
 
 
 def test_reauthentication_with_another_mechanism_fails():
