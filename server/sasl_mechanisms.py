@@ -8,10 +8,8 @@ log and never holds a secret.
 """
 from __future__ import annotations
 
-import functools
 import hmac
 import re
-import secrets
 
 import trio
 
@@ -40,12 +38,6 @@ def printable(name: str | None) -> str:
         return "-"
     shown = name[:MAX_LOGGED_NAME].encode("unicode_escape").decode("ascii")
     return shown + ("..." if len(name) > MAX_LOGGED_NAME else "")
-
-
-@functools.cache
-def _unknown_user_hash() -> str:
-    from .plain_credentials import hash_password
-    return hash_password(secrets.token_urlsafe(16))
 
 
 class PlainServer:
@@ -101,7 +93,7 @@ class PlainServer:
         from . import plain_credentials
         stored = self.credentials_file.lookup(username)
         if stored is None:          # as long as a known user's check: the answer's time does not tell who exists
-            plain_credentials.verify(_unknown_user_hash(), password)
+            plain_credentials.verify(self.credentials_file.decoy(), password)
             return False
         return plain_credentials.verify(stored, password)
 

@@ -84,6 +84,16 @@ def test_credentials_file_holds_hashes_only(tmp_path):
     assert set(plain_credentials.read(path)) == {"b:o:b"}
 
 
+def test_unknown_users_decoy_costs_the_files_usual_iterations():
+    """An unknown PLAIN user's password is checked against a decoy with the iterations most of the file's users have
+    (review finding 4); no password matches it."""
+    users = {name: plain_credentials.hash_password("pw", iterations) for name, iterations in
+             (("a", 20_000), ("b", 20_000), ("c", 30_000))}
+    decoy = plain_credentials.decoy_hash(users)
+    assert decoy.split(":")[1] == "20000" and not plain_credentials.verify(decoy, "pw")
+    assert plain_credentials.decoy_hash({}).split(":")[1] == str(plain_credentials.DEFAULT_ITERATIONS)
+
+
 @pytest.mark.parametrize("line", ["alice:md5:1:AA==:AA==", "alice:pbkdf2-sha512:1:AA==:" + "A" * 88,
                                   "alice:pbkdf2-sha512:99999999999:AA==:" + base64.b64encode(bytes(64)).decode(),
                                   "no-colons"])

@@ -83,8 +83,6 @@ def test_throttle_counters_are_bounded_whatever_client_ids_clients_send():
 
 # --- finding 4: the PLAIN credentials file tells which users exist -------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="review finding 4: PlainServer._check returns at once for a user not in the "
-                                       "credentials file, and runs PBKDF2 (~0.2 s) for one that is: user enumeration")
 def test_unknown_plain_user_costs_the_same_password_check_as_a_known_one(tmp_path, monkeypatch):
     """A wrong password for a user in trireme.sasl.plain.credentials.file costs one PBKDF2 of the file's iterations;
     a user name not in the file must cost the same (a dummy hash), or the answer's delay tells an unauthenticated
