@@ -186,13 +186,12 @@ def test_frames_pipelined_behind_a_login_run_only_if_it_succeeds(server, passwor
 
 # --- finding 5: the failed-login limit is checked before, and counted after, a slow check -------------------------
 
-@pytest.mark.xfail(strict=True, reason="review finding 5: FailedLogins.blocked is asked before the PBKDF2 check and "
-                                       "record() only after it, so guesses sent in parallel all get checked")
 def test_failed_login_limit_holds_for_guesses_sent_in_parallel(server_factory_plain_file):
     """trireme.sasl.failed.authentications.per.minute=3: twelve wrong passwords for a credentials-file user sent at
     once on twelve connections must get at most three checked ('Invalid username or password'); the rest are refused
-    as rate-limited without a check.  Here every one is checked: each passes blocked() while the first is still in
-    its worker thread, so parallel connections multiply the guesses an address gets per minute."""
+    as rate-limited without a check.  (Every one was checked before the fix: each passed the limit while the first
+    was still in its worker thread, so parallel connections multiplied the guesses an address got per minute; now a
+    check under way holds a reservation in the limit.)"""
     server = server_factory_plain_file
     conns = []
     try:
@@ -216,14 +215,11 @@ SCRAM_LIMITED = {**SASL, "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
                  "trireme.sasl.failed.authentications.per.minute": 3}
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 5: the failed-login limit is asked only at a SCRAM "
-                                       "exchange's first round: client-firsts sent before any failure all pass, then "
-                                       "every client-final guess is checked")
 @pytest.mark.server_config(SCRAM_LIMITED)
 def test_failed_login_limit_holds_for_scram_exchanges_opened_together(server):
     """trireme.sasl.failed.authentications.per.minute=3 with SCRAM-SHA-256: twelve exchanges opened (client-first
     answered on each) before any proof is sent, then twelve wrong proofs: at most three may be checked.  No timing is
-    involved: Authenticator._evaluate asks FailedLogins.blocked only when rounds == 1."""
+    involved: the limit used to be asked only at an exchange's first round; now every round asks it."""
     import scramp
     conns, clients = [], []
     try:

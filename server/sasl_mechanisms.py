@@ -55,6 +55,10 @@ class PlainServer:
         self.attempted_user: str | None = None
         self.lifetime_ms = None
 
+    def checks(self, token: bytes) -> bool:
+        """Whether evaluating ``token`` may check a credential (the failed-login limit is asked then)."""
+        return True
+
     async def evaluate(self, token: bytes) -> bytes:
         if self.complete:
             raise SaslFailure("token after PLAIN completed")
@@ -122,6 +126,10 @@ class ScramServer:
         return (bytes(credential.salt), bytes(credential.stored_key), bytes(credential.server_key),
                 int(credential.iterations))
 
+    def checks(self, token: bytes) -> bool:
+        """Every round (the client-final's proof is the check; the client-first's refuses an unknown user)."""
+        return True
+
     async def evaluate(self, token: bytes) -> bytes:
         try:
             text = token.decode("utf-8")
@@ -185,6 +193,10 @@ class OAuthBearerServer:
         self.lifetime_ms: int | None = None
         self.error: str | None = None
         self.error_reason: str | None = None
+
+    def checks(self, token: bytes) -> bool:
+        """Every token but the client's ``\x01`` acknowledging a refused one (that refusal was the check)."""
+        return not (token == b"\x01" and self.error is not None)
 
     async def evaluate(self, token: bytes) -> bytes:
         if token == b"\x01" and self.error is not None:

@@ -421,6 +421,37 @@ def test_failed_logins_table_is_bounded():
     assert len(table._failures) == 100
 
 
+def test_failed_logins_checks_under_way_hold_the_limit():
+    """Review finding 5: a reserved attempt counts against the limit until it settles; a round finding the limit
+    taken up by checks under way waits for one, a success releases its attempt, a failure is recorded."""
+    table = authentication.FailedLogins(limit=2)
+    log = []
+
+    async def attempt(name, fails, took):
+        if not await table.reserve("h", clock=lambda: 0.0):
+            log.append((name, "refused"))
+            return
+        log.append((name, "checking"))
+        await trio.sleep(took)
+        table.settle("h", fails, 0.0)
+        log.append((name, "failed" if fails else "passed"))
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(attempt, "a", True, 1)
+            await trio.sleep(0.1)
+            nursery.start_soon(attempt, "b", False, 2)
+            await trio.sleep(0.4)
+            nursery.start_soon(attempt, "c", True, 1)        # two under way: waits until a failure and b are not
+            await trio.sleep(3)
+            nursery.start_soon(attempt, "d", True, 1)        # a's and c's failures: the limit is reached
+    import trio.testing
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))      # (the sleeps only order the attempts)
+    assert log == [("a", "checking"), ("b", "checking"), ("a", "failed"), ("b", "passed"), ("c", "checking"),
+                   ("c", "failed"), ("d", "refused")]
+    assert len(table._failures["h"]) == 2 and not table._pending and not table._settled
+
+
 def test_scram_generic_failure_message():
     conn = StandInConnection(stand_in_broker())
     call(conn, "SaslHandshake", 1, mechanism="SCRAM-SHA-512")
