@@ -56,8 +56,10 @@ from typing import Callable, Iterator
 
 from trireme.state.log import (HEADER_SIZE, CorruptLog, _Segment, cleaned_name)
 from trireme.state.storage import AppendFile, FileStorage, ReadFile, Storage
+from trireme.wire.primitives import CodecError
 from trireme.wire.records import (CONTROL_ABORT, CONTROL_COMMIT, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader,
-                                  decode_records, parse_batch_header, parse_control_record, rebuild_batch)
+                                  decode_records, parse_batch_header, parse_control_record, rebuild_batch,
+                                  scan_keys)
 
 LONG_MAX = 2**63 - 1
 _CHUNK = 1 << 20
@@ -72,7 +74,7 @@ class CleanerConfig:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX
     min_cleanable_dirty_ratio: float = 0.5
-    max_map_keys: int = 4_000_000
+    max_map_keys: int = 1_000_000     # ~100 MB of Python dict for short keys
     throttle: Callable[[int], None] | None = field(default=None, compare=False)
 
 
@@ -207,7 +209,8 @@ def clean(storage: Storage, plan: CleaningPlan, throttle: Callable[[int], None] 
 
     # Pass 1: the offset map over the dirty part, and each producer's last data batch in the range.
     offset_map: dict[bytes, int] = {}
-    last_of_producer: dict[int, int] = {}
+    last_of_producer: dict[int, int] = {}   # producer id -> last offset of its last data batch in the range
+    last_entry: dict[int, int] = {}         # producer id -> last offset of its last batch, marker or data
     end_index = len(segs)
     for n, ref in enumerate(segs):
         reader = reader_of(ref)
@@ -215,26 +218,31 @@ def clean(storage: Storage, plan: CleaningPlan, throttle: Callable[[int], None] 
             dirty = ref.next_offset > plan.first_dirty_offset
             if not dirty:
                 for header, _batch in _iter_headers(reader, ref.size):
-                    if header.producer_id >= 0 and not header.is_control:
-                        last_of_producer[header.producer_id] = header.last_offset
+                    if header.producer_id >= 0:
+                        last_entry[header.producer_id] = header.last_offset
+                        if not header.is_control:
+                            last_of_producer[header.producer_id] = header.last_offset
                 continue
             if len(offset_map) >= plan.max_map_keys and n > 0 and segs[n - 1].next_offset > plan.first_dirty_offset:
                 end_index = n            # the map is full: clean up to here, the rest next time
                 break
             for header, batch in _iter_batches(reader, ref.size, throttle, counter):
-                if header.producer_id >= 0 and not header.is_control:
-                    last_of_producer[header.producer_id] = header.last_offset
+                if header.producer_id >= 0:
+                    last_entry[header.producer_id] = header.last_offset
+                    if not header.is_control:
+                        last_of_producer[header.producer_id] = header.last_offset
                 if header.is_control or header.last_offset < plan.first_dirty_offset:
                     continue
                 if header.is_transactional and aborted.containing(header.producer_id, header.base_offset) is not None:
                     continue
-                for record in decode_records(batch):
-                    if record.key is not None and record.offset >= plan.first_dirty_offset:
-                        offset_map[record.key] = record.offset
+                first_dirty = plan.first_dirty_offset
+                for offset, key, _has_value in scan_keys(batch):
+                    if key is not None and offset >= first_dirty:
+                        offset_map[key] = offset
         finally:
             reader.close()
-    # groups wholly within the segments kept
-    groups = [(a, b) for a, b in plan.groups if b <= end_index]
+    # the groups, cut at the last segment the map covers
+    groups = [(a, min(b, end_index)) for a, b in plan.groups if a < end_index]
     end_offset = segs[groups[-1][1] - 1].next_offset if groups else plan.first_dirty_offset
 
     # Pass 2: filter every batch of each group into its new segment.
@@ -260,9 +268,10 @@ def clean(storage: Storage, plan: CleaningPlan, throttle: Callable[[int], None] 
                 reader = reader_of(ref)
                 try:
                     for header, batch in _iter_batches(reader, ref.size, throttle, counter):
-                        keep_empty = ((header.producer_id >= 0 and not header.is_control
-                                       and last_of_producer.get(header.producer_id) == header.last_offset)
-                                      or (ref is last_ref and header.next_offset == ref.next_offset))
+                        pid_last = header.producer_id >= 0 and (
+                            last_entry[header.producer_id] == header.last_offset if header.is_control
+                            else last_of_producer[header.producer_id] == header.last_offset)
+                        keep_empty = pid_last or (ref is last_ref and header.next_offset == ref.next_offset)
                         new = _filter_batch(header, batch, offset_map, aborted, ongoing_committed, plan.now_ms,
                                             horizon, keep_empty, stats)
                         if new is None:
@@ -334,18 +343,20 @@ def _filter_batch(header: BatchHeader, batch: memoryview, offset_map: dict, abor
         records = decode_records(batch)
         stats["read"] += len(records)
         if not records:
-            return None                       # an empty control batch was cleaned already
+            return batch if keep_empty else None   # an empty control batch was cleaned already
         try:
             control_type, _ = parse_control_record(records[0])
-        except Exception:
+        except CodecError:
             control_type = -1
         if control_type == CONTROL_ABORT:
             discardable = (pid, header.last_offset) not in aborted.observed
         elif control_type == CONTROL_COMMIT:
             discardable = pid not in ongoing_committed
-            ongoing_committed.discard(pid)
         else:
             discardable = False
+        ongoing_committed.discard(pid)
+        if keep_empty:
+            discardable = False               # the producer's last entry (its epoch fences) or the group's last
         if not discardable:
             stats["kept"] += len(records)
             return batch
@@ -356,36 +367,38 @@ def _filter_batch(header: BatchHeader, batch: memoryview, offset_map: dict, abor
             return batch
         return memoryview(rebuild_batch(header, records, delete_horizon_ms=horizon))
 
-    records = decode_records(batch)
-    stats["read"] += len(records)
+    scanned = scan_keys(batch)
+    stats["read"] += len(scanned)
     if header.is_transactional:
         marker = aborted.containing(pid, header.base_offset)
         if marker is not None:
             aborted.observed.add((pid, marker))
             if not keep_empty:
                 return None
-            return batch if not records else memoryview(rebuild_batch(header, []))
+            return batch if not scanned else memoryview(rebuild_batch(header, []))
         ongoing_committed.add(pid)
-    kept = []
+    keep = []
     tombstones = False
-    for record in records:
-        key = record.key
+    horizon_passed = header.has_delete_horizon and header.base_timestamp <= now_ms
+    for n, (offset, key, has_value) in enumerate(scanned):
         if key is None:
             continue                          # Kafka drops keyless records from a compacted log
         latest = offset_map.get(key)
-        if latest is not None and record.offset < latest:
+        if latest is not None and offset < latest:
             continue
-        if record.value is None:
-            if header.has_delete_horizon and header.base_timestamp <= now_ms:
+        if not has_value:
+            if horizon_passed:
                 continue                      # the tombstone's delete horizon passed
             tombstones = True
-        kept.append(record)
-    stats["kept"] += len(kept)
-    if not kept:
+        keep.append(n)
+    stats["kept"] += len(keep)
+    if not keep:
         if keep_empty:
-            return batch if not records else memoryview(rebuild_batch(header, []))
+            return batch if not scanned else memoryview(rebuild_batch(header, []))
         return None
     set_horizon = tombstones and not header.has_delete_horizon
-    if len(kept) == len(records) and not set_horizon:
+    if len(keep) == len(scanned) and not set_horizon:
         return batch
-    return memoryview(rebuild_batch(header, kept, delete_horizon_ms=horizon if set_horizon else None))
+    records = decode_records(batch)
+    return memoryview(rebuild_batch(header, [records[n] for n in keep],
+                                    delete_horizon_ms=horizon if set_horizon else None))

@@ -546,3 +546,96 @@ def _check_clean(log: PartitionLog, before, end_offset: int) -> None:
                     t.producer_id == header.producer_id and t.first_offset <= r.offset < t.last_offset
                     for t in aborted))
     assert offs == sorted(set(offs))
+
+
+# --- more unit tests --------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=200)), st.one_of(st.none(), st.binary(max_size=300)),
+                          st.integers(-10**6, 10**6)), min_size=1, max_size=20),
+       st.sampled_from([0, compression.GZIP, compression.ZSTD]))
+def test_scan_keys_agrees_with_decode_records(entries, codec):
+    from trireme.wire.records import scan_keys
+    batch = build_batch([(k, v, [("h", b"x")], 10**12 + ts) for k, v, ts in entries], base_offset=77,
+                        compression=codec)
+    assert scan_keys(batch) == [(r.offset, r.key, r.value is not None) for r in decode_records(batch)]
+
+
+def test_rebuilt_batch_keeps_fields_and_crc():
+    from trireme.wire.records import crc_ok, rebuild_batch
+    batch = build_batch([(b"a", b"1", [("h", b"v")], 5_000), (b"b", None, None, 6_000), (b"c", b"3", None, 4_000)],
+                        base_offset=100, producer_id=9, producer_epoch=2, base_sequence=40, transactional=True,
+                        compression=compression.LZ4)
+    header = parse_batch_header(batch)
+    records = decode_records(batch)
+    new = rebuild_batch(header, [records[0], records[2]], delete_horizon_ms=99_000)
+    h2 = parse_batch_header(new)
+    assert crc_ok(new, 0, h2)
+    assert (h2.base_offset, h2.last_offset_delta, h2.producer_id, h2.producer_epoch, h2.base_sequence) == \
+        (100, 2, 9, 2, 40)
+    assert h2.compression == compression.LZ4 and h2.is_transactional and h2.has_delete_horizon
+    assert h2.base_timestamp == 99_000 and h2.max_timestamp == 5_000
+    assert [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in decode_records(new)] == \
+        [(100, b"a", b"1", [("h", b"v")], 5_000), (102, b"c", b"3", [], 4_000)]
+    empty = rebuild_batch(header, [])
+    h3 = parse_batch_header(empty)
+    assert crc_ok(empty, 0, h3) and h3.records_count == 0 and h3.last_offset == 102 and h3.base_sequence == 40
+    assert decode_records(empty) == []
+
+
+def test_time_index_and_offset_for_timestamp_after_cleaning():
+    w = Writer(MemoryStorage(), segment_bytes=100_000)
+    for i in range(200):
+        w.data([(b"k%d" % (i % 10), b"v%d" % i)], ts=1_000 + 10 * i)
+    w.roll()
+    w.data([(b"t", b"t")], ts=9_000)
+    run_cleaning(w.log, 100_000)
+    kept = [(r.offset, r.timestamp) for h, rs in all_batches(w.log) for r in rs if h.base_offset < 200]
+    assert len(kept) == 10
+    for ts in (0, 1_000, 2_905, 2_906, 2_990, 2_991):
+        found = w.log.offset_for_timestamp(ts)
+        expect = next(((o, t) for o, t in kept if t >= ts), None)
+        if expect is None:
+            assert found[0] >= 200
+        else:
+            assert found == expect
+    reopened = PartitionLog.open(w.storage.crash(), DIR, segment_bytes=100_000, now_ms=0)
+    assert reopened.offset_for_timestamp(2_905) == w.log.offset_for_timestamp(2_905)
+
+
+def test_marker_that_is_a_producers_last_entry_is_kept_past_the_horizon():
+    w = Writer(MemoryStorage())
+    w.data([(b"a", b"1")], pid=8, transactional=True)
+    w.end(8, commit=True)
+    w.epoch[8] = 3
+    w.end(8, commit=False)            # a marker with no data of its own: the producer's epoch 3 is only here
+    w.data([(b"a", b"2")])
+    w.roll()
+    before = producer_summary(w.log)
+    for now in (10_000, 20_000, 30_000):
+        w.data([(b"x%d" % now, b"y")])
+        w.roll()
+        run_cleaning(w.log, now)
+    assert producer_summary(w.log) == before
+    assert producer_summary(w.log)[8][0] == 3
+
+
+def _clean_in_child(data_dir, plan):
+    return cleaner.clean_directory(data_dir, plan)
+
+
+def test_clean_runs_in_a_fresh_subprocess(tmp_path):
+    import multiprocessing
+    w = Writer(FileStorage(tmp_path))
+    for i in range(30):
+        w.data([(b"k%d" % (i % 3), b"v%d" % i)])
+    w.roll()
+    w.data([(b"t", b"t")])
+    before = committed_view(w.log)
+    plan = w.log.cleanable(10_000, None, EAGER)
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        result = pool.apply(_clean_in_child, (str(tmp_path), plan))
+    assert w.log.finish_cleaning(result) == len(result.groups) > 0
+    assert committed_view(w.log) == before
+    assert sum(len(rs) for h, rs in all_batches(w.log) if h.base_offset < 30) == 3

@@ -576,3 +576,61 @@ def rebuild_batch(header: BatchHeader, records: list[Record], *, delete_horizon_
     head = _HEAD.pack(header.base_offset, MIN_BATCH_LENGTH + len(payload), header.partition_leader_epoch,
                       MAGIC_V2, crc)
     return b"".join((head, tail, payload))
+
+
+def scan_keys(buf, pos: int = 0, max_uncompressed: int | None = None) -> list[tuple[int, bytes | None, bool]]:
+    """(offset, key, has value) of every record of the batch at `pos`: what the log cleaner's offset map and
+    retention decision need, without decoding values and headers (faster than :func:`decode_records`)."""
+    header = parse_batch_header(buf, pos)
+    end = pos + header.size
+    if end > len(buf):
+        raise CodecError(f"record batch of {header.size} bytes is truncated to {len(buf) - pos}")
+    if header.compression == _compression.NONE:
+        data = buf if type(buf) is bytes else memoryview(buf)
+        p = pos + BATCH_HEADER_SIZE
+    else:
+        data = _compression.decompress(header.compression, memoryview(buf)[pos + BATCH_HEADER_SIZE:end],
+                                       max_uncompressed)
+        p, end = 0, len(data)
+    base_offset = header.base_offset
+    out = []
+    try:
+        append = out.append
+        for _ in range(header.records_count):
+            b = data[p]
+            if b < 0x80:                            # one-byte varints inlined (the common case)
+                length = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                length, p = _read_varint(data, p)
+            record_end = p + length
+            if length <= 0 or record_end > end:
+                raise CodecError(f"record length {length} is out of bounds")
+            p += 1                                  # attributes
+            while data[p] & 0x80:                   # timestamp delta
+                p += 1
+            p += 1
+            b = data[p]
+            if b < 0x80:
+                offset_delta = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                offset_delta, p = _read_varint(data, p)
+            b = data[p]
+            if b < 0x80:
+                key_length = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                key_length, p = _read_varint(data, p)
+            if key_length < 0:
+                key = None
+            else:
+                key = bytes(data[p:p + key_length])
+                p += key_length
+            if p >= record_end:
+                raise CodecError("record key overruns the record")
+            append((base_offset + offset_delta, key, data[p] != 1))   # zigzag(-1) == 1: a null value
+            p = record_end
+    except IndexError:
+        raise CodecError("record data ends in the middle of a record") from None
+    return out
