@@ -17,7 +17,10 @@ The interface (owned by cleaner-core; server/log_cleaner.py schedules it):
   ``PartitionLog.abandon_cleaning(plan)`` and tries later.
 * ``PartitionLog.finish_cleaning(result) -> int`` (owning thread): swaps the cleaned segments in by rename (see
   below) and checkpoints the first dirty offset; returns how many segment groups were swapped. A group whose
-  old segments changed meanwhile (retention, deletion) is dropped.
+  old segments changed meanwhile (retention, deletion) is dropped. An OSError from it leaves files that
+  start-up recovery puts right: treat it as a failed flush (the partition's storage failed).
+* ``cleanable`` marks the log as being cleaned (it returns None until ``finish_cleaning`` or
+  ``abandon_cleaning``); ``cfg.throttle`` is not part of the plan (not picklable): pass it to ``clean``.
 * ``PartitionLog.cleaner_checkpoint`` — the first dirty offset (durable, ``cleaner-offset.checkpoint``).
   ``CleaningPlan.dirty_ratio`` / ``PartitionLog.dirty_ratio(...)`` for metrics; ``CleaningResult`` carries
   bytes read and written and record counts.

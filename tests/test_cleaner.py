@@ -639,3 +639,48 @@ def test_clean_runs_in_a_fresh_subprocess(tmp_path):
     assert w.log.finish_cleaning(result) == len(result.groups) > 0
     assert committed_view(w.log) == before
     assert sum(len(rs) for h, rs in all_batches(w.log) if h.base_offset < 30) == 3
+
+
+def test_recovery_when_renames_reach_the_disk_out_of_order():
+    """A file system may make the log file's rename durable before the index files' ones: a committed swap
+    still finds its index files (as .cleaned), and an uncommitted one leaves the old segment intact."""
+    from trireme.state.log import cleaned_name
+    for commit in (True, False):
+        storage = MemoryStorage()
+        w = _build(storage, 1_200, 3)
+        old = _content(w.log)
+        plan = w.log.cleanable(10_000, None, EAGER)
+        result = w.log.clean(plan)
+        group = result.groups[0]
+        base = group.base_offset
+        if commit:
+            storage.rename(f"{DIR}/{cleaned_name(base, 'log')}", f"{DIR}/{cleaned_name(base, 'log', '.swap')}")
+        else:
+            storage.rename(f"{DIR}/{cleaned_name(base, 'index')}", f"{DIR}/{cleaned_name(base, 'index', '.swap')}")
+        storage.sync_dir(DIR)
+        log = PartitionLog.open(storage.crash(), DIR, segment_bytes=1_200, now_ms=0)
+        content = _content(log)
+        lo, hi = base, group.next_offset
+        ref = _build(MemoryStorage(), 1_200, 3)
+        ref_plan = ref.log.cleanable(10_000, None, EAGER)
+        new = _content(ref.log) if not commit else None
+        if commit:
+            ref.log.finish_cleaning(ref.log.clean(ref_plan))
+            new = _content(ref.log)
+            assert _slice(content, lo, hi) == _slice(new, lo, hi) != _slice(old, lo, hi)
+            assert len(log.segment_base_offsets) == len(w.log.segment_base_offsets) - len(group.old_bases) + 1
+        else:
+            assert content == old
+        assert _slice(content, hi, 1 << 62) == _slice(old, hi, 1 << 62)
+        assert not [n for n in log._storage.list(DIR) if n.endswith((".cleaned", ".swap"))]
+
+
+def test_crash_during_clean_leaves_the_old_log():
+    storage = MemoryStorage()
+    w = _build(storage)
+    old = _content(w.log)
+    w.log.clean(w.log.cleanable(10_000, None, EAGER))
+    crashed = storage.crash(torn_tail=True)
+    log = PartitionLog.open(crashed, DIR, segment_bytes=300, now_ms=0)
+    assert _content(log) == old
+    assert not [n for n in crashed.list(DIR) if n.endswith((".cleaned", ".swap"))]
