@@ -4,7 +4,7 @@ from __future__ import annotations
 import pickle
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from trireme.state import cleaner
@@ -459,11 +459,12 @@ op = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.lists(op, max_size=60), st.sampled_from([0, compression.GZIP]))
-def test_cleaning_matches_the_model(ops, codec):
+@settings(max_examples=int(__import__("os").environ.get("CLEANER_EXAMPLES", "60")), deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(st.lists(op, min_size=5, max_size=80), st.sampled_from([0, compression.GZIP]), st.sampled_from([250, 1_000]))
+def test_cleaning_matches_the_model(ops, codec, segment_bytes):
     storage = MemoryStorage()
-    w = Writer(storage, segment_bytes=250)
+    w = Writer(storage, segment_bytes=segment_bytes)
     appended: list = []            # (key, value, transaction id or None), in log order
     aborted_txns: set = set()
     txn_id: dict[int, int] = {}    # producer id -> id of its open transaction
@@ -498,7 +499,10 @@ def test_cleaning_matches_the_model(ops, codec):
             plan = w.log.cleanable(now, unstable, EAGER)
             if plan is not None:
                 assert unstable is None or plan.end_offset <= unstable
-                w.log.finish_cleaning(w.log.clean(pickle.loads(pickle.dumps(plan))))
+                res = w.log.clean(pickle.loads(pickle.dumps(plan)))
+                event(f"cleaning rewrote groups: {bool(res.groups)}")
+                event(f"cleaning removed batches: {res.batches_removed > 0}")
+                w.log.finish_cleaning(res)
                 _check_clean(w.log, before, plan.end_offset)
             assert producer_summary(w.log) == before_producers
     for pid in list(pending):
@@ -523,7 +527,7 @@ def test_cleaning_matches_the_model(ops, codec):
     if IDEMPOTENT in w.seq:
         assert m.check(IDEMPOTENT, 0, w.seq[IDEMPOTENT], 0, False).accepted
     # and everything survives a crash and reopen
-    reopened = PartitionLog.open(storage.crash(), DIR, segment_bytes=250, now_ms=0)
+    reopened = PartitionLog.open(storage.crash(), DIR, segment_bytes=segment_bytes, now_ms=0)
     assert committed_view(reopened) == expected
     assert _content(reopened) == _content(w.log)
 
