@@ -495,7 +495,7 @@ def test_cleaning_matches_the_model(ops, codec, segment_bytes):
             now += o[1]
             unstable = w.producers.first_unstable_offset()
             before_producers = producer_summary(w.log)
-            before = [(h.base_offset, rs) for h, rs in all_batches(w.log)]
+            before = all_batches(w.log)
             plan = w.log.cleanable(now, unstable, EAGER)
             if plan is not None:
                 assert unstable is None or plan.end_offset <= unstable
@@ -514,7 +514,7 @@ def test_cleaning_matches_the_model(ops, codec, segment_bytes):
             model[key] = val
     w.roll()
     before_producers = producer_summary(w.log)
-    before = [(h.base_offset, rs) for h, rs in all_batches(w.log)]
+    before = all_batches(w.log)
     result = run_cleaning(w.log, now + 5_000)
     if result is not None:
         _check_clean(w.log, before, result.end_offset)
@@ -550,6 +550,21 @@ def _check_clean(log: PartitionLog, before, end_offset: int) -> None:
                     t.producer_id == header.producer_id and t.first_offset <= r.offset < t.last_offset
                     for t in aborted))
     assert offs == sorted(set(offs))
+
+    # read_uncommitted: the latest value per key is what it was, less aborted data below the cleaned end
+    def latest(batches, drop_aborted_below):
+        view = {}
+        for header, records in batches:
+            if header.is_control:
+                continue
+            if header.is_transactional and header.base_offset < drop_aborted_below and any(
+                    t.producer_id == header.producer_id and t.first_offset <= header.base_offset < t.last_offset
+                    for t in aborted):
+                continue
+            for r in records:
+                view[r.key] = r.value
+        return {k: v for k, v in view.items() if v is not None}
+    assert latest(all_batches(log), 0) == latest(before, end_offset)
 
 
 # --- more unit tests --------------------------------------------------------------------------------------------
