@@ -45,7 +45,8 @@ carried over unchanged (an entry whose data is gone hides nothing).
 Crash safety (``finish_cleaning``, recovery in ``PartitionLog._recover_swaps``), per group with base B:
 (1) rename ``B.*.cleaned`` -> ``B.*.swap``, the log file last, fsync the directory: the swap is committed once
 ``B.log.swap`` is durable; (2) remove the old segments' files, fsync the directory; (3) rename ``B.*.swap`` ->
-``B.*``, the log file last, fsync the directory. At start-up a ``B.log.swap`` means committed: the old segments
+``B.*``, fsync the directory, then the log file, fsync again (so an index ``.swap`` file without a
+``B.log.swap`` always belongs to an uncommitted swap). At start-up a ``B.log.swap`` means committed: the old segments
 in [B, next offset of the swap file) are removed and the swap (or still ``.cleaned``) files renamed into place;
 without it the ``.cleaned`` files are removed and the old segments stand. So a crash leaves the old or the new
 segments, never a mixture. Only durable data (below the high watermark) is ever cleaned.

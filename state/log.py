@@ -1162,6 +1162,11 @@ class PartitionLog:
     # --- compaction (the cleaner's core is state/cleaner.py; its module docstring is the interface) ---
 
     @property
+    def cleaning(self):
+        """The plan of the cleaning under way (from `cleanable` to `finish_cleaning` / `abandon_cleaning`), or None."""
+        return self._cleaning
+
+    @property
     def cleaner_checkpoint(self) -> int:
         """The first dirty offset: the log below it was cleaned (0 when never cleaned)."""
         return self._cleaner_checkpoint
@@ -1226,9 +1231,7 @@ class PartitionLog:
         groups.append((start, len(segs)))
         # Each group's aborted-transaction index: the entries of its segments, as chained on disk.
         txn_index = []
-        k = 0
-        for i in range(self._segments.index(segs[0])):
-            k += self._segments[i].txn_count
+        k = 0              # segs starts at the first segment, whose entries are the first ones
         for a, b in groups:
             n = sum(s.txn_count for s in segs[a:b])
             prev = self._aborted[k - 1].last_offset if k > 0 else -1
@@ -1311,9 +1314,12 @@ class PartitionLog:
         for seg in old:
             self._remove_files(seg)
         self._sync_dir()
-        # 3. .swap -> final names, the log file last.
-        for kind in indexes + ["log"]:
+        # 3. .swap -> final names, the index files durably before the log file: so once <base>.log.swap is gone,
+        # no index .swap file of this swap is left, and at start-up any such file belongs to an uncommitted one.
+        for kind in indexes:
             storage.rename(self._path(cleaned_name(base, kind, SWAP_SUFFIX)), self._path(f"{base:020d}.{kind}"))
+        self._sync_dir()
+        storage.rename(self._path(cleaned_name(base, "log", SWAP_SUFFIX)), self._path(f"{base:020d}.log"))
         self._sync_dir()
         new = _Segment(base, self._segment_path(base), storage.size(self._segment_path(base)))
         if not self._adopt_indexes(new):
@@ -1342,9 +1348,9 @@ class PartitionLog:
             return
         logs = sorted(int(m.group(1)) for m in map(_SEGMENT_NAME.fullmatch, names) if m and m.group(2) == "log")
         for base, files in sorted(found.items()):
-            if ("log", "swap") in files:
-                swap = self._path(cleaned_name(base, "log", SWAP_SUFFIX))
-                next_offset = self._file_next_offset(swap)
+            swap = self._path(cleaned_name(base, "log", SWAP_SUFFIX))
+            next_offset = self._file_next_offset(swap) if ("log", "swap") in files else -1
+            if next_offset > base:
                 for old in logs:
                     if base <= old < next_offset:
                         for kind in SEGMENT_KINDS:
@@ -1358,14 +1364,9 @@ class PartitionLog:
                             files.discard((kind, "swap"))
                             files.discard((kind, "cleaned"))
                             break
-            else:
+            else:   # not committed: the old segments stand
                 for kind, suffix in files:
-                    path = self._path(cleaned_name(base, kind, "." + suffix))
-                    final = self._path(f"{base:020d}.{kind}")
-                    if suffix == "swap" and not storage.exists(final):
-                        storage.rename(path, final)   # step 3 had begun: the old file is gone already
-                    else:
-                        storage.remove(path, missing_ok=True)
+                    storage.remove(self._path(cleaned_name(base, kind, "." + suffix)), missing_ok=True)
         self._sync_dir()
 
     def _file_next_offset(self, path: str) -> int:

@@ -675,7 +675,8 @@ def test_recovery_when_renames_reach_the_disk_out_of_order():
         if commit:
             storage.rename(f"{DIR}/{cleaned_name(base, 'log')}", f"{DIR}/{cleaned_name(base, 'log', '.swap')}")
         else:
-            storage.rename(f"{DIR}/{cleaned_name(base, 'index')}", f"{DIR}/{cleaned_name(base, 'index', '.swap')}")
+            for kind in ("index", "txnindex"):
+                storage.rename(f"{DIR}/{cleaned_name(base, kind)}", f"{DIR}/{cleaned_name(base, kind, '.swap')}")
         storage.sync_dir(DIR)
         log = PartitionLog.open(storage.crash(), DIR, segment_bytes=1_200, now_ms=0)
         content = _content(log)
@@ -690,6 +691,7 @@ def test_recovery_when_renames_reach_the_disk_out_of_order():
             assert len(log.segment_base_offsets) == len(w.log.segment_base_offsets) - len(group.old_bases) + 1
         else:
             assert content == old
+        assert log.aborted_txns(0, log.log_end_offset) == w.log.aborted_txns(0, w.log.log_end_offset) != []
         assert _slice(content, hi, 1 << 62) == _slice(old, hi, 1 << 62)
         assert not [n for n in log._storage.list(DIR) if n.endswith((".cleaned", ".swap"))]
 
