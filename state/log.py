@@ -1215,8 +1215,8 @@ class PartitionLog:
         forced = False
         if cfg.max_compaction_lag_ms < _cleaner.LONG_MAX:
             first_ts = self._first_batch_timestamp(dirty_segs[0])
-            forced = first_ts >= 0 and now_ms - first_ts >= cfg.max_compaction_lag_ms
-        if ratio < cfg.min_cleanable_dirty_ratio and not forced:
+            forced = first_ts > 0 and now_ms - first_ts > cfg.max_compaction_lag_ms
+        if ratio <= cfg.min_cleanable_dirty_ratio and not forced:      # as Kafka: strictly above the minimum
             return None
         # Groups of consecutive segments, each to become one segment (at most segment.bytes, offsets in int32).
         groups: list[tuple[int, int]] = []
