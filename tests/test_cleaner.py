@@ -705,3 +705,28 @@ def test_crash_during_clean_leaves_the_old_log():
     log = PartitionLog.open(crashed, DIR, segment_bytes=300, now_ms=0)
     assert _content(log) == old
     assert not [n for n in crashed.list(DIR) if n.endswith((".cleaned", ".swap"))]
+
+
+def test_throttle_sees_every_chunk_and_a_full_map_cleans_in_steps():
+    w = Writer(MemoryStorage(), segment_bytes=300)
+    for i in range(60):
+        w.data([(b"k%d" % i, b"v")])          # 60 distinct keys
+    for i in range(60):
+        w.data([(b"k%d" % i, b"w")])          # each superseded once
+    w.roll()
+    w.data([(b"t", b"t")])
+    expected = committed_view(w.log)
+    small = CleanerConfig(min_cleanable_dirty_ratio=0.0, max_map_keys=20)
+    seen = []
+    plan = w.log.cleanable(10_000, None, small)
+    result = w.log.clean(plan, throttle=seen.append)
+    assert sum(seen) >= result.bytes_read > 0
+    assert result.end_offset < plan.end_offset       # the map filled: only part of the range was cleaned
+    w.log.finish_cleaning(result)
+    assert w.log.cleaner_checkpoint == result.end_offset
+    for _ in range(20):
+        if run_cleaning(w.log, 10_000, small) is None:
+            break
+    assert w.log.cleaner_checkpoint == plan.end_offset
+    assert committed_view(w.log) == expected
+    assert sum(len(rs) for h, rs in all_batches(w.log) if h.base_offset < plan.end_offset) == 60
