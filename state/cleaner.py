@@ -27,7 +27,8 @@ The interface (owned by cleaner-core; server/log_cleaner.py schedules it):
 
 What cleaning keeps (Kafka 4's Cleaner): the cleanable range is the rolled segments from the log start up to
 the first of: the active segment, the first unstable offset (LSO), the high watermark, the first segment
-holding a record newer than ``min_compaction_lag_ms``. The offset map (key -> latest offset) is built over the
+holding a record newer than ``min_compaction_lag_ms``. It is cleaned when its dirty ratio is above
+``min_cleanable_dirty_ratio`` or its first dirty batch is older than ``max_compaction_lag_ms`` (as Kafka). The offset map (key -> latest offset) is built over the
 dirty part (from the checkpoint on), skipping aborted and control batches. Then every batch of the range is
 filtered: a record is kept if it is the latest for its key; keyless records go; a tombstone (null value) is kept
 until the delete horizon stored in its batch (attribute bit 6, base timestamp = the horizon) passes: the first
@@ -35,8 +36,9 @@ cleaning that keeps it sets horizon = now + ``delete_retention_ms``. Records of 
 COMMIT/ABORT marker stays while this cleaning saw any batch of its transaction; once none remains it gets a
 delete horizon, and a later cleaning past the horizon removes it (Kafka's two passes). Offsets never change:
 kept batches keep their base offset and last offset delta (gaps between and inside batches). The last data batch
-of each producer id in the range is kept (emptied of its records if none remain) so that producer state rebuilt
-from the log keeps every producer's epoch and last sequence; likewise the last batch of each new segment, so a
+of each producer id in the range is kept (emptied of its records if none remain), and its last marker when that
+is its last entry (Kafka 4 keeps it for the epoch), so that producer state rebuilt from the log keeps every
+producer's epoch and last sequence; likewise the last batch of each new segment, so a
 cleaned segment ends where the old ones did (the next segment's base offset) — that is what lets start-up check
 that segments are contiguous and lets a swap be recovered. Batches wholly kept are copied byte for byte; others
 are re-encoded (CRC-32C, same compression codec). The aborted-transaction index entries of the segments are

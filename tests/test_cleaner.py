@@ -730,3 +730,31 @@ def test_throttle_sees_every_chunk_and_a_full_map_cleans_in_steps():
     assert w.log.cleaner_checkpoint == plan.end_offset
     assert committed_view(w.log) == expected
     assert sum(len(rs) for h, rs in all_batches(w.log) if h.base_offset < plan.end_offset) == 60
+
+
+def test_failed_fsync_during_the_swap_recovers_to_old_or_new_segments():
+    ref = _build(MemoryStorage(), 1_200, 3)
+    old_content = _content(ref.log)
+    run_cleaning(ref.log, 10_000)
+    new_content = _content(ref.log)
+    k = 0
+    while True:
+        storage = MemoryStorage()
+        w = _build(storage, 1_200, 3)
+        result = w.log.clean(w.log.cleanable(10_000, None, EAGER))
+        bounds = [(g.base_offset, g.next_offset) for g in result.groups]
+        storage.fail_next_sync(1, after=k)
+        try:
+            w.log.finish_cleaning(result)
+            done = True
+        except OSError:
+            done = False
+        log = PartitionLog.open(storage.crash(), DIR, segment_bytes=1_200, now_ms=0)
+        content = _content(log)
+        for lo, hi in bounds:
+            assert _slice(content, lo, hi) in (_slice(old_content, lo, hi), _slice(new_content, lo, hi)), k
+        assert committed_view(log) == committed_view(ref.log)
+        if done:
+            break
+        k += 1
+    assert k > 3
