@@ -21,7 +21,8 @@ The interface (owned by cleaner-core; server/log_cleaner.py schedules it):
   start-up recovery puts right: treat it as a failed flush (the partition's storage failed).
 * ``cleanable`` marks the log as being cleaned (it returns None until ``finish_cleaning`` or
   ``abandon_cleaning``); ``cfg.throttle`` is not part of the plan (not picklable): pass it to ``clean``.
-* ``PartitionLog.cleaner_checkpoint`` — the first dirty offset (durable, ``cleaner-offset.checkpoint``).
+* ``PartitionLog.cleaner_checkpoint`` — the first dirty offset (durable, ``cleaner-offset.checkpoint``, whose
+  third line, written before the first swap, is the offset below which start-up accepts offset gaps).
   ``CleaningPlan.dirty_ratio`` / ``PartitionLog.dirty_ratio(...)`` for metrics; ``CleaningResult`` carries
   bytes read and written and record counts.
 

@@ -382,7 +382,9 @@ class PartitionLog:
                     parent = posixpath.dirname(parent)
                     storage.sync_dir(parent)
         self._recover_swaps()
-        self._cleaner_checkpoint = cleaned_below = self._read_offset_file(CLEANER_CHECKPOINT_NAME)
+        self._cleaner_checkpoint = self._read_offset_file(CLEANER_CHECKPOINT_NAME)
+        # Offsets may have gaps below this: the end of the last cleaning begun (its swaps may have finished).
+        cleaned_below = max(self._cleaner_checkpoint, self._read_offset_file(CLEANER_CHECKPOINT_NAME, line=2))
         names = storage.list(directory)
         logs = {int(m.group(1)) for m in map(_SEGMENT_NAME.fullmatch, names) if m and m.group(2) == "log"}
         txn_indexes = {int(m.group(1)) for m in map(_SEGMENT_NAME.fullmatch, names) if m and m.group(2) == "txnindex"}
@@ -593,11 +595,11 @@ class PartitionLog:
     def _read_checkpoint(self) -> int:
         return self._read_offset_file(CHECKPOINT_NAME)
 
-    def _read_offset_file(self, name: str) -> int:
+    def _read_offset_file(self, name: str, line: int = 1) -> int:
         try:
             lines = self._storage.read_all(self._path(name)).decode("ascii").split("\n")
-            if lines[0] == "0" and len(lines) >= 2:
-                return max(0, int(lines[1]))
+            if lines[0] == "0" and len(lines) > line and lines[line]:
+                return max(0, int(lines[line]))
         except (FileNotFoundError, UnicodeDecodeError, ValueError):
             pass
         return 0
@@ -1279,6 +1281,8 @@ class PartitionLog:
         storage = self._storage
         swapped = 0
         complete = True
+        if result.groups:   # first record (durably) that the log may have gaps up to the end of this cleaning
+            self._write_cleaner_checkpoint(self._cleaner_checkpoint, result.end_offset)
         for group in result.groups:
             i = bisect.bisect_left(self._bases, group.base_offset)
             old = self._segments[i:i + len(group.old_bases)]
@@ -1295,9 +1299,13 @@ class PartitionLog:
             swapped += 1
         if complete:
             self._cleaner_checkpoint = result.end_offset
-            storage.write_atomic(self._path(CLEANER_CHECKPOINT_NAME), f"0\n{result.end_offset}\n".encode("ascii"),
-                                 durable=not self._unsafe)
+        self._write_cleaner_checkpoint(self._cleaner_checkpoint, max(result.end_offset, self._cleaner_checkpoint))
         return swapped
+
+    def _write_cleaner_checkpoint(self, first_dirty: int, gaps_below: int) -> None:
+        """cleaner-offset.checkpoint: version 0, the first dirty offset, the offset below which gaps may be."""
+        self._storage.write_atomic(self._path(CLEANER_CHECKPOINT_NAME),
+                                   f"0\n{first_dirty}\n{gaps_below}\n".encode("ascii"), durable=not self._unsafe)
 
     def _sync_dir(self) -> None:
         if not self._unsafe:

@@ -758,3 +758,20 @@ def test_failed_fsync_during_the_swap_recovers_to_old_or_new_segments():
             break
         k += 1
     assert k > 3
+
+
+@pytest.mark.parametrize("final_checkpoint_written", [True, False])
+def test_cleaned_segments_without_indexes_recover_with_their_gaps(final_checkpoint_written):
+    storage = MemoryStorage()
+    w = _build(storage, 1_200, 3)
+    result = run_cleaning(w.log, 10_000)
+    content = _content(w.log)
+    if not final_checkpoint_written:   # a crash after the swaps, before the first dirty offset moved
+        storage.write_atomic(f"{DIR}/{CLEANER_CHECKPOINT_NAME}", b"0\n0\n%d\n" % result.end_offset)
+    for name in storage.list(DIR):
+        if name.endswith((".index", ".timeindex")):
+            storage.remove(f"{DIR}/{name}")
+    storage.sync_dir(DIR)
+    log = PartitionLog.open(storage.crash(), DIR, segment_bytes=1_200, now_ms=0)
+    assert _content(log) == content
+    assert log.cleaner_checkpoint == (result.end_offset if final_checkpoint_written else 0)
