@@ -5,7 +5,8 @@ The interface (owned by cleaner-core; server/log_cleaner.py schedules it):
 * :class:`CleanerConfig` — a partition's settings: ``delete_retention_ms``, ``min_compaction_lag_ms``,
   ``max_compaction_lag_ms``, ``min_cleanable_dirty_ratio``, ``max_map_keys`` (our equivalent of
   ``log.cleaner.dedupe.buffer.size``: keys one cleaning may hold in its offset map) and ``throttle``, an optional
-  callable taking a byte count, called per chunk read or written (the I/O throttle; it may sleep).
+  callable taking a byte count, called per chunk read or written (the I/O throttle; it may sleep, and it may raise
+  to abort the cleaning, e.g. before the partition is deleted: then call ``abandon_cleaning``).
 * ``PartitionLog.cleanable(now_ms, first_unstable_offset, cfg) -> CleaningPlan | None`` (owning thread, cheap:
   segment metadata and one batch header): which rolled segments to clean, the dirty ratio, whether
   ``max_compaction_lag_ms`` forces it. None when nothing is cleanable or the ratio is below the minimum.
