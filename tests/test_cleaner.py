@@ -526,6 +526,11 @@ def test_cleaning_matches_the_model(ops, codec, segment_bytes):
     m.rebuild(w.log.iter_batch_headers())
     if IDEMPOTENT in w.seq:
         assert m.check(IDEMPOTENT, 0, w.seq[IDEMPOTENT], 0, False).accepted
+    # a fetch from any offset, gaps included, starts at the batch holding the next offset there is
+    offsets = sorted(h.last_offset for h, _ in all_batches(w.log))
+    for o in range(w.log.log_start_offset, w.log.log_end_offset):
+        header = parse_batch_header(w.log.read(o, 1, w.log.log_end_offset))
+        assert header.last_offset == next(x for x in offsets if x >= o)
     # and everything survives a crash and reopen
     reopened = PartitionLog.open(storage.crash(), DIR, segment_bytes=segment_bytes, now_ms=0)
     assert committed_view(reopened) == expected
@@ -775,3 +780,23 @@ def test_cleaned_segments_without_indexes_recover_with_their_gaps(final_checkpoi
     log = PartitionLog.open(storage.crash(), DIR, segment_bytes=1_200, now_ms=0)
     assert _content(log) == content
     assert log.cleaner_checkpoint == (result.end_offset if final_checkpoint_written else 0)
+
+
+def test_clean_in_a_worker_thread_while_the_log_takes_appends(tmp_path):
+    import threading
+    w = Writer(FileStorage(tmp_path), segment_bytes=600)
+    for i in range(80):
+        w.data([(b"k%d" % (i % 9), b"v%d" % i)])
+    w.roll()
+    plan = w.log.cleanable(10_000, None, EAGER)
+    out = {}
+    worker = threading.Thread(target=lambda: out.setdefault("result", w.log.clean(plan)))
+    worker.start()
+    for i in range(80):                       # appends, rolls and flushes go on meanwhile
+        w.data([(b"k%d" % (i % 9), b"late%d" % i)])
+    worker.join(60)
+    assert not worker.is_alive()
+    w.log.finish_cleaning(out["result"])
+    view = committed_view(w.log)
+    assert view == {b"k%d" % (i % 9): b"late%d" % i for i in range(80)}
+    assert sum(len(rs) for h, rs in all_batches(w.log) if h.base_offset < plan.end_offset) == 9
