@@ -44,7 +44,10 @@ producer's epoch and last sequence; likewise the last batch of each new segment,
 cleaned segment ends where the old ones did (the next segment's base offset) — that is what lets start-up check
 that segments are contiguous and lets a swap be recovered. Batches wholly kept are copied byte for byte; others
 are re-encoded (CRC-32C, same compression codec). The aborted-transaction index entries of the segments are
-carried over unchanged (an entry whose data is gone hides nothing).
+carried over, except those whose ABORT marker this cleaning removed (a read_committed consumer keeps a producer in
+its aborted set from an entry's first offset until an ABORT marker: an entry without its marker would hide the
+producer's later committed data). Start-up accepts the links this breaks in the index files' chain, below the
+cleaned end only (``PartitionLog._load_aborted_txns``).
 
 Crash safety (``finish_cleaning``, recovery in ``PartitionLog._recover_swaps``), per group with base B:
 (1) rename ``B.*.cleaned`` -> ``B.*.swap``, the log file last, fsync the directory: the swap is committed once
@@ -62,7 +65,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from trireme.state.log import (HEADER_SIZE, CorruptLog, _Segment, cleaned_name)
+from trireme.state.log import HEADER_SIZE, AbortedTxn, CorruptLog, _pack_txn, _Segment, cleaned_name
 from trireme.state.storage import AppendFile, FileStorage, ReadFile, Storage
 from trireme.wire.primitives import CodecError
 from trireme.wire.records import (CONTROL_ABORT, CONTROL_COMMIT, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader,
@@ -103,7 +106,8 @@ class CleaningPlan:
     directory: str
     segments: tuple[SegmentRef, ...]       # the cleanable range, from the log start, in offset order
     groups: tuple[tuple[int, int], ...]    # [start, end) indexes into segments: each becomes one new segment
-    txn_index: tuple[bytes, ...]           # per group: its aborted-transaction index file, as written
+    txn_entries: tuple[tuple[tuple[int, int, int, int], ...], ...]  # per group: its aborted-transaction index
+    #                                      entries (producer id, first offset, marker offset, LSO)
     aborted: tuple[tuple[int, int, int], ...]  # (producer id, first offset, marker offset) in the range
     first_dirty_offset: int
     end_offset: int                        # the first offset not cleaned
@@ -124,6 +128,7 @@ class GroupResult:
     old_sizes: tuple[int, ...]
     next_offset: int
     size: int
+    txn_entries: tuple[tuple[int, int, int, int], ...] = ()   # the index entries kept (markers still there)
 
 
 @dataclass(frozen=True)
@@ -256,6 +261,8 @@ def clean(storage: Storage, plan: CleaningPlan, throttle: Callable[[int], None] 
     # Pass 2: filter every batch of each group into its new segment.
     stats = {"read": 0, "kept": 0, "removed": 0, "written": 0}
     ongoing_committed: set[int] = set()
+    removed_markers: set[tuple[int, int]] = set()   # (producer id, offset) of the markers removed
+    prev_entry = -1                                  # last offset of the last index entry kept so far
     results = []
     horizon = plan.now_ms + plan.delete_retention_ms
     for gi, (a, b) in enumerate(groups):
@@ -285,6 +292,8 @@ def clean(storage: Storage, plan: CleaningPlan, throttle: Callable[[int], None] 
                         if new is None:
                             changed = True
                             stats["removed"] += 1
+                            if header.is_control:
+                                removed_markers.add((header.producer_id, header.last_offset))
                             continue
                         if new is not batch:
                             changed = True
@@ -300,17 +309,26 @@ def clean(storage: Storage, plan: CleaningPlan, throttle: Callable[[int], None] 
                     reader.close()
             if pending:
                 _write(out, pending, throttle)
+            # A removed ABORT marker takes its index entry along: a read_committed consumer would otherwise keep
+            # its producer in the aborted set past the (gone) marker and drop its later committed data.
+            kept_entries = tuple(e for e in plan.txn_entries[gi] if (e[0], e[2]) not in removed_markers)
             if not changed:
                 out.close()
                 storage.remove(names["log"], missing_ok=True)
+                if kept_entries:
+                    prev_entry = kept_entries[-1][2]
                 continue
+            txn_bytes = bytearray()
+            for pid, first, last, lso in kept_entries:
+                txn_bytes += _pack_txn(AbortedTxn(pid, first, last, lso), prev_entry)
+                prev_entry = last
             seg.seal()
             if plan.durable:
                 out.sync()
             out.close()
             stats["written"] += seg.size
             for kind, data in (("index", seg.index_bytes()), ("timeindex", seg.time_index_bytes()),
-                               ("txnindex", plan.txn_index[gi])):
+                               ("txnindex", bytes(txn_bytes))):
                 f = storage.open_append(names[kind])
                 try:
                     if f.size:
@@ -321,7 +339,7 @@ def clean(storage: Storage, plan: CleaningPlan, throttle: Callable[[int], None] 
                 finally:
                     f.close()
             results.append(GroupResult(base, tuple(r.base_offset for r in group_refs),
-                                       tuple(r.size for r in group_refs), seg.next_offset, seg.size))
+                                       tuple(r.size for r in group_refs), seg.next_offset, seg.size, kept_entries))
         except BaseException:
             out.close()
             raise

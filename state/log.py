@@ -452,7 +452,7 @@ class PartitionLog:
         for seg in segments[:-1]:
             if not seg.sealed:
                 seg.seal()
-        self._load_aborted_txns(segments, recovered, txn_indexes)
+        self._load_aborted_txns(segments, recovered, txn_indexes, cleaned_below)
 
         if not self._unsafe:
             for seg in recovered:
@@ -470,7 +470,8 @@ class PartitionLog:
         self._bases = [s.base_offset for s in segments]
         self._hw = self.log_end_offset
 
-    def _load_aborted_txns(self, segments: list[_Segment], recovered: list[_Segment], present: set[int]) -> None:
+    def _load_aborted_txns(self, segments: list[_Segment], recovered: list[_Segment], present: set[int],
+                           cleaned_below: int = 0) -> None:
         """Adopt the txnindex entries that fit the recovered log; cut the files after the last one kept.
 
         An entry is kept if its checksum matches, its marker lies in its segment below the log end
@@ -500,7 +501,10 @@ class PartitionLog:
                     break
                 txn, link = unpacked
                 if not (link == prev_last if prev_last is not None else link < segments[0].base_offset):
-                    break
+                    # The cleaner drops the entries of the markers it removes, all below cleaned_below, where
+                    # no entry is lost otherwise (they are durable): a predecessor there need not be the last kept.
+                    if not (link < cleaned_below and txn.last_offset > (-1 if prev_last is None else prev_last)):
+                        break
                 if (not seg.base_offset <= txn.last_offset < seg.next_offset or txn.producer_id < 0
                         or not 0 <= txn.first_offset <= txn.last_offset):
                     break
@@ -1231,24 +1235,21 @@ class PartitionLog:
                 start, total = i, 0
             total += seg.size
         groups.append((start, len(segs)))
-        # Each group's aborted-transaction index: the entries of its segments, as chained on disk.
-        txn_index = []
-        k = 0              # segs starts at the first segment, whose entries are the first ones
+        # Each group's aborted-transaction index entries (segs starts at the first segment, whose entries are the
+        # first ones).
+        txn_entries = []
+        k = 0
         for a, b in groups:
             n = sum(s.txn_count for s in segs[a:b])
-            prev = self._aborted[k - 1].last_offset if k > 0 else -1
-            packed = bytearray()
-            for txn in self._aborted[k:k + n]:
-                packed += _pack_txn(txn, prev)
-                prev = txn.last_offset
-            txn_index.append(bytes(packed))
+            txn_entries.append(tuple((t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
+                                     for t in self._aborted[k:k + n]))
             k += n
         end = segs[-1].next_offset
         aborted = tuple((t.producer_id, t.first_offset, t.last_offset) for t in self.aborted_txns(0, end))
         plan = _cleaner.CleaningPlan(
             directory=self._directory,
             segments=tuple(_cleaner.SegmentRef(s.base_offset, s.next_offset, s.size, s.txn_count) for s in segs),
-            groups=tuple(groups), txn_index=tuple(txn_index), aborted=aborted, first_dirty_offset=first_dirty,
+            groups=tuple(groups), txn_entries=tuple(txn_entries), aborted=aborted, first_dirty_offset=first_dirty,
             end_offset=end, now_ms=now_ms, delete_retention_ms=cfg.delete_retention_ms,
             max_map_keys=cfg.max_map_keys, dirty_ratio=ratio, forced=forced, durable=not self._unsafe)
         self._cleaning = plan
@@ -1334,7 +1335,15 @@ class PartitionLog:
             new.handle = storage.open_read(new.path)
             self._recover_segment(new, allow_gaps=True)
         new.sealed = new.index_persisted = True
-        new.txn_count = new.txn_written = new.txn_synced = sum(s.txn_count for s in old)
+        first = sum(s.txn_count for s in self._segments[:i])
+        kept = [AbortedTxn(*e) for e in group.txn_entries]
+        self._aborted[first:first + sum(s.txn_count for s in old)] = kept
+        self._aborted_last = array("q", (t.last_offset for t in self._aborted))
+        floor = array("q", (t.first_offset for t in self._aborted))
+        for j in range(len(floor) - 2, -1, -1):
+            floor[j] = min(floor[j], floor[j + 1])
+        self._aborted_floor = floor
+        new.txn_count = new.txn_written = new.txn_synced = len(kept)
         new.txn_on_disk = True
         self._segments[i:i + len(old)] = [new]
         self._bases[i:i + len(old)] = [base]

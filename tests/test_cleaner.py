@@ -96,6 +96,33 @@ def committed_view(log: PartitionLog) -> dict[bytes, bytes]:
     return {k: v for k, v in view.items() if v is not None}
 
 
+def consumer_committed_view(log: PartitionLog, fetch_offset: int | None = None) -> dict[bytes, bytes]:
+    """A read_committed fetch of everything from `fetch_offset` as the Java consumer filters it (CompletedFetch):
+    the fetch's aborted transactions are taken in first-offset order as batches reach them, a producer goes into
+    the aborted set there and leaves it at its next ABORT marker; its transactional batches meanwhile are
+    skipped."""
+    start = log.log_start_offset if fetch_offset is None else fetch_offset
+    pending = sorted(log.aborted_txns(start, log.log_end_offset), key=lambda t: t.first_offset)
+    aborted_pids: set[int] = set()
+    view: dict[bytes, bytes | None] = {}
+    for header, records in all_batches(log):
+        if header.last_offset < start:
+            continue
+        if header.producer_id >= 0:
+            while pending and pending[0].first_offset <= header.last_offset:
+                aborted_pids.add(pending.pop(0).producer_id)
+            if header.is_control:
+                if records and parse_control_record(records[0])[0] == CONTROL_ABORT:
+                    aborted_pids.discard(header.producer_id)
+                continue
+            if header.is_transactional and header.producer_id in aborted_pids:
+                continue
+        for r in records:
+            if r.offset >= start:
+                view[r.key] = r.value
+    return {k: v for k, v in view.items() if v is not None}
+
+
 def producer_summary(log: PartitionLog):
     m = ProducerStateManager()
     m.rebuild(log.iter_batch_headers())
@@ -520,6 +547,7 @@ def test_cleaning_matches_the_model(ops, codec, segment_bytes):
         _check_clean(w.log, before, result.end_offset)
     expected = {k: v for k, v in model.items() if v is not None}
     assert committed_view(w.log) == expected
+    assert consumer_committed_view(w.log) == expected
     assert producer_summary(w.log) == before_producers
     # the next idempotent append is accepted
     m = ProducerStateManager()
@@ -800,3 +828,32 @@ def test_clean_in_a_worker_thread_while_the_log_takes_appends(tmp_path):
     view = committed_view(w.log)
     assert view == {b"k%d" % (i % 9): b"late%d" % i for i in range(80)}
     assert sum(len(rs) for h, rs in all_batches(w.log) if h.base_offset < plan.end_offset) == 9
+
+
+def test_removed_abort_marker_takes_its_index_entry_with_it():
+    """Once an ABORT marker is gone its aborted-transaction entry must go too: a read_committed Java consumer
+    puts the producer in its aborted set at the entry's first offset and takes it out only at an ABORT marker,
+    so a stale entry would hide the producer's later committed transactions."""
+    w = Writer(MemoryStorage())
+    w.data([(b"a", b"aborted")], pid=7, transactional=True)
+    w.end(7, commit=False)
+    w.data([(b"b", b"committed")], pid=7, transactional=True)
+    w.end(7, commit=True)
+    w.data([(b"c", b"1")], pid=9)
+    w.roll()
+    expected = {b"b": b"committed", b"c": b"1"}
+    for now in (10_000, 10_100, 20_000, 30_000):
+        w.data([(b"x", b"%d" % now)], pid=9)
+        w.roll()
+        run_cleaning(w.log, now)
+        expected[b"x"] = b"%d" % now
+        assert consumer_committed_view(w.log) == expected, now
+    assert not [h for h, _ in all_batches(w.log) if h.is_control and h.base_offset == 1]   # the marker went
+    assert w.log.aborted_txns(0, w.log.log_end_offset) == []
+    w.data([(b"d", b"aborted")], pid=7, transactional=True)    # a later entry, chained to the dropped one
+    w.end(7, commit=False)
+    later = w.log.aborted_txns(0, w.log.log_end_offset)
+    assert len(later) == 1
+    reopened = PartitionLog.open(w.storage.crash(), DIR, segment_bytes=400, now_ms=0)
+    assert reopened.aborted_txns(0, reopened.log_end_offset) == later    # start-up accepts the broken link
+    assert consumer_committed_view(reopened) == expected
