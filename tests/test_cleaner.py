@@ -4,7 +4,7 @@ from __future__ import annotations
 import pickle
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from trireme.state import cleaner
@@ -102,10 +102,14 @@ def consumer_committed_view(log: PartitionLog, fetch_offset: int | None = None) 
     the aborted set there and leaves it at its next ABORT marker; its transactional batches meanwhile are
     skipped."""
     start = log.log_start_offset if fetch_offset is None else fetch_offset
-    pending = sorted(log.aborted_txns(start, log.log_end_offset), key=lambda t: t.first_offset)
+    return _consumer_view(all_batches(log), log.aborted_txns(start, log.log_end_offset), start)
+
+
+def _consumer_view(batches, aborted, start: int = 0, end: int = 1 << 62) -> dict[bytes, bytes]:
+    pending = sorted(aborted, key=lambda t: t.first_offset)
     aborted_pids: set[int] = set()
     view: dict[bytes, bytes | None] = {}
-    for header, records in all_batches(log):
+    for header, records in batches:
         if header.last_offset < start:
             continue
         if header.producer_id >= 0:
@@ -118,7 +122,7 @@ def consumer_committed_view(log: PartitionLog, fetch_offset: int | None = None) 
             if header.is_transactional and header.producer_id in aborted_pids:
                 continue
         for r in records:
-            if r.offset >= start:
+            if start <= r.offset < end:
                 view[r.key] = r.value
     return {k: v for k, v in view.items() if v is not None}
 
@@ -489,6 +493,13 @@ op = st.one_of(
 @settings(max_examples=int(__import__("os").environ.get("CLEANER_EXAMPLES", "60")), deadline=None,
           suppress_health_check=list(HealthCheck))
 @given(st.lists(op, min_size=5, max_size=80), st.sampled_from([0, compression.GZIP]), st.sampled_from([250, 1_000]))
+@example([("txn", 11, b"a", b"1"), ("end", 11, True), ("txn", 11, b"b", b"1"), ("end", 11, True),
+          ("put", b"a", b"2", False), ("clean", 0), ("put", b"c", b"1", False), ("clean", 0),
+          ("put", b"d", b"1", False), ("clean", 2000), ("put", b"e", b"1", False), ("clean", 2000)], 0, 250)
+@example([("txn", 11, b"a", b"1"), ("end", 11, False), ("txn", 12, b"a", b"3"), ("txn", 11, b"b", b"1"),
+          ("end", 11, True), ("clean", 0), ("put", b"c", None, True), ("clean", 0), ("end", 12, False),
+          ("put", b"d", b"1", False), ("clean", 2000), ("txn", 11, b"c", b"2"), ("end", 11, True),
+          ("clean", 2000), ("put", b"e", b"1", False), ("clean", 2000)], compression.GZIP, 1_000)
 def test_cleaning_matches_the_model(ops, codec, segment_bytes):
     storage = MemoryStorage()
     w = Writer(storage, segment_bytes=segment_bytes)
@@ -520,9 +531,12 @@ def test_cleaning_matches_the_model(ops, codec, segment_bytes):
                 w.roll()
         else:
             now += o[1]
+            if w.log.log_end_offset > w.log.segment_base_offsets[-1]:
+                w.roll()                       # so that each cleaning has something dirty to do
             unstable = w.producers.first_unstable_offset()
             before_producers = producer_summary(w.log)
             before = all_batches(w.log)
+            before_aborted = w.log.aborted_txns(0, w.log.log_end_offset)
             plan = w.log.cleanable(now, unstable, EAGER)
             if plan is not None:
                 assert unstable is None or plan.end_offset <= unstable
@@ -530,7 +544,12 @@ def test_cleaning_matches_the_model(ops, codec, segment_bytes):
                 event(f"cleaning rewrote groups: {bool(res.groups)}")
                 event(f"cleaning removed batches: {res.batches_removed > 0}")
                 w.log.finish_cleaning(res)
+                markers_before = sum(1 for h, _ in before if h.is_control)
+                event(f"markers removed: {sum(1 for h, _ in all_batches(w.log) if h.is_control) < markers_before}")
                 _check_clean(w.log, before, plan.end_offset)
+                assert _consumer_view(all_batches(w.log), w.log.aborted_txns(0, w.log.log_end_offset),
+                                      end=plan.end_offset) == _consumer_view(before, before_aborted,
+                                                                             end=plan.end_offset)
             assert producer_summary(w.log) == before_producers
     for pid in list(pending):
         w.end(pid, True)
