@@ -20,7 +20,9 @@ The interface (owned by cleaner-core; server/log_cleaner.py schedules it):
   below) and checkpoints the first dirty offset; returns how many segment groups were swapped. A group whose
   old segments changed meanwhile (retention, deletion) is dropped. An OSError from it leaves files that
   start-up recovery puts right: treat it as a failed flush (the partition's storage failed).
-* ``cleanable`` marks the log as being cleaned (it returns None until ``finish_cleaning`` or
+* Beyond BRIEF22's three calls (changes to the interface, all additions): ``abandon_cleaning``, the
+  ``cleaning`` property, ``cleaner_checkpoint``, ``dirty_ratio``, :func:`clean_directory`, and the throttle
+  passed to ``clean``. ``cleanable`` marks the log as being cleaned (it returns None until ``finish_cleaning`` or
   ``abandon_cleaning``); ``cfg.throttle`` is not part of the plan (not picklable): pass it to ``clean``.
 * ``PartitionLog.cleaner_checkpoint`` — the first dirty offset (durable, ``cleaner-offset.checkpoint``, whose
   third line, written before the first swap, is the offset below which start-up accepts offset gaps).
@@ -30,8 +32,8 @@ The interface (owned by cleaner-core; server/log_cleaner.py schedules it):
 What cleaning keeps (Kafka 4's Cleaner): the cleanable range is the rolled segments from the log start up to
 the first of: the active segment, the first unstable offset (LSO), the high watermark, the first segment
 holding a record newer than ``min_compaction_lag_ms``. It is cleaned when its dirty ratio is above
-``min_cleanable_dirty_ratio`` or its first dirty batch is older than ``max_compaction_lag_ms`` (as Kafka). The offset map (key -> latest offset) is built over the
-dirty part (from the checkpoint on), skipping aborted and control batches. Then every batch of the range is
+``min_cleanable_dirty_ratio`` or its first dirty batch is older than ``max_compaction_lag_ms`` (as Kafka). The
+offset map (key -> latest offset) is built over the dirty part (from the checkpoint on), skipping aborted and control batches. Then every batch of the range is
 filtered: a record is kept if it is the latest for its key; keyless records go; a tombstone (null value) is kept
 until the delete horizon stored in its batch (attribute bit 6, base timestamp = the horizon) passes: the first
 cleaning that keeps it sets horizon = now + ``delete_retention_ms``. Records of aborted transactions go. A
