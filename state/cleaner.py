@@ -34,8 +34,8 @@ the first of: the active segment, the first unstable offset (LSO), the high wate
 holding a record newer than ``min_compaction_lag_ms``. It is cleaned when its dirty ratio is above
 ``min_cleanable_dirty_ratio`` or its first dirty batch is older than ``max_compaction_lag_ms`` (as Kafka). The
 offset map (key -> latest offset) is built over the dirty part (from the checkpoint on), skipping aborted and
-control batches. Then every batch of the range is filtered: a record is kept if it is the latest for its key; keyless records go; a tombstone (null value) is kept
-until the delete horizon stored in its batch (attribute bit 6, base timestamp = the horizon) passes: the first
+control batches. Then every batch of the range is filtered: a record is kept if it is the latest for its key;
+keyless records go; a tombstone (null value) is kept until the delete horizon stored in its batch (attribute bit 6, base timestamp = the horizon) passes: the first
 cleaning that keeps it sets horizon = now + ``delete_retention_ms``. Records of aborted transactions go. A
 COMMIT/ABORT marker stays while this cleaning saw any batch of its transaction; once none remains it gets a
 delete horizon, and a later cleaning past the horizon removes it (Kafka's two passes). Offsets never change:
