@@ -29,25 +29,25 @@ The interface (owned by cleaner-core; server/log_cleaner.py schedules it):
   ``CleaningPlan.dirty_ratio`` / ``PartitionLog.dirty_ratio(...)`` for metrics; ``CleaningResult`` carries
   bytes read and written and record counts.
 
-What cleaning keeps (Kafka 4's Cleaner): the cleanable range is the rolled segments from the log start up to
-the first of: the active segment, the first unstable offset (LSO), the high watermark, the first segment
-holding a record newer than ``min_compaction_lag_ms``. It is cleaned when its dirty ratio is above
+What cleaning keeps (Kafka 4's Cleaner): the cleanable range is the rolled segments from the log start up to the
+first of: the active segment, the first unstable offset (LSO), the high watermark, the first segment holding a
+record newer than ``min_compaction_lag_ms``. It is cleaned when its dirty ratio is above
 ``min_cleanable_dirty_ratio`` or its first dirty batch is older than ``max_compaction_lag_ms`` (as Kafka). The
 offset map (key -> latest offset) is built over the dirty part (from the checkpoint on), skipping aborted and
 control batches. Then every batch of the range is filtered: a record is kept if it is the latest for its key;
-keyless records go; a tombstone (null value) is kept until the delete horizon stored in its batch (attribute bit 6, base timestamp = the horizon) passes: the first
-cleaning that keeps it sets horizon = now + ``delete_retention_ms``. Records of aborted transactions go. A
-COMMIT/ABORT marker stays while this cleaning saw any batch of its transaction; once none remains it gets a
-delete horizon, and a later cleaning past the horizon removes it (Kafka's two passes). Offsets never change:
-kept batches keep their base offset and last offset delta (gaps between and inside batches). The last data batch
-of each producer id in the range is kept (emptied of its records if none remain), and its last marker when that
-is its last entry (Kafka 4 keeps it for the epoch), so that producer state rebuilt from the log keeps every
-producer's epoch and last sequence; likewise the last batch of each new segment, so a
-cleaned segment ends where the old ones did (the next segment's base offset) — that is what lets start-up check
-that segments are contiguous and lets a swap be recovered. Batches wholly kept are copied byte for byte; others
-are re-encoded (CRC-32C, same compression codec). The aborted-transaction index entries of the segments are
-carried over, except those whose ABORT marker this cleaning removed (a read_committed consumer keeps a producer in
-its aborted set from an entry's first offset until an ABORT marker: an entry without its marker would hide the
+keyless records go; a tombstone (null value) is kept until the delete horizon stored in its batch (attribute bit 6,
+base timestamp = the horizon) passes: the first cleaning that keeps it sets horizon = now + ``delete_retention_ms``.
+Records of aborted transactions go. A COMMIT/ABORT marker stays while this cleaning saw any batch of its
+transaction; once none remains it gets a delete horizon, and a later cleaning past the horizon removes it (Kafka's
+two passes). Offsets never change: kept batches keep their base offset and last offset delta (gaps between and
+inside batches). The last data batch of each producer id in the range is kept (emptied of its records if none
+remain), and its last marker when that is its last entry (Kafka 4 keeps it for the epoch), so that producer state
+rebuilt from the log keeps every producer's epoch and last sequence; likewise the last batch of each new segment, so
+a cleaned segment ends where the old ones did (the next segment's base offset) — that is what lets start-up check
+that segments are contiguous and lets a swap be recovered. Batches wholly kept are copied byte for byte; others are
+re-encoded (CRC-32C, same compression codec). The aborted-transaction index entries of the segments are carried
+over, except those whose ABORT marker this cleaning removed (a read_committed consumer keeps a producer in its
+aborted set from an entry's first offset until an ABORT marker: an entry without its marker would hide the
 producer's later committed data). Start-up accepts the links this breaks in the index files' chain, below the
 cleaned end only (``PartitionLog._load_aborted_txns``).
 
