@@ -296,3 +296,36 @@ def test_java_compacted_view_and_transactions_across_a_cleaning(server, java_har
     expected = compacted(sent, tombstones=True)
     for iso in ("read_committed", "read_uncommitted"):
         assert_view(java_view(h, topic, iso), expected, keys, check_headers=False, check_timestamps=False)
+
+
+@CLEANER_PENDING
+@pytest.mark.parametrize("version", clients.JAVA_VERSIONS)
+def test_java_idempotent_producer_continues_after_its_batches_are_cleaned(server, java_harness, version):
+    """The Java client's idempotent producer (kept across the test) writes every key; another producer
+    supersedes them all and the cleaner removes its batches; the broker restarts; the same producer goes on
+    with no error (no OUT_OF_ORDER_SEQUENCE) and its new records land once each, where acknowledged."""
+    h = java_harness(version)
+    topic = unique_topic(f"compact-jidem-{version}")
+    create_topic(server.bootstrap, topic, compact_config())
+    conf = {"enable.idempotence": "true", "acks": "all"}
+
+    def idem(value: bytes) -> list[Sent]:
+        chunk = [(k, value, (), None) for k in KEYS]
+        return java_sent(chunk, h.produce(topic, java_records(chunk), config=conf, handle="idem"))
+
+    first = idem(b"idempotent-1")
+    other = produce(server.bootstrap, topic, [(k, b"other") for k in KEYS])
+    filler(server.bootstrap, topic)
+    view = wait_compacted(server.bootstrap, topic, set(KEYS))
+    assert not {s.offset for s in first} & {r.offset for r in view}
+    server.restart()
+    later = idem(b"idempotent-2") + idem(b"idempotent-3")
+    h.ok("close_producer", handle="idem")
+    view = java_view(h, topic, "read_uncommitted")
+    values = [r.value for r in view]
+    assert values.count(b"idempotent-2") == len(KEYS) and values.count(b"idempotent-3") == len(KEYS)
+    by_offset = {r.offset: r.value for r in view}
+    for s in later:
+        assert by_offset.get(s.offset) == s.value, f"{s} not where it was acknowledged"
+    for key, s in latest(first + other + later).items():
+        assert [r.value for r in view if r.key == key][-1] == s.value, key
