@@ -295,24 +295,9 @@ def _split_keystore(path: Path) -> tuple[str, str]:
 
 
 def read_properties(path: str | Path) -> dict[str, str]:
-    """A Java properties file's ``name=value`` lines (``#``/``!`` comments, ``\\`` line continuations)."""
-    props: dict[str, str] = {}
-    logical = ""
-    for raw in Path(path).read_text().splitlines():
-        line = raw.strip() if not logical else raw.lstrip()
-        if not logical and (not line or line[0] in "#!"):
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            logical += line[:-1]
-            continue
-        logical += line
-        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)", logical)
-        if m:
-            props[m.group(1)] = m.group(2)
-        else:
-            props[logical] = ""
-        logical = ""
-    return props
+    """A Kafka client properties file (the broker's own reader of Java properties)."""
+    from trireme.server.config import parse_properties
+    return parse_properties(Path(path).read_text())
 
 
 # ------------------------------------------------------------------ the broker side of the tests
