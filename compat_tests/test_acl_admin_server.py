@@ -3,8 +3,8 @@ authorizer class name and super user, ACLs created with CreateAcls by the super 
 them and kafka-python's admin client (which raises Kafka's authorization exceptions).  A user without the ACLs gets Kafka's codes and changes nothing; given them (Kafka's implied operations
 included: Delete implies Describe), the same requests succeed.
 
-The listener is the SASL tests' stand-in (compat_tests/sasl_standin.py) until SASL_PLAINTEXT listeners are on
-main; tests/test_acl_matrix_admin.py is the handler-level matrix of every group and admin API."""
+The broker comes from compat_tests/sasl_support.py (a SASL_PLAINTEXT listener beside the PLAINTEXT one);
+tests/test_acl_matrix_admin.py is the handler-level matrix of every group and admin API."""
 from __future__ import annotations
 
 import pytest
@@ -14,7 +14,7 @@ from compat_tests.test_bad_input import RawConn, req, unique
 from trireme.wire import error_codes as E
 from trireme.wire.codec import message
 
-pytestmark = pytest.mark.trireme_only("a SASL_PLAINTEXT listener stand-in")
+pytestmark = pytest.mark.trireme_only("a broker with a SASL_PLAINTEXT listener and JAAS users of its own")
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-pw" '
         'user_admin="admin-pw" user_alice="alice-secret";')
@@ -30,7 +30,7 @@ CLUSTER_DENIED = E.CLUSTER_AUTHORIZATION_FAILED.code
 
 
 def login(srv, user, password):
-    conn = RawConn(srv.bootstrap)
+    conn = RawConn(srv.sasl_bootstrap)
     assert plain_login(conn, user, password).error_code == 0
     return conn
 
@@ -136,7 +136,7 @@ def test_kafka_python_admin_sees_kafkas_authorization_errors(sasl_server):
     from kafka.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
     srv = sasl_server(**PROPS)
     topic, group = unique("kp-orders"), unique("kp-g")
-    common = {"bootstrap_servers": srv.bootstrap, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+    common = {"bootstrap_servers": srv.sasl_bootstrap, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
               "request_timeout_ms": 15000}
     admin = KafkaAdminClient(sasl_plain_username="admin", sasl_plain_password="admin-pw", **common)
     alice = KafkaAdminClient(sasl_plain_username="alice", sasl_plain_password="alice-secret", **common)

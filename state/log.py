@@ -772,7 +772,9 @@ class PartitionLog:
         if seg.txn_handle.size != end:  # a stray file where a new segment's index goes: ours wins
             seg.txn_handle.truncate(end)
         try:
-            seg.txn_handle.write(seg.txn_unwritten)
+            # a copy: a failed write's OSError, which a flush plan keeps, holds the storage's view of what it was
+            # given, and a bytearray with a view alive cannot grow (the next entry would raise BufferError)
+            seg.txn_handle.write(bytes(seg.txn_unwritten))
         except OSError:
             try:  # leave no partial entry behind (recovery would drop it anyway)
                 seg.txn_handle.truncate(end)
