@@ -58,7 +58,9 @@ def make_tls_files(directory: str | Path) -> TlsFiles:
     d.mkdir(parents=True, exist_ok=True)
     ca, other_ca = trustme.CA(), trustme.CA()
     server = ca.issue_cert("127.0.0.1", "localhost")
-    client = ca.issue_cert("client.compat.invalid", common_name=CLIENT_CN)
+    # A subject without characters Kafka's RFC 2253 rendering escapes (trustme's default unit name has a '#').
+    client = ca.issue_cert("client.compat.invalid", common_name=CLIENT_CN, organization_name="Trireme compat",
+                           organization_unit_name="clients")
     stranger = other_ca.issue_cert("stranger.compat.invalid", common_name="stranger")
 
     def write(name: str, data: bytes) -> Path:
