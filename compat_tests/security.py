@@ -140,11 +140,14 @@ class ClientSecurity:
 
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> "ClientSecurity":
-        """A Kafka client properties file's security settings (PEM trust and key stores; the JAAS line of Kafka's
-        ScramLoginModule/PlainLoginModule or OAuthBearerLoginModule's unsecured ``unsecuredLoginStringClaim_sub``).
-        Other properties are ignored."""
+        """A client properties file's security settings, in Kafka's names (PEM trust and key stores; the JAAS line of
+        Kafka's ScramLoginModule/PlainLoginModule, or OAuthBearerLoginModule's unsecured
+        ``unsecuredLoginStringClaim_sub``) or librdkafka's (``ssl.ca.location``, ``ssl.certificate.location`` +
+        ``ssl.key.location``, ``sasl.username``/``sasl.password``, ``sasl.oauthbearer.config=principal=...``), as the admin command line's --command-config
+        takes them.  Other properties are ignored."""
         protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
-        mechanism = props.get("sasl.mechanism", "GSSAPI" if protocol.startswith("SASL") else "").strip() or None
+        mechanism = (props.get("sasl.mechanism") or props.get("sasl.mechanisms") or
+                     ("GSSAPI" if protocol.startswith("SASL") else "")).strip().upper() or None
         options = {m.group(1): m.group(2) if m.group(2) is not None else m.group(3)
                    for m in _JAAS_OPTION.finditer(props.get("sasl.jaas.config", ""))}
         for kind in ("truststore", "keystore"):
@@ -152,14 +155,19 @@ class ClientSecurity:
             if props.get(f"ssl.{kind}.location") and store_type != "PEM":
                 raise ValueError(f"ssl.{kind}.type={store_type}: only PEM stores are supported here")
         keystore = props.get("ssl.keystore.location")
-        cert = key = None
+        cert, key = props.get("ssl.certificate.location"), props.get("ssl.key.location")
         if keystore:
             cert, key = _split_keystore(Path(keystore))
+        elif cert and key:
+            keystore = _join_keystore(Path(cert), Path(key))
         if protocol.startswith("SASL") and mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"):
             raise ValueError(f"sasl.mechanism={mechanism}: the suite drives PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER")
-        return cls(protocol, mechanism if protocol.startswith("SASL") else None, options.get("username"),
-                   options.get("password"), options.get("unsecuredLoginStringClaim_sub"),
-                   props.get("ssl.truststore.location"), cert, key, keystore)
+        sasl = protocol.startswith("SASL")
+        return cls(protocol, mechanism if sasl else None,
+                   options.get("username", props.get("sasl.username")) if sasl else None,
+                   options.get("password", props.get("sasl.password")) if sasl else None,
+                   options.get("unsecuredLoginStringClaim_sub", _oauthbearer_principal(props)) if sasl else None,
+                   props.get("ssl.truststore.location") or props.get("ssl.ca.location"), cert, key, keystore)
 
     # --- per client -------------------------------------------------------------------------
 
@@ -294,6 +302,25 @@ def _split_keystore(path: Path) -> tuple[str, str]:
     key_path.write_text(key.group(0))
     key_path.chmod(0o600)
     return str(cert_path), str(key_path)
+
+
+def _oauthbearer_principal(props: dict[str, str]) -> str | None:
+    """librdkafka's unsecured token principal: ``principal=NAME`` in ``sasl.oauthbearer.config``."""
+    m = re.search(r"(?:^|\s)principal=(\S+)", props.get("sasl.oauthbearer.config", ""))
+    return m.group(1) if m else None
+
+
+def _join_keystore(cert: Path, key: Path) -> str:
+    """A certificate chain file and its key file as one PEM keystore (key, then chain: Kafka 4's form, for the Java
+    client), in a temporary directory."""
+    import tempfile
+    path = Path(tempfile.mkdtemp(prefix="compat-keystore-")) / "keystore.pem"
+    key_text = key.read_text()
+    if "BEGIN PRIVATE KEY" not in key_text and "BEGIN ENCRYPTED PRIVATE KEY" not in key_text:
+        key_text = _pkcs8(key_text.encode()).decode()
+    path.write_text(key_text + cert.read_text())
+    path.chmod(0o600)
+    return str(path)
 
 
 def read_properties(path: str | Path) -> dict[str, str]:

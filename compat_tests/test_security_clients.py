@@ -532,3 +532,25 @@ def test_untrusted_client_certificate_is_refused(secured_server):
         assert c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30) == (0, 0)
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("way", ["scram", "mtls", "oauthbearer"])
+@pytest.mark.parametrize("names", ["java", "librdkafka"])
+def test_client_properties_read_back(tmp_path, way, names):
+    """--command-config files in Kafka's or librdkafka's names (compat_tests/README.md) give back the settings they
+    were written from; a librdkafka certificate + key pair becomes the Java client's PEM keystore (key first)."""
+    from compat_tests.security import make_tls_files, read_properties
+    tls = make_tls_files(tmp_path / "tls")
+    sec = {"scram": ClientSecurity.scram(tls), "mtls": ClientSecurity.mtls(tls),
+           "oauthbearer": ClientSecurity.oauthbearer(tls, "alice")}[way]
+    path = tmp_path / "client.properties"
+    path.write_text("# written by the test\n" + "".join(f"{k}={v}\n" for k, v in getattr(sec, names)().items()))
+    back = ClientSecurity.from_properties(read_properties(path))
+    assert (back.protocol, back.mechanism, back.username, back.password, back.oauth_principal, back.ca) == \
+        (sec.protocol, sec.mechanism, sec.username, sec.password, sec.oauth_principal, sec.ca)
+    if way == "mtls":
+        keystore = open(back.keystore).read()
+        assert keystore == open(sec.key).read() + open(sec.cert).read()
+        assert open(back.cert).read() == open(sec.cert).read() and open(back.key).read() == open(sec.key).read()
+    else:
+        assert back.keystore is None and back.cert is None
