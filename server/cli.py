@@ -197,7 +197,7 @@ async def _shutdown_on_signal(signals: StopSignals, listener: Listener) -> None:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(admin.kafka_style(list(sys.argv[1:] if argv is None else argv)))
     if args.command in admin.TOOLS:
         return admin.run(args)
     # Before anything else of the broker: a SIGTERM from here on is a clean shutdown, however early it comes.

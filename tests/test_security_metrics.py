@@ -125,11 +125,15 @@ def test_status_page_lists_configured_listeners_and_the_authorizer(tmp_path, mon
     broker = make_broker(tmp_path / "data")
     try:
         config = broker.config
-        config.set("listeners", "INTERNAL://127.0.0.1:9092,EXTERNAL://127.0.0.1:9094,CONTROLLER://:9093")
-        config.set("listener.security.protocol.map", "INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL,CONTROLLER:PLAINTEXT")
+        config.set("listeners", "INTERNAL://127.0.0.1:9092,EXTERNAL://127.0.0.1:9094,CONTROLLER://:9093,"
+                                "SSL://127.0.0.1:9095,PARTNER://127.0.0.1:9096")
+        config.set("listener.security.protocol.map", "INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL,CONTROLLER:PLAINTEXT,"
+                                                     "SSL:SSL,PARTNER:SASL_SSL")
         config.set("controller.listener.names", "CONTROLLER")
+        config.set("sasl.enabled.mechanisms", "SCRAM-SHA-256")
         config.set("listener.name.external.sasl.enabled.mechanisms", "SCRAM-SHA-512,PLAIN")
         config.set("listener.name.external.ssl.client.auth", "requested")
+        config.set("ssl.client.auth", "required")
         config.resolve_listeners(None, None)
         config.set("authorizer.class.name", "org.apache.kafka.metadata.authorizer.StandardAuthorizer")
         config.set("super.users", "User:admin;User:broker")
@@ -141,6 +145,9 @@ def test_status_page_lists_configured_listeners_and_the_authorizer(tmp_path, mon
     assert "<td>INTERNAL</td><td>PLAINTEXT</td><td>127.0.0.1:9092</td>" in section
     assert ("<td>EXTERNAL</td><td>SASL_SSL</td><td>127.0.0.1:9094</td><td>SCRAM-SHA-512, PLAIN</td>"
             "<td>requested</td>") in section
+    assert "<td>SSL</td><td>SSL</td><td>127.0.0.1:9095</td><td></td><td>required</td>" in section
+    # KIP-684: the broker-wide ssl.client.auth is for SSL listeners; a SASL_SSL one asks only with its own setting
+    assert "<td>PARTNER</td><td>SASL_SSL</td><td>127.0.0.1:9096</td><td>SCRAM-SHA-256</td><td>none</td>" in section
     assert "CONTROLLER" not in section
     assert "org.apache.kafka.metadata.authorizer.StandardAuthorizer" in section
     assert "super users: User:admin, User:broker" in section
