@@ -206,7 +206,10 @@ class _Selection:
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         wanted = config.getoption("clients")
         wanted = [w.strip() for w in wanted.split(",") if w.strip()] if wanted else None
-        quick, only = config.getoption("quick"), config.getoption("matrix_only") or bool(wanted)
+        # Against a secured listener (--command-config) only the tests behind the matrix: the others speak the
+        # protocol over plain sockets of their own (raw frames, the admin client).
+        secured = getattr(config, "compat_security", None) is not None
+        quick, only = config.getoption("quick"), config.getoption("matrix_only") or bool(wanted) or secured
         if wanted:
             unknown = [w for w in wanted if not any(c.startswith(w) for c in CLIENTS)]
             if unknown:
