@@ -338,13 +338,16 @@ def harnesses(secured_server) -> Iterator[dict]:
 
 
 @pytest.fixture
-def harness_for(request, harnesses, secured_server) -> Callable[[str, str, ClientSecurity], clients.HarnessProcess]:
-    """``harness_for(client, bootstrap, security)``: the module's harness of that client for that way in."""
+def harness_for(request, harnesses, secured_server) -> Iterator[Callable[..., clients.HarnessProcess]]:
+    """``harness_for(client, bootstrap, security, keep=True)``: a harness of that client for that way in; kept for
+    the module's other tests (the produce and transaction tests share one per client and way in), else closed
+    at the end of the test."""
     used: list[clients.HarnessProcess] = []
+    once: list[clients.HarnessProcess] = []
 
-    def get(client: str, bootstrap: str, sec: ClientSecurity) -> clients.HarnessProcess:
+    def get(client: str, bootstrap: str, sec: ClientSecurity, keep: bool = True) -> clients.HarnessProcess:
         key = (client, bootstrap, sec.to_json())
-        h = harnesses.get(key)
+        h = harnesses.get(key) if keep else None
         if h is None or h.proc.poll() is not None:
             if client == "kafkajs":
                 clients.require_kafkajs()
@@ -353,7 +356,10 @@ def harness_for(request, harnesses, secured_server) -> Callable[[str, str, Clien
                 version = client.removeprefix("java-")
                 clients.require_java(version)
                 h = clients.java_harness(version, bootstrap, security=sec)
-            harnesses[key] = h
+            if keep:
+                harnesses[key] = h
+            else:
+                once.append(h)
         used.append(h)
         return h
     yield get
@@ -362,6 +368,8 @@ def harness_for(request, harnesses, secured_server) -> Callable[[str, str, Clien
         for h in used:
             print(f"\n----- {h.name} harness stderr tail ({h.stderr_path}) -----\n{h.stderr_tail(40)}")
         print(f"\n----- server stderr tail -----\n{secured_server.server.stderr_tail(60)}")
+    for h in once:
+        h.close()
 
 
 PRODUCE = {"confluent-kafka": cf_produce, "kafka-python": kp_produce, "aiokafka": ak_produce}
@@ -466,7 +474,7 @@ def test_wrong_password_is_an_authentication_error(secured_server, harness_for, 
         assert any("SaslAuthenticationFailed" in line and "invalid credentials" in line for line in logged), \
             logged[-5:]
     else:
-        h = harness_for(client, bootstrap, sec)
+        h = harness_for(client, bootstrap, sec, keep=False)
         r = h.call("produce", topic="never-written", records=[clients.record(b"x")],
                    timeout=AUTH_DEADLINE_S + 30)
         assert r["ok"] is False, r
@@ -487,7 +495,7 @@ def test_oauthbearer_unsecured_token(secured_server, harness_for, client):
         cf_produce(bootstrap, sec, topic, recs)
         got = cf_group_consume(bootstrap, sec, topic, group, N)
     else:
-        h = harness_for(client, bootstrap, sec)
+        h = harness_for(client, bootstrap, sec, keep=False)
         h_produce(h, topic, recs)
         got = h_group_consume(h, topic, group, N)
     assert sorted(got) == sorted(v for _, v, _ in recs)
