@@ -5,10 +5,10 @@
 test naming security.protocol keeps its own): confluent-kafka's Producer and Consumer (extension types: replaced
 by subclasses in the module) and AdminClient, kafka-python's KafkaProducer, KafkaConsumer and KafkaAdminClient,
 aiokafka's AIOKafkaProducer, AIOKafkaConsumer and AIOKafkaAdminClient (Python classes: their ``__init__`` wrapped
-in place).  It sets
-``clients.DEFAULT_SECURITY`` for the Java and kafkajs harnesses and the kcat helpers, and points ``KCAT_CONFIG`` at
-a kcat configuration file with librdkafka's properties for every other kcat the tests run.  It must run before the
-test modules are imported (pytest_configure), as they import the classes by name.
+in place).  It sets ``clients.DEFAULT_SECURITY`` for the Java, kafkajs and Spark harnesses and the kcat helpers,
+and points ``KCAT_CONFIG`` at a kcat configuration file with librdkafka's properties for every other kcat the
+tests run.  It must run before the test modules are imported (pytest_configure), as they import the classes by
+name.
 """
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -295,7 +296,6 @@ def _split_keystore(path: Path) -> tuple[str, str]:
     certs = re.findall(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----\n?", text, re.S)
     if key is None or not certs:
         raise ValueError(f"{path}: expected a PKCS#8 private key and a certificate chain (PEM)")
-    import tempfile
     out = Path(tempfile.mkdtemp(prefix="compat-keystore-"))
     cert_path, key_path = out / "cert.pem", out / "key.pem"
     cert_path.write_text("".join(certs))
@@ -313,7 +313,6 @@ def _oauthbearer_principal(props: dict[str, str]) -> str | None:
 def _join_keystore(cert: Path, key: Path) -> str:
     """A certificate chain file and its key file as one PEM keystore (key, then chain: Kafka 4's form, for the Java
     client), in a temporary directory."""
-    import tempfile
     path = Path(tempfile.mkdtemp(prefix="compat-keystore-")) / "keystore.pem"
     key_text = key.read_text()
     if "BEGIN PRIVATE KEY" not in key_text and "BEGIN ENCRYPTED PRIVATE KEY" not in key_text:

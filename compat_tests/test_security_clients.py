@@ -25,7 +25,7 @@ import pytest
 
 from compat_tests import clients
 from compat_tests.python_clients import create_topics
-from compat_tests.security import SCRAM_MECHANISM, ClientSecurity, SecuredListeners
+from compat_tests.security import ClientSecurity, SecuredListeners
 
 CLIENTS = ("confluent-kafka", "kafka-python", "aiokafka", "kafkajs", "kcat", "java-3.9.0", "java-4.3.0")
 MODES = ("sasl_ssl", "mtls")
@@ -377,8 +377,7 @@ GROUP = {"confluent-kafka": cf_group_consume, "kafka-python": kp_group_consume, 
 TRANSACTIONS = {"confluent-kafka": cf_transactions, "kafka-python": kp_transactions, "aiokafka": ak_transactions}
 
 
-def read_committed(client: str, bootstrap: str, sec: ClientSecurity, topic: str, n: int, h=None,
-                   kcat: str | None = None) -> list[bytes]:
+def read_committed(client: str, bootstrap: str, sec: ClientSecurity, topic: str, n: int, h=None) -> list[bytes]:
     """The topic's partition 0 read with read_committed by ``client``, once ``n`` records came."""
     group = f"sec-rc-{uid()}"
     if client == "confluent-kafka":
@@ -442,14 +441,14 @@ def test_transaction_read_committed(secured_server, harness_for, client, mode):
     if client in TRANSACTIONS:
         TRANSACTIONS[client](bootstrap, sec, topic, plan)
     elif client == "kcat":          # kcat has no transactional producer: librdkafka's, over the same listener
+        clients.require_kcat()
         cf_transactions(bootstrap, sec, topic, plan)
     else:
         h = harness_for(client, bootstrap, sec)
         h_transactions(h, topic, plan)
     # Partition 0 holds the aborted records between the two committed transactions: having read the second
     # transaction's records, a read_committed reader has passed the aborted ones.
-    got = read_committed(client, bootstrap, sec, topic, len(want), h=h,
-                         kcat=clients.require_kcat() if client == "kcat" else None)
+    got = read_committed(client, bootstrap, sec, topic, len(want), h=h)
     assert got == want
 
 
