@@ -62,9 +62,17 @@ ANSWER_TO_REQUEST = 2
 # Set TRIREME_CAPTURE_DIR to keep the first request and response body of every (API, version,
 # client) seen: how golden vectors are captured from real clients (tools/capture_vectors.md).
 CAPTURE_DIR = os.environ.get("TRIREME_CAPTURE_DIR")
+# APIs whose bodies (either way) may carry a credential: a SASL token (PLAIN's password, SCRAM's proofs), a salted
+# password, a delegation token's HMAC, a PASSWORD config's value.  Never captured; neither are SaslHandshake v0's raw
+# tokens (the authenticator answers them before a request is decoded, so they never reach _capture).
+NEVER_CAPTURED = frozenset(("SaslAuthenticate", "AlterUserScramCredentials", "CreateDelegationToken",
+                            "RenewDelegationToken", "ExpireDelegationToken", "DescribeDelegationToken",
+                            "AlterConfigs", "IncrementalAlterConfigs"))
 
 
 def _capture(api: str, version: int, client: str | None, kind: str, body: bytes) -> None:
+    if api in NEVER_CAPTURED:
+        return
     if len(body) > 16384:
         return      # vectors stay small; the next smaller message of this kind is kept instead
     name = re.sub(r"[^A-Za-z0-9]+", "-", (client or "unknown")).strip("-").lower()

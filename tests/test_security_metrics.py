@@ -100,6 +100,16 @@ def test_counters_stop_growing_new_keys_past_their_bound(monkeypatch):
     assert m.denied[("User:u3", "Produce", "TOPIC", "t3")] == 2
 
 
+def test_denial_keys_hold_names_cut_to_a_bound():
+    """A resource name (up to 32,767 bytes in a request) or principal (an OAUTHBEARER sub) longer than
+    MAX_LABEL_CHARS is kept cut, so 10,000 keys stay a few MiB; names sharing that prefix share the count."""
+    m = Metrics()
+    m.request_denied("User:" + "p" * 40_000, "Produce", "TOPIC", "t" * 32_767)
+    m.request_denied("User:" + "p" * 40_000, "Produce", "TOPIC", "t" * 32_766)
+    [(key, count)] = m.denied.items()
+    assert count == 2 and all(len(part) <= metrics_module.MAX_LABEL_CHARS + 3 for part in key)
+
+
 def test_status_page_security_section(tmp_path):
     broker = make_broker(tmp_path / "data")
     try:

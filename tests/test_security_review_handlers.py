@@ -28,14 +28,15 @@ def secured_broker(**props) -> Broker:
 
 # --- finding 2: per-resource denial counters grow with names the client makes up -------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="review finding 2: metrics.request_denied keeps one counter per (principal, "
-                                       "api, resource type, resource NAME) forever; names are the client's")
 def test_denied_counters_are_bounded_whatever_names_clients_send():
     """One Produce of 20,000 made-up topic names from a principal allowed nothing: each name is refused
     (TOPIC_AUTHORIZATION_FAILED, as Kafka) but must not leave 20,000 label sets in the broker's memory for ever
-    (Kafka keeps no per-resource denial metric; the quota sensors here stop at MAX_SENSORS = 10,000)."""
+    (Kafka keeps no per-resource denial metric; the quota sensors here stop at MAX_SENSORS = 10,000).  The bound:
+    MAX_SECURITY_KEYS keys of their own, then one "(other)" key per API and resource type (names of the broker's,
+    not the client's), every denial still counted; and each name in a key is cut to MAX_LABEL_CHARS."""
+    from trireme.server.metrics import MAX_LABEL_CHARS, MAX_SECURITY_KEYS, OTHER
     broker = secured_broker()
-    names = [f"made-up-{i:05d}-" + "x" * 200 for i in range(20_000)]
+    names = [f"made-up-{i:05d}-" + "x" * 400 for i in range(20_000)]
     request = PR(transactional_id=None, acks=1, timeout_ms=1000, topic_data=[
         PR.TopicProduceData(name=n, partition_data=[PR.TopicProduceData.PartitionProduceData(index=0, records=None)])
         for n in names])
@@ -44,12 +45,15 @@ def test_denied_counters_are_bounded_whatever_names_clients_send():
         r = await call_as(b, "Produce", 9, request)
         assert {p.error_code for t in r.responses for p in t.partition_responses} == \
             {E.TOPIC_AUTHORIZATION_FAILED.code}
-        assert len(b.metrics.denied) <= 10_000, len(b.metrics.denied)
+        denied = b.metrics.denied
+        own = [k for k in denied if k[0] != OTHER]
+        assert len(own) <= MAX_SECURITY_KEYS, len(own)
+        assert set(denied) - set(own) == {(OTHER, "Produce", "TOPIC", OTHER)}
+        assert sum(denied.values()) == len(names)
+        assert max(len(k[3]) for k in own) <= MAX_LABEL_CHARS + 3
     run_with_broker(broker, body)
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 2: metrics.client_throttled keeps one counter per (user, "
-                                       "client id, quota type) forever; client ids are the client's")
 def test_throttle_counters_are_bounded_whatever_client_ids_clients_send():
     """A default client-id quota (kafka-configs --entity-default --entity-type clients) throttles each new client
     id; 20,000 made-up client ids must not leave 20,000 label sets for ever (the quota sensors themselves stop at
@@ -83,8 +87,6 @@ def test_throttle_counters_are_bounded_whatever_client_ids_clients_send():
 
 # --- finding 4: the PLAIN credentials file tells which users exist -------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="review finding 4: PlainServer._check returns at once for a user not in the "
-                                       "credentials file, and runs PBKDF2 (~0.2 s) for one that is: user enumeration")
 def test_unknown_plain_user_costs_the_same_password_check_as_a_known_one(tmp_path, monkeypatch):
     """A wrong password for a user in trireme.sasl.plain.credentials.file costs one PBKDF2 of the file's iterations;
     a user name not in the file must cost the same (a dummy hash), or the answer's delay tells an unauthenticated
