@@ -575,9 +575,6 @@ def test_untrusted_client_certificate_is_refused(secured_server, harness_for, cl
         c.close()
 
 
-@pytest.mark.xfail(strict=True, reason="the broker closes a refused TLS handshake without sending OpenSSL's alert "
-                          "(trio's SSLStream drops it), so clients see a bare end of stream; Kafka flushes the alert "
-                          "first (SslTransportLayer.handshakeFailure) and its Java client raises SslAuthenticationException")
 @pytest.mark.parametrize("version", clients.JAVA_VERSIONS)
 def test_untrusted_client_certificate_is_an_ssl_authentication_error_in_java(secured_server, harness_for, version):
     """As against Kafka: the Java client whose certificate the broker refuses gets SslAuthenticationException (the
