@@ -111,6 +111,15 @@ class Partition:
         return hw if first_unstable is None else min(hw, first_unstable)
 
 
+def log_settings(config: dict[str, str]) -> dict[str, int]:
+    """A topic's configs as its PartitionLog takes them.  Time and size retention apply only where cleanup.policy
+    includes delete (Kafka's UnifiedLog.deleteOldSegments): a compact-only topic keeps every segment for the cleaner."""
+    delete = "delete" in {policy.strip() for policy in config["cleanup.policy"].split(",")}
+    return {"segment_bytes": int(config["segment.bytes"]),
+            "retention_ms": int(config["retention.ms"]) if delete else -1,
+            "retention_bytes": int(config["retention.bytes"]) if delete else -1}
+
+
 def _read_marker(plog: PartitionLog, header) -> tuple[bool, int]:
     """(commit?, coordinator epoch) of the marker batch ``header`` heads: its one control record, read from the log."""
     data = plog.read(header.base_offset, header.batch_length + records.LOG_OVERHEAD, header.base_offset + 1)
@@ -230,8 +239,7 @@ class Broker:
         cfg = config or self.topic_config(topic)
         plog = PartitionLog.open(
             self.storage, f"logs/{topic.name}-{index}",
-            segment_bytes=int(cfg["segment.bytes"]), retention_ms=int(cfg["retention.ms"]),
-            retention_bytes=int(cfg["retention.bytes"]), now_ms=now_ms(), unsafe_no_fsync=not self.fsync,
+            **log_settings(cfg), now_ms=now_ms(), unsafe_no_fsync=not self.fsync,
             ack_before_flush=self.ack_before_flush, write_behind=True)
         directory = f"logs/{topic.name}-{index}"
         producers, start = self._load_producer_snapshot(plog, directory)
@@ -446,8 +454,7 @@ class Broker:
                 p = self.partitions[(name, index)]
                 p.topic = topic
                 p.config = PartitionConfig.of(cfg)
-                p.log.configure(segment_bytes=int(cfg["segment.bytes"]), retention_ms=int(cfg["retention.ms"]),
-                                retention_bytes=int(cfg["retention.bytes"]))
+                p.log.configure(**log_settings(cfg))
 
     # --- durability ----------------------------------------------------------------------------
 
