@@ -54,3 +54,22 @@ def test_time_and_size_retention_only_where_the_policy_includes_delete(server):
                    what=f"retention of the {policy} topic")
     time.sleep(0.5)                                   # several more retention rounds
     assert _watermarks(server, topics["compact"]) == (0, 20)
+
+
+def _segment_files(server, topic: str) -> list[str]:
+    return sorted(p.name for p in (server.data_dir / "logs" / f"{topic}-0").glob("*.log"))
+
+
+def test_segment_ms_rolls_the_active_segment_on_the_next_append(server):
+    """Kafka rolls on append: a segment whose first batch is more than segment.ms older than the appended one rolls,
+    whatever its size (here far below segment.bytes)."""
+    name = unique_topic("segment-ms")
+    _create(server, name, {"cleanup.policy": "compact", "segment.ms": "60000"})
+    now = int(time.time() * 1000)
+    _produce(server, name, [(b"a", b"1"), (b"b", b"2")], timestamp_ms=now - 10 * 60_000)
+    assert len(_segment_files(server, name)) == 1
+    _produce(server, name, [(b"a", b"3")], timestamp_ms=now - 9 * 60_000)    # within segment.ms: no roll
+    assert len(_segment_files(server, name)) == 1
+    _produce(server, name, [(b"c", b"4")], timestamp_ms=now)                  # 10 minutes on
+    assert _segment_files(server, name) == ["00000000000000000000.log", "00000000000000000003.log"]
+    assert _watermarks(server, name) == (0, 4)

@@ -117,7 +117,8 @@ def log_settings(config: dict[str, str]) -> dict[str, int]:
     delete = "delete" in {policy.strip() for policy in config["cleanup.policy"].split(",")}
     return {"segment_bytes": int(config["segment.bytes"]),
             "retention_ms": int(config["retention.ms"]) if delete else -1,
-            "retention_bytes": int(config["retention.bytes"]) if delete else -1}
+            "retention_bytes": int(config["retention.bytes"]) if delete else -1,
+            "segment_ms": int(config["segment.ms"]), "segment_jitter_ms": int(config["segment.jitter.ms"])}
 
 
 def _read_marker(plog: PartitionLog, header) -> tuple[bool, int]:
