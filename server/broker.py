@@ -31,6 +31,7 @@ from .config import TOPIC_DEFAULT_PROPERTIES, Config
 from .data_dir import DataDirLock
 from .groups import GroupService
 from .limits import Limits, out_of_descriptors
+from .log_cleaner import LogCleaner
 from .local_peer import LocalPeer
 from .metrics import Metrics
 from .quotas import ClientQuotaManager
@@ -232,6 +233,7 @@ class Broker:
         # to clients as Kafka describes them, marked internal.
         self.internal_topics = {s.partition.topic.name: s.partition.topic for s in (self.groups, self.transactions)}
         self._sweep_orphans()
+        self.log_cleaner = LogCleaner(self)
 
     # --- partitions --------------------------------------------------------------------------
 
@@ -671,7 +673,7 @@ class Broker:
         while True:
             await trio.sleep(interval)
             for p in list(self.partitions.values()):
-                if p.topic.is_internal:
+                if p.topic.is_internal or self.log_cleaner.busy(p):      # Kafka's deletableLogs: not while cleaned
                     continue
                 try:
                     deleted = p.log.apply_retention(now_ms())
@@ -692,6 +694,7 @@ class Broker:
             await nursery.start(self.groups.run)
             await nursery.start(self.transactions.run)
             await nursery.start(self.cluster_metadata.run)
+            await nursery.start(self.log_cleaner.run)
             task_status.started()
 
     def close(self) -> None:

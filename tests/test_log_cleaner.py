@@ -2,6 +2,8 @@
 the scheduling of server/log_cleaner.py (against a stand-in of state/cleaner.py's interface until it lands)."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from tests.test_log import append, make_batch
@@ -105,3 +107,216 @@ def test_log_roll_hours_and_cleaner_properties_set_topic_defaults(tmp_path):
 def test_bad_cleaner_and_roll_values_are_refused(tmp_path, setting):
     with pytest.raises(ConfigError):
         _config(tmp_path, "--set", setting)
+
+
+# --- scheduling (server/log_cleaner.py against tests/cleaner_stub.py) ------------------------------------------
+
+import time  # noqa: E402
+
+import trio  # noqa: E402
+from broker_runner import run_with_broker  # noqa: E402
+
+from tests.cleaner_stub import EndlessCore, FailingCore, StubCore  # noqa: E402
+from trireme.server.broker import Broker  # noqa: E402
+from trireme.server.clock import now_ms  # noqa: E402
+from trireme.server.config import Config  # noqa: E402
+from trireme.server.log_cleaner import LogCleaner, Throttler  # noqa: E402
+from trireme.wire import records as rec  # noqa: E402
+
+
+def _broker(tmp_path, **props) -> Broker:
+    config = Config(data_dir=str(tmp_path))
+    config.update({"log.cleaner.backoff.ms": 50, **props})
+    return Broker(config)
+
+
+def _fill(broker, topic: str, batches: int, *, keys: int = 10, policy: str = "compact") -> None:
+    """``batches`` batches of 10 records to a new topic whose segments hold about 2 batches each."""
+    broker.create_topic(topic, 1, {"cleanup.policy": policy, "segment.bytes": "400"})
+    p = broker.partition(topic, 0)
+    for b in range(batches):
+        data = bytearray(rec.build_batch([(b"k%d" % ((b * 10 + i) % keys), b"v%d" % b) for i in range(10)]))
+        p.log.append(data, rec.validate_batches(data), now_ms())
+    p.log.flush_done(p.log.flush_begin())
+
+
+def _cleaner(broker, core=None, isolation="thread") -> LogCleaner:
+    """The broker's cleaner on the stand-in core; its task does not run with the broker's (tests call clean_once or
+    start ``run`` themselves)."""
+    cleaner = LogCleaner(broker, core or StubCore(), isolation=isolation)
+    broker.log_cleaner = LogCleaner(broker, StubCore(), isolation=isolation)
+    broker.log_cleaner.enabled = False
+    broker.log_cleaner.in_progress = cleaner.in_progress          # retention sees the one in the test
+    return cleaner
+
+
+def test_the_dirtiest_cleanable_compacted_partition_goes_first(tmp_path):
+    broker = _broker(tmp_path)
+    _fill(broker, "little", 4)
+    _fill(broker, "much", 12)
+    _fill(broker, "deleted-only", 12, policy="delete")
+    cleaner = _cleaner(broker)
+    core = cleaner.core
+    core.first_dirty[broker.partition("little", 0)] = 0
+    core.first_dirty[broker.partition("much", 0)] = 0
+
+    async def body(b):
+        assert await cleaner.clean_once()
+        assert await cleaner.clean_once()
+        assert not await cleaner.clean_once()         # both clean now: nothing left
+    run_with_broker(broker, body)
+    names = [p.topic.name for p, _ in core.finished]
+    assert sorted(names[:2]) == ["little", "much"]
+    assert "deleted-only" not in {p.topic.name for p, _ in core.planned}
+    assert cleaner.cleanings == 2 and cleaner.bytes_read > 0
+    assert cleaner.stats(broker.partition("much", 0)).cleanings == 1
+
+
+def test_the_highest_dirty_ratio_wins(tmp_path):
+    broker = _broker(tmp_path)
+    _fill(broker, "a", 12)
+    _fill(broker, "b", 12)
+    cleaner = _cleaner(broker)
+    a, b = broker.partition("a", 0), broker.partition("b", 0)
+    cleaner.core.first_dirty[a] = a.log.segment_base_offsets[1]      # a: a segment clean already
+    partition, plan = cleaner.grab_filthiest(now_ms())
+    assert partition is b and plan.dirty_ratio == 1.0
+    assert cleaner.busy(b)
+    partition, plan = cleaner.grab_filthiest(now_ms())               # b is in progress: the next one is a
+    assert partition is a and plan.dirty_ratio < 1.0
+
+
+def test_min_cleanable_dirty_ratio_from_the_topic_and_the_broker_default(tmp_path):
+    broker = _broker(tmp_path, **{"log.cleaner.min.cleanable.ratio": 0.9})
+    _fill(broker, "t", 12)
+    cleaner = _cleaner(broker)
+    p = broker.partition("t", 0)
+    cleaner.core.first_dirty[p] = p.log.segment_base_offsets[3]      # dirty ratio below 0.9
+    assert cleaner.grab_filthiest(now_ms()) is None
+    broker.alter_topic_configs("t", [("min.cleanable.dirty.ratio", 0, "0.1")])
+    assert cleaner.grab_filthiest(now_ms())[0] is p
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_a_cleaning_runs_off_the_event_loop_and_finishes_on_it(tmp_path, isolation):
+    broker = _broker(tmp_path)
+    _fill(broker, "t", 12)
+    cleaner = _cleaner(broker, isolation=isolation)
+    loop_thread = []
+    core = cleaner.core
+    finish = core.finish
+    core.finish = lambda partition, result: (loop_thread.append(threading.get_ident()), finish(partition, result))
+
+    async def body(b):
+        ticks = 0
+
+        async def tick():
+            nonlocal ticks
+            while True:
+                await trio.sleep(0)
+                ticks += 1
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(tick)
+            assert await cleaner.clean_once()
+            nursery.cancel_scope.cancel()
+        assert ticks > 0                                 # the event loop ran during the cleaning
+    run_with_broker(broker, body)
+    assert loop_thread == [threading.get_ident()]
+    (_, result), = core.finished
+    assert result.bytes_read == sum(size for _, size in result.plan.segments) and result.keys == 10
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_shutdown_ends_a_long_cleaning(tmp_path, isolation):
+    broker = _broker(tmp_path)
+    _fill(broker, "t", 12)
+    cleaner = _cleaner(broker, EndlessCore(), isolation=isolation)
+    ended = []
+
+    async def body(b):
+        with trio.move_on_after(0.5 if isolation == "thread" else 3):
+            await cleaner.clean_once()
+        ended.append(time.monotonic())
+    run_with_broker(broker, body)
+    assert ended and not cleaner.in_progress and cleaner.cleanings == 0 and not cleaner.core.finished
+
+
+def test_a_failed_cleaning_leaves_the_partition_alone_for_a_while(tmp_path):
+    broker = _broker(tmp_path)
+    _fill(broker, "t", 12)
+    cleaner = _cleaner(broker, FailingCore())
+
+    async def body(b):
+        assert await cleaner.clean_once()
+        assert not await cleaner.clean_once()
+    run_with_broker(broker, body)
+    stats = cleaner.stats(broker.partition("t", 0))
+    assert cleaner.failures == 1 and "Input/output error" in stats.last_error
+    assert stats.uncleanable_until_ms > now_ms() and not cleaner.in_progress
+
+
+def test_the_cleaner_task_backs_off_and_cleans(tmp_path):
+    broker = _broker(tmp_path)
+    cleaner = _cleaner(broker)
+
+    async def body(b):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(cleaner.run)
+            await trio.sleep(0.2)                        # nothing cleanable: backing off
+            _fill(b, "t", 12)
+            with trio.fail_after(10):
+                while not cleaner.cleanings:
+                    await trio.sleep(0.02)
+            nursery.cancel_scope.cancel()
+    run_with_broker(broker, body)
+
+
+def test_log_cleaner_enable_false_runs_nothing(tmp_path):
+    broker = _broker(tmp_path, **{"log.cleaner.enable": False})
+    _fill(broker, "t", 12)
+    cleaner = _cleaner(broker)
+
+    async def body(b):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(cleaner.run)
+            await trio.sleep(0.3)
+            nursery.cancel_scope.cancel()
+    run_with_broker(broker, body)
+    assert cleaner.cleanings == 0 and not cleaner.core.planned
+
+
+def test_retention_leaves_a_partition_being_cleaned_alone(tmp_path):
+    broker = _broker(tmp_path, **{"log.retention.check.interval.ms": 10})
+    _fill(broker, "t", 12, policy="compact,delete")
+    broker.alter_topic_configs("t", [("retention.bytes", 0, "100")])
+    cleaner = _cleaner(broker)
+    p = broker.partition("t", 0)
+    cleaner.in_progress.add(p)
+
+    async def body(b):
+        await trio.sleep(0.2)
+        assert p.log.log_start_offset == 0
+        cleaner.in_progress.discard(p)
+        with trio.fail_after(5):
+            while p.log.log_start_offset == 0:
+                await trio.sleep(0.01)
+    run_with_broker(broker, body)
+
+
+def test_throttler_sleeps_down_to_the_rate():
+    clock = [0.0]
+    slept = []
+    throttler = Throttler(1000.0, clock=lambda: clock[0], sleep=lambda s: (slept.append(s), clock.__setitem__(0, clock[0] + s)))
+    throttler(100)
+    clock[0] = 0.1
+    throttler(100)                                      # not yet a check interval: no sleep
+    assert slept == []
+    clock[0] = 0.4
+    throttler(800)                                      # 1000 bytes in 0.4 s at 1000 B/s: 0.6 s more
+    assert slept == [pytest.approx(0.6)]
+    clock[0] += 1.0
+    throttler(100)                                      # 100 bytes in 1 s: under the rate
+    assert slept == [pytest.approx(0.6)]
+    unlimited = Throttler(1.7976931348623157e308, sleep=lambda s: slept.append(s))
+    unlimited(10**12)
+    assert len(slept) == 1
