@@ -37,6 +37,9 @@ log = logging.getLogger("trireme.log_cleaner")
 # After a cleaning failed (not for want of space: that is the partition's storage error), the partition is left
 # alone for this long (Kafka marks it uncleanable until restart; this retries, since the cause may pass).
 UNCLEANABLE_RETRY_MS = 10 * 60_000
+# log.cleaner.dedupe.buffer.size (shared by the cleaners) → keys in one cleaning's offset map: a Python dict entry
+# with its short bytes key takes about this much (Kafka's map: 24 bytes an entry).
+BYTES_PER_MAP_KEY = 128
 # Kafka's Throttler checks the observed rate every this many milliseconds.
 THROTTLE_CHECK_INTERVAL_S = 0.3
 
@@ -82,15 +85,24 @@ class CleanerCore:
             from trireme.state import cleaner as module
         self.module = module
 
-    def config(self, topic_config: dict[str, str]):
+    def config(self, topic_config: dict[str, str], max_map_keys: int):
         return self.module.CleanerConfig(
             delete_retention_ms=int(topic_config["delete.retention.ms"]),
             min_compaction_lag_ms=int(topic_config["min.compaction.lag.ms"]),
             max_compaction_lag_ms=int(topic_config["max.compaction.lag.ms"]),
-            min_cleanable_dirty_ratio=float(topic_config["min.cleanable.dirty.ratio"]))
+            min_cleanable_dirty_ratio=float(topic_config["min.cleanable.dirty.ratio"]),
+            max_map_keys=max_map_keys)
 
     def cleanable(self, partition, now: int, cfg):
+        """A plan (the log is then marked as being cleaned until finish or abandon), or None."""
         return partition.log.cleanable(now, partition.producers.first_unstable_offset(), cfg)
+
+    def dirty_ratio(self, partition, now: int, cfg) -> float:
+        return partition.log.dirty_ratio(now, partition.producers.first_unstable_offset(), cfg)
+
+    def abandon(self, partition, plan) -> None:
+        """A cleaning failed or was cut short: its files go, a later one may start."""
+        partition.log.abandon_cleaning(plan)
 
     def clean_function(self) -> Callable:
         """clean(storage, plan, throttle) → result: a module-level function, so a child process can be given it."""
@@ -135,6 +147,7 @@ class LogCleaner:
         self.backoff_s = config["log.cleaner.backoff.ms"] / 1000
         self.io_rate = float(config["log.cleaner.io.max.bytes.per.second"])
         self.dedupe_buffer_size = config["log.cleaner.dedupe.buffer.size"]
+        self.max_map_keys = max(1, self.dedupe_buffer_size // max(1, self.threads) // BYTES_PER_MAP_KEY)
         if core is None and self.enabled:
             try:
                 core = CleanerCore()
@@ -183,18 +196,44 @@ class LogCleaner:
             if stats.uncleanable_until_ms > now:
                 continue
             try:
-                plan = self.core.cleanable(partition, now, self.core.config(self.broker.topic_config(partition.topic)))
+                plan = self.core.cleanable(partition, now, self.cleaner_config(partition))
             except OSError as e:
                 log.warning("cannot plan cleaning of %s-%d: %r", partition.topic.name, partition.index, e)
                 continue
             if plan is None:
                 continue
             stats.dirty_ratio = plan.dirty_ratio
+            loser = (partition, plan)
             if best is None or plan.dirty_ratio > best[1].dirty_ratio:
-                best = (partition, plan)
+                best, loser = loser, best
+            if loser is not None:               # planning marked it as being cleaned: not this round
+                self._abandon(*loser)
         if best is not None:
             self.in_progress.add(best[0])
         return best
+
+    def _abandon(self, partition, plan) -> None:
+        try:
+            self.core.abandon(partition, plan)
+        except OSError as e:
+            log.warning("could not remove the files of an unfinished cleaning of %s-%d: %r", partition.topic.name,
+                        partition.index, e)
+
+    def cleaner_config(self, partition):
+        return self.core.config(self.broker.topic_config(partition.topic), self.max_map_keys)
+
+    def dirty_ratios(self, now: int) -> dict:
+        """(topic, partition) → dirty ratio now, of every compacted partition (metrics, status page)."""
+        out = {}
+        if self._core is None:
+            return out
+        for key, partition in list(self.broker.partitions.items()):
+            if partition.config.compacted and partition.storage_error is None:
+                try:
+                    out[key] = self.core.dirty_ratio(partition, now, self.cleaner_config(partition))
+                except (OSError, ValueError):
+                    continue
+        return out
 
     def busy(self, partition) -> bool:
         """Whether ``partition`` is being cleaned (Kafka's retention skips such logs)."""
@@ -230,6 +269,7 @@ class LogCleaner:
         name = f"{partition.topic.name}-{partition.index}"
         stats = self.stats(partition)
         started = time.perf_counter()
+        finished = False
         try:
             try:
                 result = await self._clean_off_loop(plan, worker)
@@ -243,16 +283,19 @@ class LogCleaner:
                 return True
             if self.broker.partitions.get((partition.topic.name, partition.index)) is not partition:
                 return True                          # deleted meanwhile: its files went with it
+            finished = True
             try:
                 self.core.finish(partition, result)
-            except OSError as e:
+            except OSError as e:                     # as a failed flush: start-up recovery puts the files right
                 self.failures += 1
                 stats.last_error = str(e)[:200]
-                stats.uncleanable_until_ms = now_ms() + UNCLEANABLE_RETRY_MS
                 log.error("swapping in the cleaned segments of %s failed: %r", name, e)
+                self.broker.storage_failed(partition, e)
                 return True
         finally:
             self.in_progress.discard(partition)
+            if not finished:
+                self._abandon(partition, plan)
         seconds = time.perf_counter() - started
         read, written = getattr(result, "bytes_read", 0), getattr(result, "bytes_written", 0)
         self.cleanings += 1

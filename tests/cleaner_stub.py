@@ -17,6 +17,7 @@ class CleanerConfig:
     min_compaction_lag_ms: int
     max_compaction_lag_ms: int
     min_cleanable_dirty_ratio: float
+    max_map_keys: int = 1_000_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,8 +73,28 @@ class StubCore(CleanerCore):
         self.first_dirty: dict = {}
         self.planned: list = []
         self.finished: list = []
+        self.abandoned: list = []
+        self.cleaning: set = set()
+
+    def dirty_ratio(self, partition, now, cfg):
+        plan = self._plan(partition, cfg)
+        return 0.0 if plan is None else plan.dirty_ratio
+
+    def abandon(self, partition, plan):
+        self.cleaning.discard(partition)
+        self.abandoned.append((partition, plan))
 
     def cleanable(self, partition, now, cfg):
+        if partition in self.cleaning:
+            return None
+        plan = self._plan(partition, cfg)
+        if plan is None or plan.dirty_ratio < cfg.min_cleanable_dirty_ratio:
+            return None
+        self.cleaning.add(partition)
+        self.planned.append((partition, plan))
+        return plan
+
+    def _plan(self, partition, cfg):
         plog = partition.log
         first_dirty = self.first_dirty.get(partition, 0)
         unstable = partition.producers.first_unstable_offset()
@@ -94,14 +115,10 @@ class StubCore(CleanerCore):
                 end = nxt
         if not dirty:
             return None
-        ratio = dirty_bytes / (clean_bytes + dirty_bytes)
-        if ratio < cfg.min_cleanable_dirty_ratio:
-            return None
-        plan = Plan(plog._directory, tuple(dirty), end, ratio)
-        self.planned.append((partition, plan))
-        return plan
+        return Plan(plog._directory, tuple(dirty), end, dirty_bytes / (clean_bytes + dirty_bytes))
 
     def finish(self, partition, result):
+        self.cleaning.discard(partition)
         self.first_dirty[partition] = result.plan.end_offset
         self.finished.append((partition, result))
 

@@ -184,6 +184,7 @@ def test_the_highest_dirty_ratio_wins(tmp_path):
     assert cleaner.busy(b)
     partition, plan = cleaner.grab_filthiest(now_ms())               # b is in progress: the next one is a
     assert partition is a and plan.dirty_ratio < 1.0
+    assert cleaner.dirty_ratios(now_ms())[("a", 0)] == plan.dirty_ratio
 
 
 def test_min_cleanable_dirty_ratio_from_the_topic_and_the_broker_default(tmp_path):
@@ -239,6 +240,7 @@ def test_shutdown_ends_a_long_cleaning(tmp_path, isolation):
         ended.append(time.monotonic())
     run_with_broker(broker, body)
     assert ended and not cleaner.in_progress and cleaner.cleanings == 0 and not cleaner.core.finished
+    assert [p.topic.name for p, _ in cleaner.core.abandoned] == ["t"]      # its files removed, a later one may start
 
 
 def test_a_failed_cleaning_leaves_the_partition_alone_for_a_while(tmp_path):
@@ -253,6 +255,7 @@ def test_a_failed_cleaning_leaves_the_partition_alone_for_a_while(tmp_path):
     stats = cleaner.stats(broker.partition("t", 0))
     assert cleaner.failures == 1 and "Input/output error" in stats.last_error
     assert stats.uncleanable_until_ms > now_ms() and not cleaner.in_progress
+    assert [p.topic.name for p, _ in cleaner.core.abandoned] == ["t"]
 
 
 def test_the_cleaner_task_backs_off_and_cleans(tmp_path):
