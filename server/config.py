@@ -236,6 +236,9 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
     "log.cleaner.delete.retention.ms": (86400000, "Default delete.retention.ms of topics."),
     "log.cleaner.min.compaction.lag.ms": (0, "Default min.compaction.lag.ms of topics."),
     "log.cleaner.max.compaction.lag.ms": (9223372036854775807, "Default max.compaction.lag.ms of topics."),
+    "trireme.metrics.log.cleaner.max.partitions": (
+        100, "trireme_log_cleaner_dirty_ratio reports the compacted partitions with the highest dirty ratio, at most "
+             "this many."),
     # --- client quotas
     "quota.window.num": (11, "How many samples a client quota's rate is measured over (Kafka's)."),
     "quota.window.size.seconds": (1, "How long each of those samples lasts, in seconds; a request-quota throttle "
@@ -287,6 +290,7 @@ RANGES = {
     "log.cleaner.delete.retention.ms": (0, LONG_MAX),
     "log.cleaner.min.compaction.lag.ms": (0, LONG_MAX),
     "log.cleaner.max.compaction.lag.ms": (1, LONG_MAX),
+    "trireme.metrics.log.cleaner.max.partitions": (0, INT_MAX),
     "socket.request.max.bytes": (1, INT_MAX),
     "fetch.max.bytes": (1024, INT_MAX),
     "max.connections": (0, INT_MAX),

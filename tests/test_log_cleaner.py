@@ -323,3 +323,34 @@ def test_throttler_sleeps_down_to_the_rate():
     unlimited = Throttler(1.7976931348623157e308, sleep=lambda s: slept.append(s))
     unlimited(10**12)
     assert len(slept) == 1
+
+
+# --- visibility ------------------------------------------------------------------------------------------------
+
+def test_metrics_and_status_page_show_the_cleaning(tmp_path):
+    from trireme.server.metrics import render_broker
+    from trireme.server.status_page import StatusPage
+    broker = _broker(tmp_path, **{"trireme.metrics.log.cleaner.max.partitions": 1})
+    _fill(broker, "dirtier", 12)
+    _fill(broker, "cleaner", 12)
+    _fill(broker, "plain", 12, policy="delete")
+    cleaner = _cleaner(broker)
+    broker.log_cleaner = cleaner
+    cleaner.enabled = False                             # cleaned by the test's clean_once only
+    cleaner.core.first_dirty[broker.partition("cleaner", 0)] = broker.partition("cleaner", 0).log.segment_base_offsets[2]
+    text = render_broker(broker)
+    assert 'trireme_log_cleaner_dirty_ratio{topic="dirtier",partition="0"} 1' in text
+    assert 'topic="cleaner"' not in text.split("trireme_log_cleaner_dirty_ratio", 1)[1].split("# HELP", 1)[0]
+    assert "trireme_log_cleaner_max_dirty_ratio 1" in text
+    assert "trireme_log_cleaner_cleanings_total 0" in text
+
+    async def body(b):
+        assert await cleaner.clean_once()
+    run_with_broker(broker, body)
+    text = render_broker(broker)
+    assert "trireme_log_cleaner_cleanings_total 1" in text
+    read = cleaner.bytes_read
+    assert read > 0 and f"trireme_log_cleaner_bytes_read_total {read}" in text
+    assert "trireme_log_cleaner_last_cleaning_timestamp_seconds 0\n" not in text
+    page = StatusPage(broker).render()
+    assert "compaction</th>" in page and "cleaned " in page and "dirty 60%" in page
