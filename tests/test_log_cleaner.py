@@ -354,3 +354,41 @@ def test_metrics_and_status_page_show_the_cleaning(tmp_path):
     assert "trireme_log_cleaner_last_cleaning_timestamp_seconds 0\n" not in text
     page = StatusPage(broker).render()
     assert "compaction</th>" in page and "cleaned " in page and "dirty 60%" in page
+
+
+def test_dump_log_prints_batches_and_records_as_kafka_dump_log(tmp_path, capsys):
+    from trireme.server.cli import main
+    broker = _broker(tmp_path)
+    broker.create_topic("t", 1, {"cleanup.policy": "compact"})
+    p = broker.partition("t", 0)
+    batches = [rec.build_batch([(b"k1", b"v1"), (b"k2", None)], producer_id=7, producer_epoch=3, base_sequence=5,
+                               transactional=True, base_timestamp=1000),
+               rec.build_control_batch(rec.CONTROL_COMMIT, producer_id=7, producer_epoch=3, coordinator_epoch=2,
+                                       timestamp=2000)]
+    for batch in batches:
+        data = bytearray(batch)
+        p.log.append(data, rec.validate_batches(data), now_ms())
+    p.log.flush_done(p.log.flush_begin())
+    broker.close()
+    with open(tmp_path / "logs" / "t-0" / "00000000000000000000.log", "ab") as f:
+        f.write(b"\x00" * 7)                                   # a torn tail
+    assert main(["dump-log", "--files", str(tmp_path / "logs" / "t-0"), "--print-data-log"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("Dumping ") and lines[0].endswith("00000000000000000000.log")
+    assert lines[1] == "Log starting offset: 0"
+    assert lines[2].startswith("baseOffset: 0 lastOffset: 1 count: 2 baseSequence: 5 lastSequence: 6 producerId: 7 "
+                               "producerEpoch: 3 ")
+    assert "isTransactional: true isControl: false deleteHorizonMs: OptionalLong.empty position: 0 " \
+           "CreateTime: 1000 " in lines[2] and "compresscodec: none" in lines[2] and lines[2].endswith("isvalid: true")
+    assert lines[3] == ("| offset: 0 CreateTime: 1000 keySize: 2 valueSize: 2 sequence: 5 headerKeys: [] "
+                        "key: k1 payload: v1")
+    assert lines[4] == ("| offset: 1 CreateTime: 1000 keySize: 2 valueSize: -1 sequence: 6 headerKeys: [] "
+                        "key: k2 payload: null")
+    assert lines[5].startswith("baseOffset: 2 lastOffset: 2 count: 1 baseSequence: -1 lastSequence: -1 producerId: 7")
+    assert "isTransactional: true isControl: true" in lines[5]
+    assert lines[6].endswith("endTxnMarker: COMMIT coordinatorEpoch: 2")
+    assert lines[7] == "Found 7 invalid bytes at the end of 00000000000000000000.log"
+    assert main(["dump-log", "--files", str(tmp_path / "logs" / "t-0" / "00000000000000000000.log")]) == 0
+    assert [line[:12] for line in capsys.readouterr().out.splitlines()[2:]] == ["baseOffset: ", "baseOffset: ",
+                                                                               "Found 7 inva"]
+    assert main(["dump-log", "--files", str(tmp_path / "missing.log")]) == 1
