@@ -73,3 +73,127 @@ def test_segment_ms_rolls_the_active_segment_on_the_next_append(server):
     _produce(server, name, [(b"c", b"4")], timestamp_ms=now)                  # 10 minutes on
     assert _segment_files(server, name) == ["00000000000000000000.log", "00000000000000000003.log"]
     assert _watermarks(server, name) == (0, 4)
+
+
+# --- the cleaner at work (needs state/cleaner.py, cleaner-core's) ------------------------------------------------
+
+CLEANER = {"log.cleaner.backoff.ms": 100, "offsets.topic.segment.bytes": 2048,
+           "transaction.state.log.segment.bytes": 2048}
+
+
+def _read_all(server, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": unique_topic("reader"),
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=OP_TIMEOUT_S, cached=False)
+        consumer.assign([TopicPartition(topic, 0, low)])
+        out = []
+        deadline = time.monotonic() + 30
+        while (not out or out[-1][0] < high - 1) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                out.append((msg.offset(), msg.key(), msg.value()))
+            if out and out[-1][0] >= high - 1:
+                break
+            if msg is None and high > 0 and _watermarks(server, topic)[1] == high and out and \
+                    out[-1][0] >= high - 1:
+                break
+        return out
+    finally:
+        consumer.close()
+
+
+def _cleaned(server, topic: str) -> bool:
+    """Whether the cleaner finished a cleaning of the partition (its checkpoint exists)."""
+    if "log cleaner off" in server.stderr_tail(200):
+        raise AssertionError("the broker runs without a log cleaner")
+    return (server.data_dir / "logs" / f"{topic}-0" / "cleaner-offset.checkpoint").exists()
+
+
+@pytest.mark.xfail(strict=True, reason="cleaner not merged yet")
+@pytest.mark.server_config(CLEANER)
+def test_the_cleaner_compacts_a_topic_to_the_latest_value_per_key(server):
+    name = unique_topic("compacted")
+    _create(server, name, {"cleanup.policy": "compact", "segment.bytes": "1024"})
+    _produce(server, name, [(b"k%d" % (i % 5), b"v%d" % i) for i in range(60)])
+    wait_until(lambda: _cleaned(server, name), timeout=60, what="a cleaning")
+    records = _read_all(server, name)
+    latest = {}
+    for offset, key, value in records:
+        latest[key] = value
+    assert latest == {b"k%d" % k: b"v%d" % max(i for i in range(60) if i % 5 == k) for k in range(5)}
+    offsets = [offset for offset, _, _ in records]
+    assert offsets == sorted(set(offsets)) and len(offsets) < 60      # offsets kept, with gaps
+    assert _watermarks(server, name)[1] == 60
+
+
+def _describe_transaction(server, txn_id: str) -> dict:
+    """The transactional id's state at the coordinator, as ``trireme transactions describe`` shows it."""
+    import json
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "trireme.server.cli", "transactions", "--bootstrap-server",
+                           server.bootstrap, "--json", "describe", "--transactional-id", txn_id],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    described = json.loads(done.stdout)
+    described = described[0] if isinstance(described, list) else described
+    described.pop("transaction_duration_ms")       # grows with the clock
+    return described
+
+
+@pytest.mark.xfail(strict=True, reason="cleaner not merged yet")
+@pytest.mark.server_config(CLEANER)
+def test_coordinator_logs_are_cleaned_and_replay_to_the_same_state(server):
+    """__consumer_offsets and __transaction_state are compacted by the cleaner; after a restart the coordinators
+    replay the cleaned logs to the same committed offsets and transactional ids."""
+    from confluent_kafka import Consumer as C
+    topic = unique_topic("offsets")
+    _create(server, topic, {})
+    groups = [unique_topic("g") for _ in range(3)]
+    consumers = {g: C({"bootstrap.servers": server.bootstrap, "group.id": g, "enable.auto.commit": False})
+                 for g in groups}
+    try:
+        for i in range(120):
+            g = groups[i % 3]
+            consumers[g].commit(offsets=[TopicPartition(topic, 0, i)], asynchronous=False)
+        expected = {g: consumers[g].committed([TopicPartition(topic, 0)], timeout=OP_TIMEOUT_S)[0].offset
+                    for g in groups}
+    finally:
+        for c in consumers.values():
+            c.close()
+    txn_ids = [unique_topic("txn") for _ in range(2)]
+    for txn_id in txn_ids:
+        producer = Producer({"bootstrap.servers": server.bootstrap, "transactional.id": txn_id})
+        producer.init_transactions(OP_TIMEOUT_S)
+        for i in range(15):
+            producer.begin_transaction()
+            producer.produce(topic, key=b"t", value=b"%d" % i)
+            if i % 3 == 0:
+                producer.abort_transaction(OP_TIMEOUT_S)
+            else:
+                producer.commit_transaction(OP_TIMEOUT_S)
+        producer.flush(OP_TIMEOUT_S)
+    wait_until(lambda: _cleaned(server, "__consumer_offsets") and _cleaned(server, "__transaction_state"),
+               timeout=60, what="cleanings of the coordinators' logs")
+    before = [_describe_transaction(server, txn_id) for txn_id in txn_ids]
+    assert all(d["transaction_state"] == "CompleteCommit" for d in before)
+    server.restart()
+    assert [_describe_transaction(server, txn_id) for txn_id in txn_ids] == before
+    consumer = C({"bootstrap.servers": server.bootstrap, "group.id": groups[0], "enable.auto.commit": False})
+    try:
+        for g in groups:
+            consumer2 = C({"bootstrap.servers": server.bootstrap, "group.id": g, "enable.auto.commit": False})
+            try:
+                got = consumer2.committed([TopicPartition(topic, 0)], timeout=OP_TIMEOUT_S)[0].offset
+            finally:
+                consumer2.close()
+            assert got == expected[g]
+    finally:
+        consumer.close()
+    for txn_id in txn_ids:      # the transactional ids survive: a new producer fences the old epoch and goes on
+        producer = Producer({"bootstrap.servers": server.bootstrap, "transactional.id": txn_id})
+        producer.init_transactions(OP_TIMEOUT_S)
+        producer.begin_transaction()
+        producer.produce(topic, key=b"t", value=b"after")
+        producer.commit_transaction(OP_TIMEOUT_S)

@@ -236,6 +236,10 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
     "log.cleaner.delete.retention.ms": (86400000, "Default delete.retention.ms of topics."),
     "log.cleaner.min.compaction.lag.ms": (0, "Default min.compaction.lag.ms of topics."),
     "log.cleaner.max.compaction.lag.ms": (9223372036854775807, "Default max.compaction.lag.ms of topics."),
+    "offsets.topic.segment.bytes": (104857600, "Segment size of __consumer_offsets: the cleaner compacts its rolled "
+                                                "segments."),
+    "transaction.state.log.segment.bytes": (104857600, "Segment size of __transaction_state: the cleaner compacts "
+                                                        "its rolled segments."),
     "trireme.metrics.log.cleaner.max.partitions": (
         100, "trireme_log_cleaner_dirty_ratio reports the compacted partitions with the highest dirty ratio, at most "
              "this many."),
@@ -291,6 +295,8 @@ RANGES = {
     "log.cleaner.min.compaction.lag.ms": (0, LONG_MAX),
     "log.cleaner.max.compaction.lag.ms": (1, LONG_MAX),
     "trireme.metrics.log.cleaner.max.partitions": (0, INT_MAX),
+    "offsets.topic.segment.bytes": (1, INT_MAX),
+    "transaction.state.log.segment.bytes": (1, INT_MAX),
     "socket.request.max.bytes": (1, INT_MAX),
     "fetch.max.bytes": (1024, INT_MAX),
     "max.connections": (0, INT_MAX),
