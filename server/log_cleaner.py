@@ -187,6 +187,7 @@ class LogCleaner:
 
     def grab_filthiest(self, now: int):
         """→ (partition, plan) of the dirtiest cleanable partition, marked in progress; or None."""
+        self.forget_deleted()
         best = None
         for partition in list(self.broker.partitions.values()):
             if (not partition.config.compacted or partition in self.in_progress or partition.storage_error
@@ -351,23 +352,27 @@ class LogCleaner:
         child = ctx.Process(target=_clean_in_child, name="trireme-log-cleaner", daemon=True,
                             args=(writer, clean, self.broker.storage.root, plan, self.io_rate / self.threads))
         try:
-            child.start()
-        finally:
-            writer.close()
-        try:
+            try:
+                # In a thread: start() writes the pickled plan to the child, which reads it only once its
+                # interpreter is up; a large plan would block the event loop meanwhile.
+                await trio.to_thread.run_sync(child.start)
+            finally:
+                writer.close()
             while not reader.poll():
                 await trio.lowlevel.wait_readable(reader.fileno())
             try:
-                ok, value = reader.recv()
+                ok, value = await trio.to_thread.run_sync(reader.recv)      # the whole answer, however long
             except EOFError:
                 ok, value = False, "the cleaner process ended without an answer"
         except BaseException:
-            child.kill()                             # shutdown or cancellation: its temporary files are recovered
+            if child.pid is not None:
+                child.kill()                         # shutdown or cancellation: its temporary files are recovered
             raise
         finally:
             reader.close()
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(child.join)
+            if child.pid is not None:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(child.join)
         if not ok:
             raise RuntimeError(f"{value} (exit code {child.exitcode})")
         return value
