@@ -197,3 +197,33 @@ def test_coordinator_logs_are_cleaned_and_replay_to_the_same_state(server):
         producer.begin_transaction()
         producer.produce(topic, key=b"t", value=b"after")
         producer.commit_transaction(OP_TIMEOUT_S)
+
+
+@pytest.mark.xfail(strict=True, reason="cleaner not merged yet")
+@pytest.mark.server_config({"log.cleaner.backoff.ms": 100, "log.roll.ms": 300})
+def test_the_cluster_metadata_log_is_cleaned_and_replays_to_the_same_users(server):
+    """__cluster_metadata (SCRAM users here) rolls by segment.ms like any topic and is compacted: upserted and
+    deleted users replay to the same set after a restart."""
+    from confluent_kafka.admin import (ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
+                                       UserScramCredentialUpsertion)
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    users = [unique_topic("user") for _ in range(4)]
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+    for round_ in range(6):
+        changes = [UserScramCredentialUpsertion(u, info, b"secret-%d" % round_) for u in users]
+        if round_ == 5:
+            changes = [UserScramCredentialDeletion(users[0], ScramMechanism.SCRAM_SHA_256)]
+        for future in admin.alter_user_scram_credentials(changes).values():
+            future.result(timeout=OP_TIMEOUT_S)
+        time.sleep(0.4)                              # past segment.ms: the next change rolls the segment
+
+    def described() -> dict:
+        got = admin.describe_user_scram_credentials().result(timeout=OP_TIMEOUT_S)
+        return {user: sorted((i.mechanism, i.iterations) for i in d.scram_credential_infos)
+                for user, d in got.items() if user in users}
+    before = described()
+    assert sorted(before) == sorted(users[1:])
+    wait_until(lambda: _cleaned(server, "__cluster_metadata"), timeout=60, what="a cleaning of __cluster_metadata")
+    server.restart()
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    assert described() == before
