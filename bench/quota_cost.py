@@ -22,6 +22,9 @@ class _Metrics:
     def client_throttled(self, *args):
         pass
 
+    def forget_throttled(self, *args):
+        pass
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()

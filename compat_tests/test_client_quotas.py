@@ -235,7 +235,7 @@ def test_user_quota_applies_to_the_authenticated_user_and_all_their_client_ids(s
     them), not to bob; the SASL exchange itself is not charged."""
     server = sasl_server()
     quota = 40000.0
-    with RawConn(server.bootstrap, timeout=60) as alice, RawConn(server.bootstrap) as bob:
+    with RawConn(server.sasl_bootstrap, timeout=60) as alice, RawConn(server.sasl_bootstrap) as bob:
         assert plain_login(alice).error_code == 0
         assert plain_login(bob, "bob", "bob-secret").error_code == 0
         topic = unique("quota-user")

@@ -159,3 +159,16 @@ def test_latency_fsync_bytes_and_group_lag_after_client_traffic(server):
     assert value(m, "trireme_topic_bytes_out_total", topic=topic) is None
     assert value(m, "trireme_bytes_in_total") == bytes_in and value(m, "trireme_bytes_out_total") >= bytes_out
     assert sorted(m["trireme_group_lag"]["samples"].values()) == [0, 0]      # nothing left to lag behind
+
+
+def test_metrics_of_an_in_memory_broker():
+    """trireme.testing's default broker keeps its logs in memory (no descriptors): /metrics still answers, with
+    trireme_log_open_files 0 (it answered 500: MemoryStorage had no open_descriptors)."""
+    from trireme.testing import TriremeBroker
+    with TriremeBroker(config={"trireme.metrics.listen": "127.0.0.1:0"}) as broker:
+        deadline = time.monotonic() + 10
+        while not (m := re.search(r"metrics on (http://\S+/metrics)", broker.log_text())):
+            assert time.monotonic() < deadline, "the broker never logged its metrics address"
+            time.sleep(0.05)
+        text = urllib.request.urlopen(m.group(1), timeout=10).read().decode()
+        assert re.search(r"^trireme_log_open_files 0$", text, re.M)

@@ -54,7 +54,6 @@ def test_cli_over_an_mtls_listener_and_the_security_counters(pki):
               "ssl.keystore.location": str(pki / "broker.keystore.pem"), "ssl.truststore.type": "PEM",
               "ssl.truststore.location": str(pki / "ca.pem"), "ssl.client.auth": "required",
               "trireme.metrics.listen": "127.0.0.1:0", "trireme.status.listen": "127.0.0.1:0"}
-    # storage="disk": /metrics fails with the in-memory storage (MemoryStorage has no open_descriptors; reported)
     with TriremeBroker(topics={"orders": 2}, config=config, storage="disk") as broker:
         bootstrap = broker.bootstrap_for("SSL")
         (pki / "mtls.properties").write_text(
@@ -253,3 +252,22 @@ def test_a_throttled_client_on_the_metrics_and_the_status_page():
         section = page[page.index('<section id="security">'):]
         throttled = section[section.index("<h3>Throttled clients</h3>"):]
         assert "<td>Produce</td>" in throttled and "no client throttled" not in throttled
+
+
+def test_denials_for_many_invented_names_keep_the_label_set_bounded():
+    """A client asking for 60 topic names it may not use: every denial is counted, but the labelled denial
+    metrics keep to trireme.metrics.security.max.series series (the client chooses the names)."""
+    from confluent_kafka.admin import AdminClient
+    config = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+              "trireme.metrics.listen": "127.0.0.1:0", "trireme.metrics.security.max.series": 5}
+    with TriremeBroker(config=config, storage="disk") as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+        for name in (f"probe-{i}" for i in range(60)):      # Metadata for each name on its own
+            topic = admin.list_topics(name, timeout=10).topics[name]
+            assert topic.error is not None and topic.error.code() == 29           # TOPIC_AUTHORIZATION_FAILED
+        text = urllib.request.urlopen(_address(broker, "metrics"), timeout=10).read().decode()
+        total = int(float(re.search(r"^trireme_authorization_denials_total (\S+)$", text, re.M).group(1)))
+        assert total >= 60
+        by_resource = re.findall(r"^trireme_authorization_denials_by_resource_total\{", text, re.M)
+        assert len(by_resource) == 5
+        assert len(re.findall(r"^trireme_authorization_denials_by_principal_total\{", text, re.M)) <= 5

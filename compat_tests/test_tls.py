@@ -463,3 +463,57 @@ def test_mapped_certificate_principals_meet_the_authorizer(certs):
         assert len(refused) == 1 and refused[0].name() == "TOPIC_AUTHORIZATION_FAILED", refused
     finally:
         stop_server(srv)
+
+
+def _client_hello(certs: Certificates) -> bytes:
+    """A real ClientHello, as Python's ssl client writes it first."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = certs.context().wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        client.do_handshake()
+    return outgoing.read()
+
+
+def test_mutated_and_truncated_client_hellos(tls_server, certs):
+    """300 connections sending a real ClientHello cut short, with bytes flipped, or followed by garbage: each is
+    closed or left to its handshake deadline with one line, no traceback, and the broker keeps serving."""
+    import random
+    rng = random.Random(21)
+    hello = _client_hello(certs)
+    watch = LogWatch(tls_server)
+    port = tls_server.listener_ports["SSL"]
+    sockets = []
+    for i in range(300):
+        data = bytearray(hello)
+        kind = i % 3
+        if kind == 0:
+            data = data[:rng.randrange(1, len(data))]
+        elif kind == 1:
+            for _ in range(rng.randrange(1, 8)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        else:
+            data += os.urandom(rng.randrange(1, 20000))
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        try:
+            sock.sendall(bytes(data))
+        except OSError:
+            pass                                    # already refused
+        if rng.random() < 0.5:
+            sock.close()                            # the client gives up at once
+        else:
+            sockets.append(sock)
+    with TlsConn(tls_server.bootstrap_for("SSL"), certs.context()) as conn:
+        assert api_versions(conn).error_code == 0
+    for sock in sockets:                            # the broker closes every one (at the latest at the deadline)
+        sock.settimeout(30)
+        try:
+            while sock.recv(65536):
+                pass
+        except OSError:
+            pass
+        sock.close()
+    with RawConn(tls_server.bootstrap) as witness:
+        assert api_versions(witness).error_code == 0
+    text = watch.text()
+    assert "Traceback" not in text and "internal error" not in text
+    assert text.count("TLS handshake failed") >= len(sockets)

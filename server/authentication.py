@@ -36,6 +36,7 @@ MIN_REAUTH_INTERVAL_S = 1.0          # Kafka: a re-authentication at most once a
 FAILURE_WINDOW_S = 60.0
 MAX_TRACKED_ADDRESSES = 10_000       # failed-login history kept for at most this many client addresses
 DEFAULT_MAX_RECEIVE = 524288         # sasl.server.max.receive.size's default
+MAX_SESSION_LIFETIME_MS = 2**63 - 1   # SaslAuthenticate's session_lifetime_ms is an int64
 
 # Gate verdicts besides None (dispatch the request as usual) and bytes (a raw token to send).
 NO_ANSWER = object()
@@ -130,12 +131,20 @@ class ListenerSasl:
 class FailedLogins:
     """Failed authentications per client address in the last FAILURE_WINDOW_S: an address with ``limit`` of them is
     refused until the oldest leaves the window.  At most MAX_TRACKED_ADDRESSES addresses are remembered (the least
-    recently failed forgotten first), each with at most ``limit`` times: memory is bounded whatever clients do."""
+    recently failed forgotten first), each with at most ``limit`` times: memory is bounded whatever clients do.
+
+    A round that may check a credential first reserves an attempt (:meth:`reserve`) and settles it once the check is
+    done (:meth:`settle`: a failure is recorded, a success releases it).  Checks under way count against the limit,
+    so guesses sent in parallel (a slow PBKDF2 in a worker thread, many SCRAM exchanges opened together) get at most
+    ``limit`` checks a minute between them: a round finding the limit taken up by checks under way waits for one to
+    settle (its address only), then is refused if that was a failure."""
 
     def __init__(self, limit: int, max_addresses: int = MAX_TRACKED_ADDRESSES):
         self.limit = limit
         self.max_addresses = max_addresses
         self._failures: collections.OrderedDict[str, collections.deque] = collections.OrderedDict()
+        self._pending: dict[str, int] = {}              # checks under way per address (one at most a connection)
+        self._settled: dict[str, trio.Event] = {}       # set when a check of that address settles
 
     def blocked(self, host: str, now: float) -> bool:
         times = self._failures.get(host)
@@ -147,6 +156,38 @@ class FailedLogins:
             del self._failures[host]
             return False
         return len(times) >= self.limit
+
+    async def reserve(self, host: str, clock=time.monotonic) -> bool:
+        """Reserve an attempt for ``host`` → False (refused: ``limit`` failures in the last minute), or True once the
+        failures and the checks under way leave room for one more; settle it with :meth:`settle`."""
+        if not self.limit:
+            return True
+        while True:
+            if self.blocked(host, clock()):
+                return False
+            failures = len(self._failures.get(host, ()))
+            if failures + self._pending.get(host, 0) < self.limit:
+                self._pending[host] = self._pending.get(host, 0) + 1
+                return True
+            event = self._settled.get(host)
+            if event is None:
+                event = self._settled[host] = trio.Event()
+            await event.wait()
+
+    def settle(self, host: str, failed: bool, now: float) -> None:
+        """The check of a reserved attempt is done: ``failed`` records a failure, else the attempt is released."""
+        if not self.limit:
+            return
+        pending = self._pending.get(host, 0) - 1
+        if pending > 0:
+            self._pending[host] = pending
+        else:
+            self._pending.pop(host, None)
+        if failed:
+            self.record(host, now)
+        event = self._settled.pop(host, None)
+        if event is not None:
+            event.set()
 
     def record(self, host: str, now: float) -> None:
         if not self.limit:
@@ -422,14 +463,16 @@ class Authenticator:
         self.rounds += 1
         if self.rounds > MAX_ROUNDS:
             raise SaslFailure(f"more than {MAX_ROUNDS} SaslAuthenticate rounds")
-        if self.rounds == 1 and svc.failed_logins.blocked(host, time.monotonic()):
-            failure = SaslFailure("too many failed authentications from this address",
-                                  "Authentication failed: too many failed authentications from this address, "
-                                  "try again later")
-            failure.rate_limited = True
-            raise failure
-        answer = await self.server.evaluate(token)
-        if not self.server.complete:
+        server = self.server
+        if not server.checks(token):        # (OAUTHBEARER's \x01 after a refused token: that refusal was counted)
+            try:
+                answer = await server.evaluate(token)
+            except SaslFailure as e:
+                e.counted = True
+                raise
+        else:
+            answer = await self._checked(server, token, host)
+        if not server.complete:
             return answer, 0
         principal = f"User:{self.server.user}"
         if self.reauthenticating and principal != self.conn.principal:
@@ -450,6 +493,28 @@ class Authenticator:
         self.server = None
         return answer, lifetime
 
+    async def _checked(self, server, token: bytes, host: str) -> bytes:
+        """``server.evaluate(token)`` with an attempt reserved in the failed-login limit around it: every round that
+        may complete a login asks the limit, and a check under way counts against it until it settles (a failure,
+        a refused token or an abandoned check stays counted; a success or a round that checked nothing is released)."""
+        logins = self.service.failed_logins
+        if not await logins.reserve(host):
+            failure = SaslFailure("too many failed authentications from this address",
+                                  "Authentication failed: too many failed authentications from this address, "
+                                  "try again later")
+            failure.rate_limited = True
+            raise failure
+        failed = True
+        try:
+            answer = await server.evaluate(token)
+            failed = getattr(server, "error", None) is not None        # OAUTHBEARER: a token refused with its JSON
+        except SaslFailure as e:
+            e.counted = True
+            raise
+        finally:
+            logins.settle(host, failed, time.monotonic())
+        return answer
+
     def _session_lifetime_ms(self) -> int:
         """Kafka's calcCompletionTimesAndReturnSessionLifetimeMs: min(credential lifetime, connections.max.reauth.ms),
         0 (no expiry) when neither applies; sets the session's end."""
@@ -463,7 +528,7 @@ class Authenticator:
         lifetimes = [max_reauth] if max_reauth > 0 else []
         if credential_ms is not None:
             lifetimes.append(max(0, credential_ms - now_ms()))
-        lifetime = max(0, min(lifetimes))
+        lifetime = min(max(0, min(lifetimes)), MAX_SESSION_LIFETIME_MS)
         self.expires_at = time.monotonic() + lifetime / 1000
         return lifetime
 
@@ -477,7 +542,7 @@ class Authenticator:
         self.server_user = getattr(self.server, "attempted_user", None)
         host = getattr(self.conn, "host", "") or ""
         if count and self.mechanism is not None:
-            if not getattr(failure, "rate_limited", False):
+            if not getattr(failure, "rate_limited", False) and not getattr(failure, "counted", False):
                 svc.failed_logins.record(host, time.monotonic())
             svc.broker.metrics.authentication(self.listener.name, self.mechanism, False)
         log.warning("%s failed listener=%s mechanism=%s user=%s peer=%s: %s",

@@ -198,7 +198,7 @@ async def _shutdown_on_signal(signals: StopSignals, listener: Listener) -> None:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(admin.kafka_style(list(sys.argv[1:] if argv is None else argv)))
     if args.command in admin.TOOLS:
         return admin.run(args)
     if args.command == "dump-log":

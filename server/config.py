@@ -374,7 +374,9 @@ def read_by_sasl(name: str) -> bool:
     return prop == "sasl.jaas.config" or (prop.startswith("sasl.") and prop in PROPERTIES)
 # Properties whose values are secrets: DescribeConfigs answers them as Kafka answers its PASSWORD configs (value
 # null, is_sensitive), and nothing logs them.
-SENSITIVE_PROPERTIES = frozenset({"trireme.storage.add.scram", "ssl.keystore.key", "ssl.key.password"})
+SENSITIVE_PROPERTIES = frozenset({"trireme.storage.add.scram", "sasl.jaas.config", "ssl.keystore.key", "ssl.key.password",
+                                  "ssl.keystore.password", "ssl.truststore.password", "ssl.keystore.certificate.chain",
+                                  "ssl.truststore.certificates"})
 # String properties that hold a comma list of TOPIC-PARTITION (see :func:`partition_list`).
 PARTITION_LISTS = frozenset({"trireme.debug.transaction.marker.refuse"})
 

@@ -62,9 +62,17 @@ ANSWER_TO_REQUEST = 2
 # Set TRIREME_CAPTURE_DIR to keep the first request and response body of every (API, version,
 # client) seen: how golden vectors are captured from real clients (tools/capture_vectors.md).
 CAPTURE_DIR = os.environ.get("TRIREME_CAPTURE_DIR")
+# APIs whose bodies (either way) may carry a credential: a SASL token (PLAIN's password, SCRAM's proofs), a salted
+# password, a delegation token's HMAC, a PASSWORD config's value.  Never captured; neither are SaslHandshake v0's raw
+# tokens (the authenticator answers them before a request is decoded, so they never reach _capture).
+NEVER_CAPTURED = frozenset(("SaslAuthenticate", "AlterUserScramCredentials", "CreateDelegationToken",
+                            "RenewDelegationToken", "ExpireDelegationToken", "DescribeDelegationToken",
+                            "AlterConfigs", "IncrementalAlterConfigs"))
 
 
 def _capture(api: str, version: int, client: str | None, kind: str, body: bytes) -> None:
+    if api in NEVER_CAPTURED:
+        return
     if len(body) > 16384:
         return      # vectors stay small; the next smaller message of this kind is kept instead
     name = re.sub(r"[^A-Za-z0-9]+", "-", (client or "unknown")).strip("-").lower()
@@ -253,8 +261,19 @@ class TlsFrameReader(FrameReader):
         """Up to ``max_bytes`` decrypted bytes (b"" at EOF): one SSLStream.receive_some, which yields one TLS record
         and a checkpoint, then whatever records it already buffered, taken without another trip through the
         scheduler (clients write many small records: one scheduler pass per record cost 4x the throughput)."""
+        data = await self._receive_record(max_bytes)
+        if data and len(data) < max_bytes:
+            buffer = bytearray(max_bytes - len(data))
+            n = self._buffered_into(buffer)
+            if n:
+                data = b"".join((data, memoryview(buffer)[:n]))
+        return data
+
+    async def _receive_record(self, max_bytes: int) -> bytes:
+        """SSLStream.receive_some (one record's bytes at most): a TLS protocol error closes the connection with one
+        log line, an EOF with or without close_notify is b""."""
         try:
-            data = await self.tls.receive_some(max_bytes)
+            return await self.tls.receive_some(max_bytes)
         except trio.BrokenResourceError as e:
             cause = e.__cause__
             if cause is None or isinstance(cause, (ssl.SSLEOFError, ssl.SSLSyscallError, ssl.SSLZeroReturnError)):
@@ -262,44 +281,42 @@ class TlsFrameReader(FrameReader):
             if isinstance(cause, ssl.SSLError):
                 raise CloseConnection(f"TLS error: {cause.reason or cause}") from None
             raise
-        if data and len(data) < max_bytes:
-            more = self._buffered(max_bytes - len(data))
-            if more:
-                data = b"".join((data, *more))
-        return data
 
-    def _buffered(self, limit: int) -> list[bytes]:
-        """Decrypted records already in trio's receive buffer, up to ``limit`` bytes, without waiting: the same
-        SSLObject.read SSLStream.receive_some makes, stopping where it would wait (an error is left for the next
-        receive_some to raise)."""
+    def _buffered_into(self, view) -> int:
+        """Decrypted records already in trio's receive buffer, read into ``view`` without waiting → the bytes read:
+        the same SSLObject.read SSLStream.receive_some makes, stopping where it would wait (an error is left for the
+        next receive to raise)."""
         ssl_object = getattr(self.tls, "_ssl_object", None)     # trio's SSLStream keeps its SSLObject here
-        parts: list[bytes] = []
         if ssl_object is None:
-            return parts                        # another trio: one record per receive_some, still correct
-        while limit > 0:
-            try:
-                part = ssl_object.read(limit)
-            except ssl.SSLError:
-                break
-            if not part:
-                break
-            parts.append(part)
-            limit -= len(part)
-        return parts
+            return 0                            # another trio: one record per receive, still correct
+        done = 0
+        with memoryview(view) as whole:
+            while done < len(whole):
+                try:
+                    n = ssl_object.read(len(whole) - done, whole[done:])
+                except ssl.SSLError:
+                    break
+                if not n:
+                    break
+                done += n
+        return done
 
     async def _wait_readable(self, wanted: int) -> None:
         if self._pending is None:
             self._pending = await self.receive_some(min(wanted, READ_CHUNK))
 
     async def _recv_into(self, view: memoryview) -> int:
+        """Into the frame's buffer: the bytes _wait_readable took, or one record, then the records already buffered
+        decrypted straight into it."""
         data, self._pending = self._pending, None
         if data is None:
-            data = await self.receive_some(min(len(view), 1 << 20))
+            data = await self._receive_record(min(len(view), 1 << 20))
         n = min(len(data), len(view))
         view[:n] = data[:n]
         if n < len(data):
             self._pending = data[n:]
-        return n
+            return n
+        return n + self._buffered_into(view[n:]) if n else 0
 
 
 class Connection:

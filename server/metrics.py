@@ -44,6 +44,10 @@ class Histogram:
 # they send.  Rendering reports the largest series only (trireme.metrics.security.max.series).
 MAX_SECURITY_KEYS = 10000
 OTHER = "(other)"
+# A principal or resource name in a denial key is kept to this many characters (a request may name a resource of
+# 32,767 bytes): 10,000 keys stay a few MiB.  The throttle keys need no such cut: their user and client id are the
+# very strings of a live quota sensor's key (server/quotas.py), and a key is forgotten when its sensor is dropped.
+MAX_LABEL_CHARS = 256
 # Mechanism labels: Kafka's SASL mechanisms and SSL (a client certificate); any other name a client sends is OTHER.
 KNOWN_MECHANISMS = frozenset({"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI", "SSL"})
 
@@ -109,6 +113,10 @@ class Metrics:
 
     def request_denied(self, principal: str, api: str, resource_type: str, name: str) -> None:
         """The authorizer denied ``principal`` an operation of ``api`` on a resource."""
+        if len(principal) > MAX_LABEL_CHARS:
+            principal = principal[:MAX_LABEL_CHARS] + "..."
+        if len(name) > MAX_LABEL_CHARS:
+            name = name[:MAX_LABEL_CHARS] + "..."
         key = (principal, api, resource_type, name)
         if key not in self.denied and len(self.denied) >= MAX_SECURITY_KEYS:
             key = (OTHER, api, resource_type, OTHER)        # at most APIs x resource types more keys
@@ -121,6 +129,13 @@ class Metrics:
             key = (OTHER, OTHER, quota_type)
         self.throttled[key] += 1
         self.throttle_ms[key] += throttle_ms
+
+    def forget_throttled(self, user: str, client_id: str, quota_type: str) -> None:
+        """The quota sensor of this client was dropped (idle for an hour, or the least recently used past
+        MAX_SENSORS): its throttle counters go with it, as Kafka's throttle-time metric goes with its sensor."""
+        key = (user, client_id, quota_type)
+        self.throttled.pop(key, None)
+        self.throttle_ms.pop(key, None)
 
     def forget_deleted_topics(self, exists) -> None:
         """Drop the per-topic counters of topics ``exists(name)`` denies (deleted): their label values go away."""

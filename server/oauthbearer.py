@@ -12,6 +12,7 @@ import base64
 import binascii
 import json
 import logging
+import math
 import time
 import urllib.parse
 import urllib.request
@@ -56,15 +57,30 @@ def _b64url_json(part: str, what: str) -> dict:
     return value
 
 
-def _number(claims: dict, name: str, required: bool) -> float | None:
+MAX_NUMERIC_DATE_MS = 2**63 - 1       # a NumericDate must be a finite number of seconds whose ms fit an int64 (Java)
+
+
+def _number(claims: dict, name: str, required: bool) -> int | float | None:
     value = claims.get(name)
     if value is None:
         if required:
             raise TokenInvalid(f"required claim {name!r} missing")
         return None
+    _epoch_ms(value, name)
+    return value
+
+
+def _epoch_ms(value, name: str) -> int:
+    """A NumericDate claim (RFC 7519: seconds since the epoch) in ms; TokenInvalid for anything but a finite number
+    whose ms fit Kafka's long (JSON's 1e400 parses as infinity, and Python's json takes NaN)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TokenInvalid(f"claim {name!r} is not a number")
-    return float(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise TokenInvalid(f"claim {name!r} is not a finite number")
+    ms = int(value * 1000)
+    if not -MAX_NUMERIC_DATE_MS - 1 <= ms <= MAX_NUMERIC_DATE_MS:
+        raise TokenInvalid(f"claim {name!r} is out of range")
+    return ms
 
 
 def _scopes(value) -> list[str]:
@@ -122,7 +138,7 @@ class UnsecuredValidator:
         missing = [s for s in self.required_scope if s not in scopes]
         if missing:
             raise TokenInvalid(f"scope {missing} missing", "insufficient_scope", " ".join(self.required_scope))
-        return principal, int(exp * 1000)
+        return principal, _epoch_ms(exp, "exp")
 
 
 def _read_limited(url: str) -> bytes:
@@ -236,14 +252,11 @@ class JwtValidator:
                 break
             except (jwt.InvalidSignatureError, jwt.InvalidKeyError, TypeError) as e:
                 last = e         # not this key's signature, or a key of another type: try the next
-            except (jwt.PyJWTError, ValueError, RecursionError) as e:
+            except (jwt.PyJWTError, ValueError, OverflowError, RecursionError) as e:      # (int(inf): overflow)
                 raise TokenInvalid(f"{type(e).__name__}: {e}") from None
         else:
             raise TokenInvalid(f"signature not verified by any key ({last})")
         principal = claims.get(self.sub_claim)
         if not isinstance(principal, str) or not principal.strip():
             raise TokenInvalid(f"required claim {self.sub_claim!r} missing or not a string")
-        exp = claims.get("exp")
-        if isinstance(exp, bool) or not isinstance(exp, (int, float)):
-            raise TokenInvalid("exp is not a number")
-        return principal, int(exp * 1000)
+        return principal, _epoch_ms(claims.get("exp"), "exp")

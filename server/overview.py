@@ -10,6 +10,8 @@ import dataclasses
 from trireme.state.txn_records import TxnState
 from trireme.wire import error_codes as E
 
+from . import tls
+
 # Coordinator states in which a transaction may still be open on its partitions (markers not all written).
 OPEN_STATES = (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
 
@@ -190,8 +192,8 @@ def listeners(broker) -> list[ListenerView]:
         if protocol.startswith("SASL"):
             mechanisms = tuple(m.strip().upper() for m in str(_setting(config, "sasl.enabled.mechanisms", name)
                                                               or "GSSAPI").split(",") if m.strip())
-        client_auth = str(_setting(config, "ssl.client.auth", name) or "none") if protocol.endswith("SSL") else ""
-        out.append(ListenerView(name, protocol, address, mechanisms, client_auth.lower()))
+        client_auth = tls.client_auth(config, name, protocol) if protocol.endswith("SSL") else ""
+        out.append(ListenerView(name, protocol, address, mechanisms, client_auth))
     return out
 
 

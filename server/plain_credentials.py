@@ -128,6 +128,18 @@ def set_user(path: str, name: str, password: str | None, iterations: int = DEFAU
         raise
 
 
+def decoy_hash(users: dict[str, str]) -> str:
+    """A stored hash no password matches, costing what checking a user of ``users`` costs: the file's most common
+    iterations (DEFAULT_ITERATIONS for an empty file), a random salt and digest (so making it costs no PBKDF2)."""
+    counts: dict[int, int] = {}
+    for stored in users.values():
+        iterations = _parse_hash(stored)[1]
+        counts[iterations] = counts.get(iterations, 0) + 1
+    iterations = max(counts, key=lambda i: (counts[i], i)) if counts else DEFAULT_ITERATIONS
+    return (f"{SCHEME}:{iterations}:{base64.b64encode(secrets.token_bytes(SALT_BYTES)).decode()}:"
+            f"{base64.b64encode(secrets.token_bytes(64)).decode()}")
+
+
 class CredentialsFile:
     """The file's users, read again when its modification time or size changes."""
 
@@ -135,6 +147,7 @@ class CredentialsFile:
         self.path = path
         self._stamp = None
         self._users: dict[str, str] = {}
+        self._decoy = ""
 
     def lookup(self, name: str) -> str | None:
         """The stored hash of ``name`` (None: no such user).  OSError/CredentialsError when the file is unreadable."""
@@ -142,5 +155,11 @@ class CredentialsFile:
         stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
         if stamp != self._stamp:
             self._users = read(self.path)
+            self._decoy = decoy_hash(self._users)
             self._stamp = stamp
         return self._users.get(name)
+
+    def decoy(self) -> str:
+        """What an unknown user's password is checked against (after a lookup): as costly as a known user's check,
+        so the answer's time does not tell which names exist."""
+        return self._decoy or decoy_hash(self._users)

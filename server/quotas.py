@@ -93,14 +93,20 @@ class ClientQuotaManager:
         return sensor
 
     def _sweep(self, now: int) -> None:
-        """Drop sensors idle for an hour; over MAX_SENSORS, also the least recently used half."""
+        """Drop sensors idle for an hour; over MAX_SENSORS, also the least recently used half.  A dropped sensor's
+        throttle counters go too (Metrics.forget_throttled): they are bounded by the sensors."""
         self._next_sweep = now + SWEEP_INTERVAL_MS
         sensors = self.sensors
         for key in [k for k, s in sensors.items() if now - s.last_ms >= SENSOR_EXPIRY_MS]:
-            del sensors[key]
+            self._drop(key)
         if len(sensors) >= MAX_SENSORS:
             for key in sorted(sensors, key=lambda k: sensors[k].last_ms)[:len(sensors) // 2]:
-                del sensors[key]
+                self._drop(key)
+
+    def _drop(self, key: tuple) -> None:
+        del self.sensors[key]
+        quota_type, user, client_id = key
+        self.metrics.forget_throttled(user, client_id, quota_type)
 
     def record(self, limit, value: float, now: int, bounded: bool = False) -> int:
         """Record ``value`` in the sensor of ``limit`` ((sensor key, bound)) → the throttle time in ms (0: within)."""

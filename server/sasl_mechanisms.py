@@ -8,10 +8,8 @@ log and never holds a secret.
 """
 from __future__ import annotations
 
-import functools
 import hmac
 import re
-import secrets
 
 import trio
 
@@ -42,12 +40,6 @@ def printable(name: str | None) -> str:
     return shown + ("..." if len(name) > MAX_LOGGED_NAME else "")
 
 
-@functools.cache
-def _unknown_user_hash() -> str:
-    from .plain_credentials import hash_password
-    return hash_password(secrets.token_urlsafe(16))
-
-
 class PlainServer:
     """RFC 4616 ``[authzid] NUL authcid NUL passwd`` checked against the JAAS ``user_<name>`` options, then the hashed
     credentials file (Kafka's PlainSaslServer and PlainServerCallbackHandler, messages included)."""
@@ -62,6 +54,10 @@ class PlainServer:
         self.user: str | None = None
         self.attempted_user: str | None = None
         self.lifetime_ms = None
+
+    def checks(self, token: bytes) -> bool:
+        """Whether evaluating ``token`` may check a credential (the failed-login limit is asked then)."""
+        return True
 
     async def evaluate(self, token: bytes) -> bytes:
         if self.complete:
@@ -101,7 +97,7 @@ class PlainServer:
         from . import plain_credentials
         stored = self.credentials_file.lookup(username)
         if stored is None:          # as long as a known user's check: the answer's time does not tell who exists
-            plain_credentials.verify(_unknown_user_hash(), password)
+            plain_credentials.verify(self.credentials_file.decoy(), password)
             return False
         return plain_credentials.verify(stored, password)
 
@@ -129,6 +125,10 @@ class ScramServer:
             return None
         return (bytes(credential.salt), bytes(credential.stored_key), bytes(credential.server_key),
                 int(credential.iterations))
+
+    def checks(self, token: bytes) -> bool:
+        """Every round (the client-final's proof is the check; the client-first's refuses an unknown user)."""
+        return True
 
     async def evaluate(self, token: bytes) -> bytes:
         try:
@@ -193,6 +193,10 @@ class OAuthBearerServer:
         self.lifetime_ms: int | None = None
         self.error: str | None = None
         self.error_reason: str | None = None
+
+    def checks(self, token: bytes) -> bool:
+        """Every token but the client's ``\x01`` acknowledging a refused one (that refusal was the check)."""
+        return not (token == b"\x01" and self.error is not None)
 
     async def evaluate(self, token: bytes) -> bytes:
         if token == b"\x01" and self.error is not None:

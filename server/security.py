@@ -12,6 +12,8 @@ ACLs, SCRAM credentials and client quotas are durable as records in ``__cluster_
 """
 from __future__ import annotations
 
+import functools
+import ipaddress
 import logging
 import os
 
@@ -28,6 +30,25 @@ log = logging.getLogger("trireme.security")
 # authorizer.class.name values that turn the authorizer on: Kafka 4's, Kafka 3's (ZooKeeper-era) and ours.
 AUTHORIZER_CLASS_NAMES = frozenset({"org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                                     "kafka.security.authorizer.AclAuthorizer", "trireme"})
+
+
+@functools.lru_cache(maxsize=4096)
+def java_host_address(host: str) -> str:
+    """A client's IP address (as Python writes it) as Kafka compares it with ACL hosts: Java's
+    ``InetAddress.getHostAddress()``, which writes IPv6 as eight uncompressed lower-case hex groups
+    (``0:0:0:0:0:0:0:1``, not ``::1``) and an IPv4-mapped address as its IPv4 dotted quad; a zone (``%eth0``) is
+    kept.  IPv4 and anything else unchanged."""
+    if ":" not in host:
+        return host
+    address, sep, zone = host.partition("%")
+    try:
+        ip = ipaddress.IPv6Address(address)
+    except ValueError:
+        return host
+    if ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    packed = ip.packed
+    return ":".join(format(int.from_bytes(packed[i:i + 2], "big"), "x") for i in range(0, 16, 2)) + sep + zone
 
 
 class Security:
@@ -79,10 +100,11 @@ class Security:
 
     def authorize(self, principal: str, host: str, operation: Operation, resource_type: ResourceType,
                   name: str) -> bool:
-        """Whether ``principal`` connecting from ``host`` may do ``operation`` on the resource."""
+        """Whether ``principal`` connecting from ``host`` may do ``operation`` on the resource (``host`` compared with
+        ACL hosts as Kafka writes it: :func:`java_host_address`)."""
         if not self.authorizer_enabled:
             return True
-        return self.authorizer.authorize(principal, host, operation, resource_type, name)
+        return self.authorizer.authorize(principal, java_host_address(host), operation, resource_type, name)
 
     def authorize_by_resource_type(self, principal: str, host: str, operation: Operation,
                                    resource_type: ResourceType) -> bool:
@@ -90,7 +112,8 @@ class Security:
         the type (InitProducerId's idempotence check: Write on some topic without IdempotentWrite)."""
         if not self.authorizer_enabled:
             return True
-        return self.authorizer.authorize_by_resource_type(principal, host, operation, resource_type)
+        return self.authorizer.authorize_by_resource_type(principal, java_host_address(host), operation,
+                                                          resource_type)
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         """The stored SCRAM credential of ``user`` for ``mechanism`` (SCRAM-SHA-256/512), or None: a

@@ -27,7 +27,6 @@ RECONFIGURABLE = ("ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.pa
                   "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.truststore.type",
                   "ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.certificates")
 # Kafka's PASSWORD configs among them: never logged, described without their value.
-SECRETS = frozenset({"ssl.keystore.key", "ssl.key.password", "ssl.keystore.password", "ssl.truststore.password"})
 _PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.S)
 
 
@@ -94,11 +93,11 @@ def build_context(config, listener: str, overrides: dict | None = None,
         except ssl.SSLError:
             raise ConfigError(f"ssl.cipher.suites: no cipher suite OpenSSL knows in {get('ssl.cipher.suites')!r} "
                               f"(use OpenSSL names, e.g. ECDHE-RSA-AES128-GCM-SHA256)") from None
-    context.leaf_certificate = _load_keystore(context, get)
+    context.leaf_certificate = load_keystore(context, get)
     auth = client_auth(config, listener, security_protocol)
     if auth not in CLIENT_AUTH:
         raise ConfigError(f"ssl.client.auth must be none, requested or required, not {auth!r}")
-    _load_truststore(context, get, auth != "none")
+    load_truststore(context, get, auth != "none")
     context.verify_mode = CLIENT_AUTH[auth]
     return context
 
@@ -117,7 +116,7 @@ def _set_versions(context: ssl.SSLContext, protocol: str, enabled: str, enabled_
     context.minimum_version, context.maximum_version = versions[0], versions[-1]
 
 
-def _load_keystore(context: ssl.SSLContext, get) -> bytes:
+def load_keystore(context: ssl.SSLContext, get) -> bytes:
     location, key, chain = get("ssl.keystore.location"), get("ssl.keystore.key"), get("ssl.keystore.certificate.chain")
     if location and (key or chain):
         raise ConfigError("ssl.keystore.location and ssl.keystore.key/ssl.keystore.certificate.chain: set one form, "
@@ -156,7 +155,7 @@ def _load_keystore(context: ssl.SSLContext, get) -> bytes:
     return ssl.PEM_cert_to_DER_cert(_pem("CERTIFICATE", certs[0]))
 
 
-def _load_truststore(context: ssl.SSLContext, get, needed: bool) -> None:
+def load_truststore(context: ssl.SSLContext, get, needed: bool) -> None:
     location, inline = get("ssl.truststore.location"), get("ssl.truststore.certificates")
     if location and inline:
         raise ConfigError("ssl.truststore.location and ssl.truststore.certificates: set one, not both")

@@ -95,6 +95,11 @@ class AppendFile(ReadFile):
 class Storage(ABC):
     """Files addressed by '/'-separated paths relative to the storage's root."""
 
+    @property
+    def open_descriptors(self) -> int:
+        """OS file descriptors the open files hold now (none, for a storage that holds no real files)."""
+        return 0
+
     @abstractmethod
     def open_append(self, path: str) -> AppendFile:
         """Open `path` for appending, creating it (the new entry is durable only after `sync_dir`)."""

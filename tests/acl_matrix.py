@@ -244,11 +244,13 @@ class Case:
         return self.id
 
 
-def run_case(case: Case) -> None:
-    """Run ``case`` once without each grant it needs (Kafka's refusal, broker state unchanged) and once with all."""
+def run_case(case: Case, *, snapshot=None, props: dict | None = None) -> None:
+    """Run ``case`` once without each grant it needs (Kafka's refusal, broker state unchanged) and once with all.
+    ``snapshot``: the broker state compared around the call (default broker_state); ``props``: broker properties
+    under the case's own."""
     for missing in case.needs:
-        _run(case, [g for g in case.needs if g != missing], missing)
-    _run(case, list(case.needs), None)
+        _run(case, [g for g in case.needs if g != missing], missing, snapshot or broker_state, props or {})
+    _run(case, list(case.needs), None, snapshot or broker_state, props or {})
 
 
 async def settled(broker: Broker) -> None:
@@ -258,19 +260,19 @@ async def settled(broker: Broker) -> None:
     await broker.groups.wait_replayed()
 
 
-def _run(case: Case, grants: list[Grant], missing: Grant | None) -> None:
-    broker = make_broker(**case.props)
+def _run(case: Case, grants: list[Grant], missing: Grant | None, snapshot, props: dict) -> None:
+    broker = make_broker(**{**props, **case.props})
     send = call_fast if case.fast else call_as
 
     async def body(b):
         prepared = await case.setup(b) if case.setup is not None else None
         await settled(b)
         request = case.request(b, prepared)
-        before = broker_state(b)
+        before = snapshot(b)
         grant(b, grants)
         response = await send(b, case.api, case.version, request)
         grant(b, allow_all=True)
-        after = broker_state(b)
+        after = snapshot(b)
         if missing is not None:
             case.refused(response, missing)
             assert after == before, f"{case}: refused for lack of {missing} but the broker's state changed"

@@ -66,36 +66,8 @@ def state(broker) -> dict:
 
 
 def run_case(case: Case) -> None:
-    """As acl_matrix.run_case: once without each grant the case needs (its refusal, state unchanged), once with all."""
-    for missing in case.needs:
-        _run(case, [g for g in case.needs if g != missing], missing)
-    _run(case, list(case.needs), None)
-
-
-def _run(case: Case, grants: list[Grant], missing: Grant | None) -> None:
-    broker = make_broker(**{**GROUP_PROPS, **case.props})
-
-    async def body(b):
-        prepared = await case.setup(b) if case.setup is not None else None
-        request = case.request(b, prepared)
-        before = state(b)
-        grant(b, grants)
-        response = await call_as(b, case.api, case.version, request)
-        grant(b, allow_all=True)
-        after = state(b)
-        if missing is not None:
-            case.refused(response, missing)
-            assert after == before, f"{case}: refused for lack of {missing} but the broker's state changed"
-        else:
-            case.allowed(response, b)
-            if case.changes is Changes.SOMETHING:
-                assert after != before, f"{case}: succeeded but the state snapshot saw no change"
-            else:
-                assert after == before, f"{case}: a read changed the broker's state"
-    try:
-        run_with_broker(broker, body)
-    finally:
-        broker.close()
+    """acl_matrix.run_case with this module's snapshot and group properties."""
+    acl_matrix.run_case(case, snapshot=state, props=GROUP_PROPS)
 
 
 def run_calls(body, **props):

@@ -8,6 +8,7 @@ import socket
 import ssl
 import struct
 import threading
+import time
 
 import pytest
 import scramp
@@ -33,7 +34,7 @@ class FakeBroker:
     def __init__(self, answers=None, ssl_context: ssl.SSLContext | None = None, sasl: dict | None = None):
         self.answers = answers or {}
         self.ssl_context = ssl_context
-        self.sasl = sasl                 # {"mechanism": ..., "users": {name: password}}
+        self.sasl = sasl                 # {"mechanism": ..., "users": {name: password}, "session_ms": lifetime}
         self.requests: list[tuple[str, int, object, bytes]] = []
         self.errors: list[BaseException] = []
         self.sock = socket.create_server(("127.0.0.1", 0))
@@ -75,6 +76,7 @@ class FakeBroker:
         names = {key: name for name, key in API_KEYS.items()}
         authenticated = self.sasl is None
         state: dict = {}
+        expires = None
         while True:
             head = _read(conn, 4)
             frame = _read(conn, struct.unpack(">i", head)[0])
@@ -91,14 +93,21 @@ class FakeBroker:
                 response.api_keys = [kcls(api_key=k, min_version=lo, max_version=hi)
                                      for k, (lo, hi) in advertised_versions().items()]
             elif api == "SaslHandshake":
+                state = {}                               # a new exchange (KIP-368: also a re-authentication)
                 response.mechanisms = [self.sasl["mechanism"]]
                 if obj.mechanism != self.sasl["mechanism"]:
                     response.error_code = E.UNSUPPORTED_SASL_MECHANISM.code
             elif api == "SaslAuthenticate":
-                response.auth_bytes, failed, authenticated = self._sasl_step(obj.auth_bytes, state)
+                response.auth_bytes, failed, done = self._sasl_step(obj.auth_bytes, state)
                 if failed:
                     response.error_code, response.error_message = E.SASL_AUTHENTICATION_FAILED.code, failed
-            elif not authenticated:
+                elif done:
+                    authenticated = True
+                    session_ms = self.sasl.get("session_ms", 0)
+                    expires = time.monotonic() + session_ms / 1000 if session_ms else None
+                    if version >= 1:
+                        response.session_lifetime_ms = session_ms
+            elif not authenticated or (expires is not None and time.monotonic() > expires):
                 return                                   # Kafka closes the connection
             else:
                 response = self.answers[api](obj)
@@ -428,11 +437,9 @@ def test_java_properties_and_jaas_lines():
     assert props["security.protocol"] == "SASL_SSL"
     assert props["ssl.truststore.certificates"] == "-----BEGIN CERTIFICATE-----\nAAA\n-----END CERTIFICATE-----"
     assert props["key=with:escapes"] == "v"
-    module, options = security.parse_jaas(props["sasl.jaas.config"])
-    assert module == "org.apache.kafka.common.security.scram.ScramLoginModule"
-    assert options == {"username": "admin", "password": 'p"w;d'}
-    assert security.parse_jaas("a.PlainLoginModule required username=bob password=x;")[1] == {
-        "username": "bob", "password": "x"}
+    security_settings = security.client_security({**props, "security.protocol": "SASL_PLAINTEXT",
+                                                  "sasl.mechanism": "SCRAM-SHA-512"})
+    assert (security_settings.username, security_settings.password) == ("admin", 'p"w;d')
 
 
 def test_command_config_errors_name_the_setting_never_the_password(tmp_path):
@@ -443,6 +450,9 @@ def test_command_config_errors_name_the_setting_never_the_password(tmp_path):
               "needs ScramLoginModule"),
              ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "u"},
               "needs a username and a password"),
+             ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+               "sasl.jaas.config": f'x.PlainLoginModule required username="u" password="{PASSWORD}"'},
+              "sasl.jaas.config: JAAS config entry not terminated by semi-colon"),
              ({"security.protocol": "SSL", "ssl.truststore.type": "JKS",
                "ssl.truststore.location": str(tmp_path / "x.jks")}, "only PEM"),
              ({"security.protocol": "SSL", "ssl.ca.location": str(tmp_path / "missing.pem")}, "no such file")]
@@ -457,9 +467,9 @@ def ca():
     return trustme.CA()
 
 
-def _server_context(ca, client_auth: bool = False) -> ssl.SSLContext:
+def _server_context(ca, client_auth: bool = False, names=("localhost", "127.0.0.1")) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ca.issue_cert("localhost", "127.0.0.1").configure_cert(context)
+    ca.issue_cert(*names).configure_cert(context)
     if client_auth:
         context.verify_mode = ssl.CERT_REQUIRED
         ca.configure_trust(context)
@@ -510,7 +520,8 @@ def test_sasl_mechanism_the_broker_does_not_offer(broker_factory, tmp_path):
 
 
 def test_tls_checks_the_broker_certificate_and_presents_a_client_one(broker_factory, ca, tmp_path):
-    broker = broker_factory({"DescribeAcls": _describe_ok}, ssl_context=_server_context(ca, client_auth=True))
+    broker = broker_factory({"DescribeAcls": _describe_ok},
+                            ssl_context=_server_context(ca, client_auth=True, names=("localhost",)))
     other = trustme.CA()
     other.cert_pem.write_to_path(str(tmp_path / "other.pem"))
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
@@ -540,6 +551,33 @@ def test_tls_checks_the_broker_certificate_and_presents_a_client_one(broker_fact
                            "--command-config", str(tmp_path / "rdkafka.properties"))
     assert code == 0, err
     assert len(broker.of("DescribeAcls")) == 2
+    # The broker's certificate names localhost only: 127.0.0.1 fails the host-name check unless
+    # ssl.endpoint.identification.algorithm is empty (Kafka's switch); no verification at all is librdkafka's.
+    renamed = "127.0.0.1"
+    code, _, err = trireme("acls", "list", "--bootstrap-server", f"{renamed}:{broker.port}",
+                           "--command-config", str(tmp_path / "mtls.properties"))
+    assert code == 1 and "the broker's certificate was not accepted" in err
+    (tmp_path / "no-host-check.properties").write_text(
+        (tmp_path / "mtls.properties").read_text() + "ssl.endpoint.identification.algorithm=\n")
+    code, _, err = trireme("acls", "list", "--bootstrap-server", f"{renamed}:{broker.port}",
+                           "--command-config", str(tmp_path / "no-host-check.properties"))
+    assert code == 0, err
+    # Java's inline PEM forms, one line each (line breaks as spaces, as Kafka takes them)
+    one_line = lambda pem: " ".join(pem.decode().split("\n")).strip()            # noqa: E731
+    (tmp_path / "inline.properties").write_text(
+        "security.protocol=SSL\nssl.keystore.type=PEM\n"
+        f"ssl.keystore.key={one_line(client.private_key_pem.bytes())}\n"
+        f"ssl.keystore.certificate.chain={one_line(client.cert_chain_pems[0].bytes())}\n"
+        f"ssl.truststore.certificates={one_line(ca.cert_pem.bytes())}\n")
+    code, _, err = trireme("acls", "list", "--bootstrap-server", f"localhost:{broker.port}",
+                           "--command-config", str(tmp_path / "inline.properties"))
+    assert code == 0, err
+    (tmp_path / "no-verify.properties").write_text(
+        f"security.protocol=SSL\nssl.ca.location={tmp_path / 'other.pem'}\nenable.ssl.certificate.verification=false\n"
+        f"ssl.keystore.location={keystore}\n")
+    code, _, err = trireme("acls", "list", "--bootstrap-server", f"localhost:{broker.port}",
+                           "--command-config", str(tmp_path / "no-verify.properties"))
+    assert code == 0, err
 
 
 def test_users_add_password_from_a_prompt_is_asked_twice(broker_factory, monkeypatch):
@@ -575,3 +613,44 @@ def test_users_on_a_plain_credentials_file(tmp_path):
     code, _, err = trireme("users", "delete", "--user", "alice", "--plain-credentials-file", str(path))
     assert code == 0, err
     assert plain_credentials.read(str(path)) == {}
+
+
+def test_sasl_session_is_renewed_on_the_connection_before_it_ends(broker_factory, tmp_path):
+    """KIP-368: the broker gives a session lifetime; a request after 85 % of it is preceded by SaslHandshake and
+    SaslAuthenticate again on the same connection (the broker would close it otherwise)."""
+    def slow_describe(req):
+        time.sleep(0.25)
+        return response("DescribeAcls")
+    broker = broker_factory({"DescribeAcls": slow_describe},
+                            sasl={"mechanism": "SCRAM-SHA-256", "users": {"admin": PASSWORD}, "session_ms": 200})
+    path = tmp_path / "c.properties"
+    path.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                    f"sasl.username=admin\nsasl.password={PASSWORD}\n")
+    code, _, err = trireme("acls", "list", "--bootstrap-server", broker.bootstrap, "--command-config", str(path),
+                           "--principal", "User:a", "--principal", "User:b")
+    assert code == 0, err
+    sasl = ["SaslHandshake", "SaslAuthenticate", "SaslAuthenticate"]
+    assert [api for api, *_ in broker.requests] == ["ApiVersions", *sasl, "DescribeAcls", *sasl, "DescribeAcls"]
+
+
+def test_kafka_tool_command_lines_run_as_they_are(broker_factory):
+    """kafka-acls.sh's --add/--list/--remove and kafka-configs.sh's --alter/--describe anywhere on the line."""
+    results = message("CreateAclsResponse").cls.AclCreationResult
+    broker = broker_factory({"CreateAcls": lambda req: response("CreateAcls", results=[results() for _ in
+                                                                                     req.creations]),
+                             "DescribeAcls": lambda req: response("DescribeAcls"),
+                             "AlterClientQuotas": lambda req: response("AlterClientQuotas", entries=[]),
+                             "DescribeClientQuotas": lambda req: response("DescribeClientQuotas", entries=[])})
+    code, _, err = trireme("acls", "--bootstrap-server", broker.bootstrap, "--add", "--allow-principal", "User:Bob",
+                           "--operation", "Read", "--topic", "Test-topic")
+    assert code == 0, err
+    assert [(c.principal, c.operation, c.resource_name) for c in broker.of("CreateAcls")[0].creations] == [
+        ("User:Bob", Operation.READ, "Test-topic")]
+    assert trireme("acls", "--bootstrap-server", broker.bootstrap, "--list", "--topic", "Test-topic")[0] == 0
+    assert broker.of("DescribeAcls")[0].resource_name_filter == "Test-topic"
+    code, _, err = trireme("quotas", "--bootstrap-server", broker.bootstrap, "--alter", "--add-config",
+                           "producer_byte_rate=1024", "--entity-type", "users", "--entity-name", "alice")
+    assert code == 0, err
+    assert trireme("quotas", "--bootstrap-server", broker.bootstrap, "--describe", "--entity-type", "users")[0] == 0
+    code, _, err = trireme("acls", "--bootstrap-server", broker.bootstrap, "--add", "--list", "--topic", "t")
+    assert code == 2

@@ -84,6 +84,16 @@ def test_credentials_file_holds_hashes_only(tmp_path):
     assert set(plain_credentials.read(path)) == {"b:o:b"}
 
 
+def test_unknown_users_decoy_costs_the_files_usual_iterations():
+    """An unknown PLAIN user's password is checked against a decoy with the iterations most of the file's users have
+    (review finding 4); no password matches it."""
+    users = {name: plain_credentials.hash_password("pw", iterations) for name, iterations in
+             (("a", 20_000), ("b", 20_000), ("c", 30_000))}
+    decoy = plain_credentials.decoy_hash(users)
+    assert decoy.split(":")[1] == "20000" and not plain_credentials.verify(decoy, "pw")
+    assert plain_credentials.decoy_hash({}).split(":")[1] == str(plain_credentials.DEFAULT_ITERATIONS)
+
+
 @pytest.mark.parametrize("line", ["alice:md5:1:AA==:AA==", "alice:pbkdf2-sha512:1:AA==:" + "A" * 88,
                                   "alice:pbkdf2-sha512:99999999999:AA==:" + base64.b64encode(bytes(64)).decode(),
                                   "no-colons"])
@@ -211,6 +221,11 @@ def test_oauthbearer_unsecured_accepts_as_kafka_does():
     ({"sub": "alice", "exp": 4e9, "iat": 3.9e9}, {}, "invalid_token"),              # issued in the future
     ({"sub": "alice", "exp": 4e9, "scope": "read"}, {"unsecuredValidatorRequiredScope": "write"},
      "insufficient_scope"),
+    ({"sub": "alice", "exp": float("inf")}, {}, "invalid_token"),                   # exp beyond any NumericDate
+    ({"sub": "alice", "exp": float("nan")}, {}, "invalid_token"),
+    ({"sub": "alice", "exp": 1e300}, {}, "invalid_token"),                          # ms beyond int64
+    ({"sub": "alice", "exp": 10**30}, {}, "invalid_token"),
+    ({"sub": "alice", "exp": 4e9, "iat": float("nan")}, {}, "invalid_token"),
 ])
 def test_oauthbearer_unsecured_refusals_answer_the_json_error_then_fail(claims, options, status):
     server, answer = oauth(initial_response(unsecured(claims)), options)
@@ -268,7 +283,8 @@ def test_oauthbearer_jwks_validation(tmp_path):
     for token in (signed({**good, "iss": "https://evil"}), signed({**good, "aud": "other"}),
                   signed({**good, "exp": now - 100}), signed({k: v for k, v in good.items() if k != "iat"}),
                   signed({k: v for k, v in good.items() if k != "sub"}), signed(good, signing_key=other),
-                  signed(good, kid="unknown"), unsecured(good)):
+                  signed(good, kid="unknown"), unsecured(good), signed({**good, "exp": float("inf")}),
+                  signed({**good, "exp": float("nan")}), signed({**good, "exp": 1e300})):
         server, answer = run(check, token)
         assert json.loads(answer) == {"status": "invalid_token"} and not server.complete, token
 
@@ -405,6 +421,37 @@ def test_failed_logins_table_is_bounded():
     assert len(table._failures) == 100
 
 
+def test_failed_logins_checks_under_way_hold_the_limit():
+    """Review finding 5: a reserved attempt counts against the limit until it settles; a round finding the limit
+    taken up by checks under way waits for one, a success releases its attempt, a failure is recorded."""
+    table = authentication.FailedLogins(limit=2)
+    log = []
+
+    async def attempt(name, fails, took):
+        if not await table.reserve("h", clock=lambda: 0.0):
+            log.append((name, "refused"))
+            return
+        log.append((name, "checking"))
+        await trio.sleep(took)
+        table.settle("h", fails, 0.0)
+        log.append((name, "failed" if fails else "passed"))
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(attempt, "a", True, 1)
+            await trio.sleep(0.1)
+            nursery.start_soon(attempt, "b", False, 2)
+            await trio.sleep(0.4)
+            nursery.start_soon(attempt, "c", True, 1)        # two under way: waits until a failure and b are not
+            await trio.sleep(3)
+            nursery.start_soon(attempt, "d", True, 1)        # a's and c's failures: the limit is reached
+    import trio.testing
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))      # (the sleeps only order the attempts)
+    assert log == [("a", "checking"), ("b", "checking"), ("a", "failed"), ("b", "passed"), ("c", "checking"),
+                   ("c", "failed"), ("d", "refused")]
+    assert len(table._failures["h"]) == 2 and not table._pending and not table._settled
+
+
 def test_scram_generic_failure_message():
     conn = StandInConnection(stand_in_broker())
     call(conn, "SaslHandshake", 1, mechanism="SCRAM-SHA-512")
@@ -461,6 +508,11 @@ def test_oauthbearer_session_lifetime_is_the_tokens():
     token = unsecured({"sub": "svc", "exp": time.time() + 30})
     _, r = call(conn, "SaslAuthenticate", 2, auth_bytes=initial_response(token))
     assert r.error_code == 0 and 25_000 < r.session_lifetime_ms <= 30_000 and conn.principal == "User:svc"
+    conn = StandInConnection(stand_in_broker())                            # the latest exp whose ms fit an int64
+    call(conn, "SaslHandshake", 1, mechanism="OAUTHBEARER")
+    _, r = call(conn, "SaslAuthenticate", 2, auth_bytes=initial_response(unsecured({"sub": "svc",
+                                                                                    "exp": (2**63 - 1) // 1000})))
+    assert r.error_code == 0 and 0 < r.session_lifetime_ms < 2**63
 
 
 def test_reauthentication_with_another_mechanism_fails():

@@ -235,6 +235,9 @@ class FakeMetrics:
     def client_throttled(self, user, client_id, quota_type, throttle_ms):
         self.throttles.append((user, client_id, quota_type, throttle_ms))
 
+    def forget_throttled(self, user, client_id, quota_type):
+        self.throttles = [t for t in self.throttles if t[:3] != (user, client_id, quota_type)]
+
 
 def manager():
     q = ClientQuotas()
@@ -367,6 +370,28 @@ def test_sensors_expire_after_an_hour_and_are_bounded():
             clock.now += 1
             await _charge_produce(m, conn(), 1, client=f"d{i}")
         assert len(m.sensors) <= MAX_SENSORS
+    trio.run(run)
+
+
+def test_throttle_counters_go_with_their_sensor():
+    """Review finding 2: a client's throttle counters (Metrics.throttled / throttle_ms, keyed by the client id it
+    chose) are dropped when its quota sensor is swept (idle for an hour), so they are bounded by the sensors."""
+    from trireme.server.metrics import Metrics
+    q = ClientQuotas()
+    clock = types.SimpleNamespace(now=0)
+    metrics = Metrics()
+    m = ClientQuotaManager({"quota.window.num": 11, "quota.window.size.seconds": 1}, q, metrics,
+                           clock=lambda: clock.now)
+    set_quota(q, [(CLIENT_ID, None)], PBR, 1)
+
+    async def run():
+        r = await _charge_produce(m, conn(), 10_000, client="idle")
+        assert r.throttle_time_ms > 0
+        assert set(metrics.throttled) == {("", "idle", "Produce")} == set(metrics.throttle_ms)
+        clock.now = SENSOR_EXPIRY_MS + 1
+        r = await _charge_produce(m, conn(), 10_000, client="busy")
+        assert r.throttle_time_ms > 0
+        assert set(metrics.throttled) == {("", "busy", "Produce")} == set(metrics.throttle_ms)
     trio.run(run)
 
 

@@ -100,6 +100,16 @@ def test_counters_stop_growing_new_keys_past_their_bound(monkeypatch):
     assert m.denied[("User:u3", "Produce", "TOPIC", "t3")] == 2
 
 
+def test_denial_keys_hold_names_cut_to_a_bound():
+    """A resource name (up to 32,767 bytes in a request) or principal (an OAUTHBEARER sub) longer than
+    MAX_LABEL_CHARS is kept cut, so 10,000 keys stay a few MiB; names sharing that prefix share the count."""
+    m = Metrics()
+    m.request_denied("User:" + "p" * 40_000, "Produce", "TOPIC", "t" * 32_767)
+    m.request_denied("User:" + "p" * 40_000, "Produce", "TOPIC", "t" * 32_766)
+    [(key, count)] = m.denied.items()
+    assert count == 2 and all(len(part) <= metrics_module.MAX_LABEL_CHARS + 3 for part in key)
+
+
 def test_status_page_security_section(tmp_path):
     broker = make_broker(tmp_path / "data")
     try:
@@ -125,11 +135,15 @@ def test_status_page_lists_configured_listeners_and_the_authorizer(tmp_path, mon
     broker = make_broker(tmp_path / "data")
     try:
         config = broker.config
-        config.set("listeners", "INTERNAL://127.0.0.1:9092,EXTERNAL://127.0.0.1:9094,CONTROLLER://:9093")
-        config.set("listener.security.protocol.map", "INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL,CONTROLLER:PLAINTEXT")
+        config.set("listeners", "INTERNAL://127.0.0.1:9092,EXTERNAL://127.0.0.1:9094,CONTROLLER://:9093,"
+                                "SSL://127.0.0.1:9095,PARTNER://127.0.0.1:9096")
+        config.set("listener.security.protocol.map", "INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL,CONTROLLER:PLAINTEXT,"
+                                                     "SSL:SSL,PARTNER:SASL_SSL")
         config.set("controller.listener.names", "CONTROLLER")
+        config.set("sasl.enabled.mechanisms", "SCRAM-SHA-256")
         config.set("listener.name.external.sasl.enabled.mechanisms", "SCRAM-SHA-512,PLAIN")
         config.set("listener.name.external.ssl.client.auth", "requested")
+        config.set("ssl.client.auth", "required")
         config.resolve_listeners(None, None)
         config.set("authorizer.class.name", "org.apache.kafka.metadata.authorizer.StandardAuthorizer")
         config.set("super.users", "User:admin;User:broker")
@@ -141,6 +155,9 @@ def test_status_page_lists_configured_listeners_and_the_authorizer(tmp_path, mon
     assert "<td>INTERNAL</td><td>PLAINTEXT</td><td>127.0.0.1:9092</td>" in section
     assert ("<td>EXTERNAL</td><td>SASL_SSL</td><td>127.0.0.1:9094</td><td>SCRAM-SHA-512, PLAIN</td>"
             "<td>requested</td>") in section
+    assert "<td>SSL</td><td>SSL</td><td>127.0.0.1:9095</td><td></td><td>required</td>" in section
+    # KIP-684: the broker-wide ssl.client.auth is for SSL listeners; a SASL_SSL one asks only with its own setting
+    assert "<td>PARTNER</td><td>SASL_SSL</td><td>127.0.0.1:9096</td><td>SCRAM-SHA-256</td><td>none</td>" in section
     assert "CONTROLLER" not in section
     assert "org.apache.kafka.metadata.authorizer.StandardAuthorizer" in section
     assert "super users: User:admin, User:broker" in section

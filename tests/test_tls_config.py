@@ -213,3 +213,16 @@ def test_mapping_rule_details():
 def test_invalid_rules_are_refused(rules):
     with pytest.raises(ConfigError, match="ssl.principal.mapping.rules"):
         PrincipalMapper(rules)
+
+
+def test_truststore_reload(tmp_path, ca):
+    other = trustme.CA(organization_name="Other CA")
+    config = _config(**{"ssl.keystore.location": _keystore(tmp_path, ca), "ssl.client.auth": "required",
+                        "ssl.truststore.certificates": ca.cert_pem.bytes().decode()})
+    tls = ListenerTls(config, "SSL")
+    issuers = lambda: [dict(x[0] for x in c["subject"]).get("organizationName") for c in tls.context.get_ca_certs()]  # noqa: E731
+    assert issuers() == ["trustme v" + trustme.__version__]
+    path = tmp_path / "other-ca.pem"
+    other.cert_pem.write_to_path(str(path))
+    tls.reload({"ssl.truststore.certificates": "", "ssl.truststore.location": str(path)})
+    assert issuers() == ["Other CA"] and tls.context.verify_mode == ssl.CERT_REQUIRED

@@ -44,6 +44,28 @@ def add_connection_options(parser: argparse.ArgumentParser, nested: bool = False
                         help="socket timeout, and how long to retry while a coordinator is unavailable (default 30)")
 
 
+# kafka-acls.sh and kafka-configs.sh name the action with a flag anywhere on the line (--add, --list, --alter, ...):
+# such a line is taken as the sub-command, so a command copied from Kafka's docs runs as it is.
+KAFKA_ACTION_FLAGS = {"acls": {"--list": "list", "--add": "create", "--remove": "delete"},
+                      "quotas": {"--describe": "describe", "--alter": "alter"}}
+
+
+def kafka_style(argv: list[str]) -> list[str]:
+    """``trireme acls --add ...`` → ``trireme acls create ...`` (and the other action flags of KAFKA_ACTION_FLAGS);
+    any other command line is returned as it is."""
+    if len(argv) < 2 or argv[0] not in KAFKA_ACTION_FLAGS:
+        return argv
+    flags = KAFKA_ACTION_FLAGS[argv[0]]
+    if argv[1] in flags.values() or argv[1] in ("-h", "--help"):
+        return argv
+    found = [a for a in argv[1:] if a in flags]
+    if len(found) != 1:
+        return argv                         # none, or several: argparse says what is wrong
+    rest = list(argv[1:])
+    rest.remove(found[0])
+    return [argv[0], flags[found[0]], *rest]
+
+
 def add_parsers(sub) -> None:
     """Add the admin tools to ``trireme``'s sub-command parsers."""
     for name, module in TOOLS.items():

@@ -18,7 +18,9 @@ ones the resource type has.  ``--producer`` stands for Write, Describe and Creat
 principal deletes every ACL of the resources named; with --resource-pattern-type match, every ACL
 that applies to them (literal, wildcard and prefixed), so use that with care.  ``list`` without a
 resource lists every ACL; --principal keeps only those of that principal.  ``add`` and ``remove``
-are accepted for ``create`` and ``delete``; ``--force`` is accepted (nothing asks for confirmation).
+are accepted for ``create`` and ``delete``, and so are kafka-acls.sh's ``--add``, ``--list`` and
+``--remove`` anywhere on the line (``admin.kafka_style``); ``--force`` is accepted (nothing asks for
+confirmation).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import itertools
 from trireme.state.acls import CLUSTER_NAME, Operation, PatternType, Permission, ResourceType
 
 from .client import AdminError, Client, check, request_class
+from .commands import subcommands
 from .output import Report, Table
 
 HELP = "list, create and delete ACLs (kafka-acls.sh)"
@@ -63,13 +66,11 @@ def _camel(name: str) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser, nested) -> None:
-    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
+    command = subcommands(parser, nested)
     for name, aliases, run, text in (("list", [], _list, "list ACLs (DescribeAcls)"),
                                      ("create", ["add"], _create, "create ACLs (CreateAcls)"),
                                      ("delete", ["remove"], _delete, "delete ACLs (DeleteAcls)")):
-        p = sub.add_parser(name, aliases=aliases, help=text, description=text)
-        nested(p)
-        p.set_defaults(run=run)
+        p = command(name, run, text, aliases)
         _resource_arguments(p)
         p.add_argument("--resource-pattern-type", default="literal", metavar="TYPE",
                        help="literal or prefixed (create); also any or match (list, delete); default literal")

@@ -103,16 +103,25 @@ class Connection:
             raise
         self._correlation = itertools.count(1)
         self.versions: dict[int, tuple[int, int]] = {}
+        self.security = security
+        self.reauthenticate_at: float | None = None      # KIP-368: when the SASL session must be renewed
         response = self.send("ApiVersions", 3, request("ApiVersions", client_software_name=CLIENT_ID,
                                                           client_software_version=__version__))
         check(response.error_code, f"ApiVersions from {self.address}")
         self.versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
         if security is not None:
             try:
-                security.authenticate(self)             # SaslHandshake + SaslAuthenticate on a SASL listener
+                self._authenticate()
             except BaseException:
                 self.close()
                 raise
+
+    def _authenticate(self) -> None:
+        """SaslHandshake + SaslAuthenticate on a SASL listener; a session lifetime the broker gives (KIP-368,
+        connections.max.reauth.ms) is renewed on this connection at 85 % of it, before the request that would
+        find it over, as Kafka's clients do."""
+        lifetime_ms = self.security.authenticate(self)
+        self.reauthenticate_at = time.monotonic() + lifetime_ms * 0.85 / 1000 if lifetime_ms else None
 
     def close(self) -> None:
         self.sock.close()
@@ -130,6 +139,10 @@ class Connection:
 
     def send(self, api: str, version: int, obj: Any) -> Any:
         """Send one request and wait for its response, decoded."""
+        if self.reauthenticate_at is not None and time.monotonic() >= self.reauthenticate_at \
+                and api not in ("SaslHandshake", "SaslAuthenticate"):
+            self.reauthenticate_at = None
+            self._authenticate()
         correlation_id = next(self._correlation)
         data = encode_request(api, version, obj, correlation_id)
         try:

@@ -12,13 +12,15 @@ follows it, in order; ``--user NAME``, ``--client ID``, ``--ip ADDRESS``, ``--us
 entity type but no name shows every entity of that type; with no entity at all, every quota.  It
 matches the entities given exactly (a user's quota, not also the user/client pairs under it:
 Kafka's ``ClientQuotaFilter.containsOnly``).  ``alter`` sets the --add-config quotas and removes
-the --delete-config ones in one AlterClientQuotas request.
+the --delete-config ones in one AlterClientQuotas request.  kafka-configs.sh's ``--describe`` and
+``--alter`` flags are taken in place of the sub-command (``admin.kafka_style``).
 """
 from __future__ import annotations
 
 import argparse
 
 from .client import AdminError, Client, check, request_class
+from .commands import subcommands
 from .output import Report, Table
 
 HELP = "describe and alter client quotas (kafka-configs.sh --entity-type users/clients/ips)"
@@ -50,12 +52,10 @@ class _Entity(argparse.Action):
 
 
 def add_arguments(parser: argparse.ArgumentParser, nested) -> None:
-    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
+    command = subcommands(parser, nested)
     for name, run, text in (("describe", _describe, "show client quotas (DescribeClientQuotas)"),
                             ("alter", _alter, "set or remove client quotas (AlterClientQuotas)")):
-        p = sub.add_parser(name, help=text, description=text)
-        nested(p)
-        p.set_defaults(run=run, entity_items=[])
+        p = command(name, run, text, entity_items=[])
         p.add_argument("--entity-type", action=_Entity, const="type", metavar="users|clients|ips")
         p.add_argument("--entity-name", action=_Entity, const="name", metavar="NAME")
         p.add_argument("--entity-default", action=_Entity, const="default", nargs=0,

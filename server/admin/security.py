@@ -20,39 +20,18 @@ properties file shared with other tools has them. Secrets read here never go int
 from __future__ import annotations
 
 import dataclasses
-import os
-import re
 import socket
 import ssl
-import tempfile
 from typing import Any
 
-from trireme.server.config import parse_properties
+from trireme.server import jaas, tls
+from trireme.server.config import ConfigError, parse_properties
 
 from .client import AdminError, request
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 MAX_COMMAND_CONFIG_BYTES = 1 << 20
-
-
-def parse_jaas(text: str) -> tuple[str, dict[str, str]]:
-    """A JAAS configuration entry as Kafka's ``sasl.jaas.config`` holds it
-    (``LoginModuleClass required key="value" key2=value2;``) → (login module class, options)."""
-    m = re.match(r'\s*([\w.$]+)\s+(required|requisite|sufficient|optional)\b(.*?);?\s*$', text, re.S)
-    if not m:
-        raise AdminError("sasl.jaas.config: expected 'LoginModuleClass required key=\"value\" ...;'")
-    options, rest = {}, m.group(3)
-    pattern = re.compile(r'\s*([\w.-]+)\s*=\s*(?:"((?:\\.|[^"\\])*)"|([^\s;"]+))')
-    pos = 0
-    while rest[pos:].strip(" \t\r\n;"):
-        option = pattern.match(rest, pos)
-        if not option:
-            raise AdminError("sasl.jaas.config: cannot read the login module's options (key=\"value\" pairs)")
-        value = option.group(2) if option.group(2) is not None else option.group(3)
-        options[option.group(1)] = re.sub(r"\\(.)", r"\1", value, flags=re.S)
-        pos = option.end()
-    return m.group(1), options
 
 
 @dataclasses.dataclass
@@ -66,10 +45,10 @@ class ClientSecurity:
     username: str | None = None
     password: str | None = dataclasses.field(default=None, repr=False)
 
-    def authenticate(self, conn: Any) -> None:
-        """SASL on ``conn`` when the protocol has SASL (see :func:`authenticate`)."""
-        if self.mechanism is not None:
-            authenticate(conn, self)
+    def authenticate(self, conn: Any) -> int:
+        """SASL on ``conn`` when the protocol has SASL (see :func:`authenticate`); → the session lifetime in ms the
+        broker gave (0: none, or no SASL)."""
+        return authenticate(conn, self) if self.mechanism is not None else 0
 
     def wrap(self, sock: socket.socket, host: str) -> socket.socket:
         """The socket with TLS around it when the protocol has TLS (the handshake done)."""
@@ -121,13 +100,16 @@ def client_security(props: dict[str, str]) -> ClientSecurity:
 
 
 def _credentials(props: dict[str, str], mechanism: str) -> tuple[str, str]:
-    jaas = props.get("sasl.jaas.config")
-    if jaas:
-        module, options = parse_jaas(jaas)
+    jaas_config = props.get("sasl.jaas.config")
+    if jaas_config:
+        try:
+            module = jaas.parse_one(jaas_config)             # Kafka's JaasConfig rules (server/jaas.py)
+        except jaas.JaasError as e:
+            raise AdminError(f"sasl.jaas.config: {e}") from None
         expected = "PlainLoginModule" if mechanism == "PLAIN" else "ScramLoginModule"
-        if module.rsplit(".", 1)[-1] != expected:
-            raise AdminError(f"sasl.jaas.config: sasl.mechanism={mechanism} needs {expected}, not {module}")
-        username, password = options.get("username"), options.get("password")
+        if module.name.rsplit(".", 1)[-1] != expected:
+            raise AdminError(f"sasl.jaas.config: sasl.mechanism={mechanism} needs {expected}, not {module.name}")
+        username, password = module.options.get("username"), module.options.get("password")
     else:
         username, password = props.get("sasl.username"), props.get("sasl.password")
     if not username or password is None:
@@ -150,18 +132,28 @@ def _ssl_context(props: dict[str, str]) -> tuple[ssl.SSLContext, bool]:
     check_hostname = verify and props.get("ssl.endpoint.identification.algorithm", "https").strip().lower() == "https"
     context.check_hostname = check_hostname
     context.verify_mode = ssl.CERT_REQUIRED if verify else ssl.CERT_NONE
+
+    def get(name: str) -> str:
+        return str(props.get(name, "")).strip()
+
+    _pem_type(props, "ssl.truststore.type")
+    _pem_type(props, "ssl.keystore.type")
     try:
-        cafile = props.get("ssl.ca.location") or props.get("ssl.truststore.location")
-        inline_ca = props.get("ssl.truststore.certificates")
-        if props.get("ssl.truststore.location") or inline_ca:
-            _pem_type(props, "ssl.truststore.type")
-        if cafile:
-            context.load_verify_locations(cafile=cafile)
-        elif inline_ca:
-            context.load_verify_locations(cadata=inline_ca)
+        # The CA: librdkafka's file, else Java's PEM truststore read as the broker reads its own (server/tls.py).
+        if get("ssl.ca.location"):
+            context.load_verify_locations(cafile=get("ssl.ca.location"))
+        elif get("ssl.truststore.location") or get("ssl.truststore.certificates"):
+            tls.load_truststore(context, get, needed=False)
         elif verify:
             context.load_default_certs()
-        _client_certificate(context, props)
+        # A client certificate (mTLS): librdkafka's certificate and key files, else Java's PEM keystore.
+        if get("ssl.certificate.location"):
+            context.load_cert_chain(get("ssl.certificate.location"), get("ssl.key.location") or None,
+                                    get("ssl.key.password") or None)
+        elif get("ssl.keystore.location") or get("ssl.keystore.key") or get("ssl.keystore.certificate.chain"):
+            tls.load_keystore(context, get)
+    except ConfigError as e:
+        raise AdminError(f"TLS settings: {e}") from None
     except FileNotFoundError as e:
         raise AdminError(f"TLS settings: {e.filename}: no such file") from None
     except (ssl.SSLError, OSError) as e:
@@ -169,33 +161,12 @@ def _ssl_context(props: dict[str, str]) -> tuple[ssl.SSLContext, bool]:
     return context, check_hostname
 
 
-def _client_certificate(context: ssl.SSLContext, props: dict[str, str]) -> None:
-    """The client certificate and key for mTLS, when the properties give one."""
-    password = props.get("ssl.key.password") or None
-    if props.get("ssl.certificate.location"):
-        context.load_cert_chain(props["ssl.certificate.location"], props.get("ssl.key.location") or None, password)
-    elif props.get("ssl.keystore.location"):
-        _pem_type(props, "ssl.keystore.type")
-        context.load_cert_chain(props["ssl.keystore.location"], None, props.get("ssl.keystore.password") or password)
-    elif props.get("ssl.keystore.key") or props.get("ssl.keystore.certificate.chain"):
-        _pem_type(props, "ssl.keystore.type")
-        key, chain = props.get("ssl.keystore.key", ""), props.get("ssl.keystore.certificate.chain", "")
-        if not key or not chain:
-            raise AdminError("ssl.keystore.key and ssl.keystore.certificate.chain go together")
-        # load_cert_chain reads files only: a private temporary file, removed at once.
-        with tempfile.TemporaryDirectory(prefix="trireme-admin-") as folder:
-            path = os.path.join(folder, "keystore.pem")
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(key.strip() + "\n" + chain.strip() + "\n")
-            context.load_cert_chain(path, None, password)
-
-
 # --- SASL, client side ---------------------------------------------------------------------------
 
-def authenticate(conn: Any, security: ClientSecurity) -> None:
+def authenticate(conn: Any, security: ClientSecurity) -> int:
     """SaslHandshake v1 naming the mechanism, then the SaslAuthenticate exchange, on ``conn`` (a
-    :class:`~trireme.server.admin.client.Connection` whose ApiVersions is done)."""
+    :class:`~trireme.server.admin.client.Connection` whose ApiVersions is done); → the session lifetime (ms) of
+    the last answer (SaslAuthenticate v1+, KIP-368; 0: none)."""
     mechanism = security.mechanism
     response = conn.send("SaslHandshake", conn.version("SaslHandshake", 1, 1),
                          request("SaslHandshake", mechanism=mechanism))
@@ -204,17 +175,20 @@ def authenticate(conn: Any, security: ClientSecurity) -> None:
         raise AdminError(f"{conn.address} does not accept SASL mechanism {mechanism} (it offers {offered})")
     version = conn.version("SaslAuthenticate", 0, 2)
 
+    lifetime = [0]
+
     def exchange(token: bytes) -> bytes:
         answer = conn.send("SaslAuthenticate", version, request("SaslAuthenticate", auth_bytes=token))
         if answer.error_code:
             detail = f": {answer.error_message}" if answer.error_message else ""
             raise AdminError(f"authentication as {security.username!r} with {mechanism} at {conn.address} "
                              f"failed{detail}")
+        lifetime[0] = max(0, getattr(answer, "session_lifetime_ms", 0) or 0)
         return answer.auth_bytes or b""
 
     if mechanism == "PLAIN":
         exchange(b"\0" + security.username.encode() + b"\0" + security.password.encode())
-        return
+        return lifetime[0]
     import scramp
     try:
         client = scramp.ScramClient([mechanism], security.username, security.password)
@@ -222,6 +196,7 @@ def authenticate(conn: Any, security: ClientSecurity) -> None:
         client.set_server_first(server_first.decode())
         server_final = exchange(client.get_client_final().encode())
         client.set_server_final(server_final.decode())
+        return lifetime[0]
     except scramp.ScramException as e:
         raise AdminError(f"SCRAM exchange with {conn.address} failed: {e}") from None
     except UnicodeDecodeError:

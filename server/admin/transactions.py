@@ -44,6 +44,7 @@ import urllib.request
 from trireme.wire import error_codes as E
 
 from .client import TRANSACTION, AdminError, Client, check, parse_host_port, request, request_class
+from .commands import subcommands
 from .output import Report, Table
 
 HELP = "list, describe, find and abort transactions; describe producers (kafka-transactions.sh)"
@@ -51,13 +52,7 @@ FORCE_TERMINATE_TIMEOUT_MS = 60000    # the transaction timeout InitProducerId s
 
 
 def add_arguments(parser: argparse.ArgumentParser, nested) -> None:
-    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
-
-    def command(name: str, run, text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=text, description=text)
-        nested(p)
-        p.set_defaults(run=run)
-        return p
+    command = subcommands(parser, nested)
 
     p = command("list", _list, "list transactions (every broker's coordinator)")
     p.add_argument("--duration-filter", type=int, metavar="MS",

@@ -27,6 +27,7 @@ import sys
 from trireme.wire import error_codes as E
 
 from .client import AdminError, Client, check, request_class
+from .commands import subcommands
 from .output import Report, Table
 
 HELP = "list, add and delete SCRAM users (kafka-configs.sh --entity-type users)"
@@ -39,13 +40,7 @@ MAX_PASSWORD_BYTES = 1024
 
 
 def add_arguments(parser: argparse.ArgumentParser, nested) -> None:
-    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
-
-    def command(name: str, run, text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=text, description=text)
-        nested(p)
-        p.set_defaults(run=run)
-        return p
+    command = subcommands(parser, nested)
 
     p = command("list", _list, "the SCRAM users and their mechanisms and iterations")
     p.add_argument("--user", action="append", default=[], help="only this user (repeatable)")

@@ -56,7 +56,7 @@ def alter_user_scram_credentials(ctx, request):
                                  error_message=r.message) for r in results]
         changed = [r.user for r in results if not r.error]
         if changed:      # names only: never a salt, key or salted password
-            log.info("SCRAM credentials changed for users=%s (by %s from %s)", ",".join(changed), ctx.principal,
+            log.info("SCRAM credentials changed for users=%r (by %r from %s)", changed, ctx.principal,
                      ctx.host)
         return response
     return Deferred(alter)

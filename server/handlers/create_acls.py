@@ -55,6 +55,7 @@ def create_acls(ctx, request):
                             rcls(error_code=getattr(E, r[0]).code, error_message=r[1]) for r in results]
         for b, r in zip(bindings, results):
             if r is None:
-                log.info("ACL created: %s (by %s from %s)", b, ctx.principal, ctx.host)
+                # repr: a name or principal holding a newline cannot start a forged log line
+                log.info("ACL created: %r (by %r from %s)", str(b), ctx.principal, ctx.host)
         return response
     return Deferred(create)

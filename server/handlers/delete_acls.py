@@ -56,7 +56,8 @@ def delete_acls(ctx, request):
                                                      matching_acls=[]))
                 continue
             for b in r:
-                log.info("ACL deleted: %s (by %s from %s)", b, ctx.principal, ctx.host)
+                # repr: a name or principal holding a newline cannot start a forged log line
+                log.info("ACL deleted: %r (by %r from %s)", str(b), ctx.principal, ctx.host)
             response.filter_results.append(rcls(error_code=0, error_message=None, matching_acls=[
                 mcls(error_code=0, error_message=None, resource_type=b.resource_type, resource_name=b.name,
                      pattern_type=b.pattern_type, principal=b.principal, host=b.host, operation=b.operation,

@@ -12,10 +12,10 @@ Behaviour / version notes:
 - BROKER (4), resource name = our node id: every property of server.config.PROPERTIES with its
   current value, source STATIC_BROKER_CONFIG when set in the config else DEFAULT_CONFIG, and
   read_only true (nothing can be altered at runtime, see incremental_alter_configs.py).  A secret
-  (config.SENSITIVE_PROPERTIES: trireme.storage.add.scram, ssl.keystore.key, ssl.key.password) has a null value, type PASSWORD and
+  (config.SENSITIVE_PROPERTIES: Kafka's PASSWORD configs, such as ssl.key.password, and trireme.storage.add.scram) has a null value, type PASSWORD and
   is_sensitive true, as Kafka's PASSWORD configs.  The per-listener SSL configs set through
   AlterConfigs (``listener.name.<l>.ssl.keystore.location``, ...) follow, source
-  DYNAMIC_BROKER_CONFIG (2), read_only false, secrets (tls.SECRETS) without their value.  An empty
+  DYNAMIC_BROKER_CONFIG (2), read_only false, secrets (config.SENSITIVE_PROPERTIES) without their value.  An empty
   resource name means the cluster-wide dynamic defaults, as in Kafka: there are none here, so
   the answer is an empty list.  Another id → INVALID_REQUEST "Unexpected broker id, ..."; a
   non-integer name → INVALID_REQUEST "Broker id must be an integer, ...".
@@ -45,7 +45,6 @@ from typing import NamedTuple
 
 from trireme.server.config import PROPERTIES, SENSITIVE_PROPERTIES
 from trireme.server.dispatch import handles
-from trireme.server.tls import SECRETS
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.state.topics import TOPIC_CONFIGS, validate_topic_name
 from trireme.wire import error_codes as E
@@ -190,7 +189,7 @@ def broker_config_entries(broker) -> list[ConfigEntry]:
     for endpoint in getattr(broker, "endpoints", {}).values():     # the per-listener SSL configs set at runtime
         for config, value in (endpoint.tls.overrides.items() if endpoint.tls is not None else ()):
             name = f"listener.name.{endpoint.name.lower()}.{config}"
-            secret = config in SECRETS
+            secret = config in SENSITIVE_PROPERTIES
             shown = None if secret else value
             entries.append(ConfigEntry(name, shown, SOURCE_DYNAMIC_BROKER_CONFIG,
                                        [(name, shown, SOURCE_DYNAMIC_BROKER_CONFIG)],
