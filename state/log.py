@@ -659,8 +659,7 @@ class PartitionLog:
 
         seg = self._segments[-1]
         if seg.size > 0 and (seg.size + total > self.segment_bytes or last_offset - seg.base_offset > _INT32_MAX
-                             or self._reached_roll_ms(seg, now_ms, now_ms if log_append_time else
-                                                      max(header.max_timestamp for _, header in batches))):
+                             or self._reached_roll_ms(seg, now_ms, batches, log_append_time)):
             seg = self._roll(now_ms)
 
         view = memoryview(buf)
@@ -698,7 +697,8 @@ class PartitionLog:
         seg.size = file_pos
         return base_offset, last_offset, now_ms if log_append_time else -1
 
-    def _reached_roll_ms(self, seg: _Segment, now_ms: int, max_timestamp: int) -> bool:
+    def _reached_roll_ms(self, seg: _Segment, now_ms: int, batches: Sequence[tuple[int, object]],
+                         log_append_time: bool) -> bool:
         """Kafka's segment.ms rule: the appended batches' max timestamp is more than segment.ms (less this segment's
         jitter) past the segment's first batch's, or, where the segment has no timestamp, it was created that long
         ago."""
@@ -712,7 +712,15 @@ class PartitionLog:
                     seg.rolling_ts = parse_batch_header(head, 0).max_timestamp
             except (OSError, CodecError):
                 pass
-        waited = max_timestamp - seg.rolling_ts if seg.rolling_ts >= 0 else now_ms - seg.created_ms
+        if seg.rolling_ts < 0:
+            return now_ms - seg.created_ms > self.segment_ms - seg.roll_jitter_ms
+        if log_append_time:
+            max_timestamp = now_ms
+        elif len(batches) == 1:
+            max_timestamp = batches[0][1].max_timestamp
+        else:
+            max_timestamp = max(header.max_timestamp for _, header in batches)
+        waited = max_timestamp - seg.rolling_ts
         return waited > self.segment_ms - seg.roll_jitter_ms
 
     def _roll_jitter(self) -> int:
