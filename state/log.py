@@ -22,6 +22,10 @@ from trireme.wire.records import (ATTRIBUTES_OFFSET, BATCH_HEADER_SIZE, LOG_OVER
 
 INDEX_INTERVAL_BYTES = 4096  # an offset index entry roughly every this many bytes of log
 CHECKPOINT_NAME = "log-start-offset.checkpoint"
+CLEANER_CHECKPOINT_NAME = "cleaner-offset.checkpoint"  # the first dirty offset (state/cleaner.py)
+CLEANED_SUFFIX = ".cleaned"  # a cleaned segment's files as the cleaner writes them
+SWAP_SUFFIX = ".swap"        # ... and while they replace the old segments (a committed swap)
+SEGMENT_KINDS = ("log", "index", "timeindex", "txnindex")
 
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
@@ -29,6 +33,12 @@ WRITE_BEHIND_MAX = 16384  # batches this big are written by the append itself (s
 _READAHEAD = 8192  # bytes read at a time when hopping from batch header to batch header
 _RECOVERY_CHUNK = 1 << 20
 _SEGMENT_NAME = re.compile(r"(\d{20})\.(log|index|timeindex|txnindex)")
+_SWAP_NAME = re.compile(r"(\d{20})\.(log|index|timeindex|txnindex)\.(cleaned|swap)")
+
+
+def cleaned_name(base_offset: int, kind: str, suffix: str = CLEANED_SUFFIX) -> str:
+    """The file name of a cleaned segment's `kind` file ("log", "index", "timeindex", "txnindex")."""
+    return f"{base_offset:020d}.{kind}{suffix}"
 
 
 class OffsetOutOfRange(Exception):
@@ -341,6 +351,8 @@ class PartitionLog:
         self._dir_synced_generation = 0
         self._closed = False
         self._deleted = False
+        self._cleaner_checkpoint = 0  # the first dirty offset: below it the log was cleaned (state/cleaner.py)
+        self._cleaning: object | None = None  # the plan being cleaned, if any
 
     def configure(self, *, segment_bytes: int, retention_ms: int, retention_bytes: int,
                   segment_ms: int = _INT64_MAX, segment_jitter_ms: int = 0) -> None:
@@ -384,6 +396,10 @@ class PartitionLog:
                 while parent:
                     parent = posixpath.dirname(parent)
                     storage.sync_dir(parent)
+        self._recover_swaps()
+        self._cleaner_checkpoint = self._read_offset_file(CLEANER_CHECKPOINT_NAME)
+        # Offsets may have gaps below this: the end of the last cleaning begun (its swaps may have finished).
+        cleaned_below = max(self._cleaner_checkpoint, self._read_offset_file(CLEANER_CHECKPOINT_NAME, line=2))
         names = storage.list(directory)
         logs = {int(m.group(1)) for m in map(_SEGMENT_NAME.fullmatch, names) if m and m.group(2) == "log"}
         txn_indexes = {int(m.group(1)) for m in map(_SEGMENT_NAME.fullmatch, names) if m and m.group(2) == "txnindex"}
@@ -418,7 +434,7 @@ class PartitionLog:
                 break
             seg.handle = storage.open_append(seg.path)
             recovered.append(seg)
-            valid_end = self._recover_segment(seg)
+            valid_end = self._recover_segment(seg, allow_gaps=seg.base_offset < cleaned_below)
             expected = seg.next_offset
             if valid_end < seg.size:
                 seg.handle.truncate(valid_end)
@@ -451,7 +467,7 @@ class PartitionLog:
         for seg in segments[:-1]:
             if not seg.sealed:
                 seg.seal()
-        self._load_aborted_txns(segments, recovered, txn_indexes)
+        self._load_aborted_txns(segments, recovered, txn_indexes, cleaned_below)
 
         if not self._unsafe:
             for seg in recovered:
@@ -469,7 +485,8 @@ class PartitionLog:
         self._bases = [s.base_offset for s in segments]
         self._hw = self.log_end_offset
 
-    def _load_aborted_txns(self, segments: list[_Segment], recovered: list[_Segment], present: set[int]) -> None:
+    def _load_aborted_txns(self, segments: list[_Segment], recovered: list[_Segment], present: set[int],
+                           cleaned_below: int = 0) -> None:
         """Adopt the txnindex entries that fit the recovered log; cut the files after the last one kept.
 
         An entry is kept if its checksum matches, its marker lies in its segment below the log end
@@ -499,7 +516,10 @@ class PartitionLog:
                     break
                 txn, link = unpacked
                 if not (link == prev_last if prev_last is not None else link < segments[0].base_offset):
-                    break
+                    # The cleaner drops the entries of the markers it removes, all below cleaned_below, where
+                    # no entry is lost otherwise (they are durable): a predecessor there need not be the last kept.
+                    if not (link < cleaned_below and txn.last_offset > (-1 if prev_last is None else prev_last)):
+                        break
                 if (not seg.base_offset <= txn.last_offset < seg.next_offset or txn.producer_id < 0
                         or not 0 <= txn.first_offset <= txn.last_offset):
                     break
@@ -540,7 +560,7 @@ class PartitionLog:
         try:
             for buf, i, pos, size in _scan(seg.handle, start, seg.size):
                 base, magic = _INT64.unpack_from(buf, i)[0], buf[i + 16]
-                if magic != 2 or (pos == start and base != expected_base):
+                if magic != 2 or (pos == start and (base != expected_base if seg.index_rel else base < expected_base)):
                     break
                 seg.next_offset = base + _INT32.unpack_from(buf, i + _LAST_DELTA_POS)[0] + 1
                 end = pos + size
@@ -556,8 +576,11 @@ class PartitionLog:
             return False
         return True
 
-    def _recover_segment(self, seg: _Segment) -> int:
-        """Validate every batch and rebuild the indexes; return the position of the first bad batch (or the size)."""
+    def _recover_segment(self, seg: _Segment, allow_gaps: bool = False) -> int:
+        """Validate every batch and rebuild the indexes; return the position of the first bad batch (or the size).
+
+        Offsets must follow on from batch to batch, except in a cleaned segment (`allow_gaps`: below the cleaner
+        checkpoint), where they only increase."""
         reader = seg.handle
         pos, size, next_offset = 0, seg.size, seg.base_offset
         buf, buf_start = memoryview(b""), 0
@@ -576,7 +599,7 @@ class PartitionLog:
             except CodecError:
                 break
             last_delta = header.last_offset_delta
-            if (base != next_offset or last_delta < 0
+            if ((base < next_offset if allow_gaps else base != next_offset) or last_delta < 0
                     or base + last_delta - seg.base_offset > _INT32_MAX
                     or crc32c.crc32c(buf[i + ATTRIBUTES_OFFSET : i + batch_size]) != header.crc):
                 break
@@ -589,10 +612,13 @@ class PartitionLog:
         return seg.size - (seg.index_pos[-1] if seg.index_pos else 0)
 
     def _read_checkpoint(self) -> int:
+        return self._read_offset_file(CHECKPOINT_NAME)
+
+    def _read_offset_file(self, name: str, line: int = 1) -> int:
         try:
-            lines = self._storage.read_all(self._path(CHECKPOINT_NAME)).decode("ascii").split("\n")
-            if lines[0] == "0" and len(lines) >= 2:
-                return max(0, int(lines[1]))
+            lines = self._storage.read_all(self._path(name)).decode("ascii").split("\n")
+            if lines[0] == "0" and len(lines) > line and lines[line]:
+                return max(0, int(lines[line]))
         except (FileNotFoundError, UnicodeDecodeError, ValueError):
             pass
         return 0
@@ -1190,6 +1216,243 @@ class PartitionLog:
             start = self._locate(seg, reader, offset)[0] if offset > seg.base_offset else 0
             for buf, j, _pos, _size in _scan(reader, start, seg.size):
                 yield parse_batch_header(buf, j)
+
+    # --- compaction (the cleaner's core is state/cleaner.py; its module docstring is the interface) ---
+
+    @property
+    def cleaning(self):
+        """The plan of the cleaning under way (from `cleanable` to `finish_cleaning` / `abandon_cleaning`), or None."""
+        return self._cleaning
+
+    @property
+    def cleaner_checkpoint(self) -> int:
+        """The first dirty offset: the log below it was cleaned (0 when never cleaned)."""
+        return self._cleaner_checkpoint
+
+    def _first_dirty_offset(self) -> int:
+        first = self._cleaner_checkpoint
+        return self._log_start if first < self._log_start or first > self.log_end_offset else first
+
+    def _cleanable_segments(self, now_ms: int, first_unstable_offset: int | None, cfg) -> list[_Segment]:
+        """The rolled segments, from the first, that cleaning may read (durable, settled, below the LSO and
+        what min.compaction.lag.ms protects)."""
+        bound = min(self._segments[-1].base_offset, self._hw)
+        if first_unstable_offset is not None:
+            bound = min(bound, first_unstable_offset)
+        out = []
+        for seg in self._segments[:-1]:
+            if (seg.next_offset > bound or not seg.sealed or not seg.index_persisted or seg.tail
+                    or seg.txn_pending or seg.txn_written != seg.txn_count
+                    or (cfg.min_compaction_lag_ms > 0 and seg.max_ts >= 0
+                        and now_ms - seg.max_ts < cfg.min_compaction_lag_ms)):
+                break
+            out.append(seg)
+        return out
+
+    def dirty_ratio(self, now_ms: int, first_unstable_offset: int | None, cfg) -> float:
+        """The cleanable dirty bytes over the cleanable bytes (Kafka's cleanable ratio), for metrics."""
+        from trireme.state import cleaner as _cleaner
+        segs = self._cleanable_segments(now_ms, first_unstable_offset, cfg)
+        first_dirty = self._first_dirty_offset()
+        dirty = sum(s.size for s in segs if s.next_offset > first_dirty)
+        return _cleaner.dirty_ratio(sum(s.size for s in segs) - dirty, dirty)
+
+    def cleanable(self, now_ms: int, first_unstable_offset: int | None, cfg):
+        """A CleaningPlan if the log should be cleaned now, else None (owning thread; see state/cleaner.py)."""
+        from trireme.state import cleaner as _cleaner
+        self._check_open()
+        if self._cleaning is not None:
+            return None
+        segs = self._cleanable_segments(now_ms, first_unstable_offset, cfg)
+        first_dirty = self._first_dirty_offset()
+        dirty_segs = [s for s in segs if s.next_offset > first_dirty]
+        if not dirty_segs:
+            return None
+        dirty = sum(s.size for s in dirty_segs)
+        ratio = _cleaner.dirty_ratio(sum(s.size for s in segs) - dirty, dirty)
+        forced = False
+        if cfg.max_compaction_lag_ms < _cleaner.LONG_MAX:
+            first_ts = self._first_batch_timestamp(dirty_segs[0])
+            forced = first_ts > 0 and now_ms - first_ts > cfg.max_compaction_lag_ms
+        if ratio <= cfg.min_cleanable_dirty_ratio and not forced:      # as Kafka: strictly above the minimum
+            return None
+        # Groups of consecutive segments, each to become one segment (at most segment.bytes, offsets in int32).
+        groups: list[tuple[int, int]] = []
+        start = 0
+        total = 0
+        for i, seg in enumerate(segs):
+            if i > start and (total + seg.size > self.segment_bytes
+                              or seg.next_offset - 1 - segs[start].base_offset > _INT32_MAX):
+                groups.append((start, i))
+                start, total = i, 0
+            total += seg.size
+        groups.append((start, len(segs)))
+        # Each group's aborted-transaction index entries (segs starts at the first segment, whose entries are the
+        # first ones).
+        txn_entries = []
+        k = 0
+        for a, b in groups:
+            n = sum(s.txn_count for s in segs[a:b])
+            txn_entries.append(tuple((t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
+                                     for t in self._aborted[k:k + n]))
+            k += n
+        end = segs[-1].next_offset
+        aborted = tuple((t.producer_id, t.first_offset, t.last_offset) for t in self.aborted_txns(0, end))
+        plan = _cleaner.CleaningPlan(
+            directory=self._directory,
+            segments=tuple(_cleaner.SegmentRef(s.base_offset, s.next_offset, s.size, s.txn_count) for s in segs),
+            groups=tuple(groups), txn_entries=tuple(txn_entries), aborted=aborted, first_dirty_offset=first_dirty,
+            end_offset=end, now_ms=now_ms, delete_retention_ms=cfg.delete_retention_ms,
+            max_map_keys=cfg.max_map_keys, dirty_ratio=ratio, forced=forced, durable=not self._unsafe)
+        self._cleaning = plan
+        return plan
+
+    def _first_batch_timestamp(self, seg: _Segment) -> int:
+        reader = self._reader(seg)
+        for buf, i, _pos, _size in _scan(reader, 0, seg.size, HEADER_SIZE):
+            return parse_batch_header(buf, i).max_timestamp
+        return -1
+
+    def clean(self, plan, throttle=None):
+        """state/cleaner.clean on this log's storage: safe in a worker thread (reads rolled segments only)."""
+        from trireme.state import cleaner as _cleaner
+        return _cleaner.clean(self._storage, plan, throttle)
+
+    def abandon_cleaning(self, plan=None) -> None:
+        """A cleaning failed or is given up: remove its files (owning thread); a later one may start."""
+        self._cleaning = None
+        if self._closed or self._deleted:
+            return
+        for name in self._storage.list(self._directory):
+            if name.endswith(CLEANED_SUFFIX):
+                self._storage.remove(self._path(name), missing_ok=True)
+
+    def finish_cleaning(self, result) -> int:
+        """Swap the cleaned segments in (owning thread; see state/cleaner.py); returns how many groups."""
+        self._check_open()
+        self._cleaning = None
+        storage = self._storage
+        swapped = 0
+        complete = True
+        if result.groups:   # first record (durably) that the log may have gaps up to the end of this cleaning
+            self._write_cleaner_checkpoint(self._cleaner_checkpoint, result.end_offset)
+        for group in result.groups:
+            i = bisect.bisect_left(self._bases, group.base_offset)
+            old = self._segments[i:i + len(group.old_bases)]
+            if (i + len(group.old_bases) >= len(self._segments)   # the active segment is never replaced
+                    or tuple(s.base_offset for s in old) != group.old_bases
+                    or tuple(s.size for s in old) != group.old_sizes
+                    or old[-1].next_offset != group.next_offset
+                    or any(s.tail or s.txn_pending or s.deleted for s in old)):
+                complete = False
+                for kind in SEGMENT_KINDS:
+                    storage.remove(self._path(cleaned_name(group.base_offset, kind)), missing_ok=True)
+                continue
+            self._swap_in(i, old, group)
+            swapped += 1
+        if complete:
+            self._cleaner_checkpoint = result.end_offset
+        self._write_cleaner_checkpoint(self._cleaner_checkpoint, max(result.end_offset, self._cleaner_checkpoint))
+        return swapped
+
+    def _write_cleaner_checkpoint(self, first_dirty: int, gaps_below: int) -> None:
+        """cleaner-offset.checkpoint: version 0, the first dirty offset, the offset below which gaps may be."""
+        self._storage.write_atomic(self._path(CLEANER_CHECKPOINT_NAME),
+                                   f"0\n{first_dirty}\n{gaps_below}\n".encode("ascii"), durable=not self._unsafe)
+
+    def _sync_dir(self) -> None:
+        if not self._unsafe:
+            self._storage.sync_dir(self._directory)
+
+    def _swap_in(self, i: int, old: list[_Segment], group) -> None:
+        storage, base = self._storage, group.base_offset
+        indexes = [k for k in SEGMENT_KINDS if k != "log"]
+        # 1. .cleaned -> .swap, the log file last: the swap is committed once <base>.log.swap is durable.
+        for kind in indexes + ["log"]:
+            storage.rename(self._path(cleaned_name(base, kind)), self._path(cleaned_name(base, kind, SWAP_SUFFIX)))
+        self._sync_dir()
+        # 2. The old segments go.
+        for seg in old:
+            self._remove_files(seg)
+        self._sync_dir()
+        # 3. .swap -> final names, the index files durably before the log file: so once <base>.log.swap is gone,
+        # no index .swap file of this swap is left, and at start-up any such file belongs to an uncommitted one.
+        for kind in indexes:
+            storage.rename(self._path(cleaned_name(base, kind, SWAP_SUFFIX)), self._path(f"{base:020d}.{kind}"))
+        self._sync_dir()
+        storage.rename(self._path(cleaned_name(base, "log", SWAP_SUFFIX)), self._path(f"{base:020d}.log"))
+        self._sync_dir()
+        new = _Segment(base, self._segment_path(base), storage.size(self._segment_path(base)))
+        if not self._adopt_indexes(new):
+            new.handle = storage.open_read(new.path)
+            self._recover_segment(new, allow_gaps=True)
+        new.sealed = new.index_persisted = True
+        first = sum(s.txn_count for s in self._segments[:i])
+        kept = [AbortedTxn(*e) for e in group.txn_entries]
+        self._aborted[first:first + sum(s.txn_count for s in old)] = kept
+        self._aborted_last = array("q", (t.last_offset for t in self._aborted))
+        floor = array("q", (t.first_offset for t in self._aborted))
+        for j in range(len(floor) - 2, -1, -1):
+            floor[j] = min(floor[j], floor[j + 1])
+        self._aborted_floor = floor
+        new.txn_count = new.txn_written = new.txn_synced = len(kept)
+        new.txn_on_disk = True
+        self._segments[i:i + len(old)] = [new]
+        self._bases[i:i + len(old)] = [base]
+        for seg in old:
+            if seg in self._unpersisted:
+                self._unpersisted.remove(seg)
+
+    def _recover_swaps(self) -> None:
+        """Finish or undo a segment swap a crash interrupted (see state/cleaner.py): a durable <base>.log.swap
+        means committed, anything else means the old segments stand."""
+        storage = self._storage
+        names = storage.list(self._directory)
+        found = {}
+        for name in names:
+            m = _SWAP_NAME.fullmatch(name)
+            if m:
+                found.setdefault(int(m.group(1)), set()).add((m.group(2), m.group(3)))
+        if not found:
+            return
+        logs = sorted(int(m.group(1)) for m in map(_SEGMENT_NAME.fullmatch, names) if m and m.group(2) == "log")
+        for base, files in sorted(found.items()):
+            swap = self._path(cleaned_name(base, "log", SWAP_SUFFIX))
+            next_offset = self._file_next_offset(swap) if ("log", "swap") in files else -1
+            if next_offset > base:
+                for old in logs:
+                    if base <= old < next_offset:
+                        for kind in SEGMENT_KINDS:
+                            if old != base or kind == "log":
+                                storage.remove(self._path(f"{old:020d}.{kind}"), missing_ok=True)
+                for kind in SEGMENT_KINDS:
+                    for suffix in (SWAP_SUFFIX, CLEANED_SUFFIX):
+                        if (kind, suffix[1:]) in files:
+                            storage.rename(self._path(cleaned_name(base, kind, suffix)),
+                                           self._path(f"{base:020d}.{kind}"))
+                            files.discard((kind, "swap"))
+                            files.discard((kind, "cleaned"))
+                            break
+            else:   # not committed: the old segments stand
+                for kind, suffix in files:
+                    storage.remove(self._path(cleaned_name(base, kind, "." + suffix)), missing_ok=True)
+        self._sync_dir()
+
+    def _file_next_offset(self, path: str) -> int:
+        """The offset after the last whole batch of a segment file (a fsynced one: a swap file)."""
+        reader = self._storage.open_read(path)
+        try:
+            next_offset = -1
+            try:
+                for buf, i, pos, size in _scan(reader, 0, reader.size):
+                    if pos + size > reader.size:
+                        break
+                    next_offset = _INT64.unpack_from(buf, i)[0] + _INT32.unpack_from(buf, i + _LAST_DELTA_POS)[0] + 1
+            except CorruptLog:
+                pass
+            return next_offset
+        finally:
+            reader.close()
 
     # --- lifecycle ---
 

@@ -157,6 +157,10 @@ class Storage(ABC):
         """Bytes an unprivileged writer could still write under `path` (None: not known)."""
         return None
 
+    def rename(self, src: str, dst: str) -> None:
+        """Rename `src` to `dst` in the same directory, replacing `dst` (durable only after `sync_dir`)."""
+        raise NotImplementedError
+
 
 # --- real files ------------------------------------------------------------------------------
 
@@ -455,6 +459,9 @@ class FileStorage(Storage):
         if durable:
             self.sync_dir(posixpath.dirname(path))
 
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(self._abs(src), self._abs(dst))
+
     def sync_dir(self, directory: str) -> None:
         fd = self._open(directory or ".", os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -723,6 +730,13 @@ class MemoryStorage(Storage):
 
     def available_bytes(self, path: str) -> int | None:
         return 0 if self.full else None
+
+    def rename(self, src: str, dst: str) -> None:
+        with self._lock:
+            inode = self._files.pop(self._norm(src), None)
+            if inode is None:
+                raise FileNotFoundError(errno.ENOENT, "no such file", src)
+            self._files[self._norm(dst)] = inode
 
     def sync_dir(self, directory: str) -> None:
         directory = self._norm(directory)

@@ -525,3 +525,112 @@ def parse_control_record(record: Record) -> tuple[int, int]:
         raise CodecError("end transaction marker value is missing or shorter than 6 bytes")
     _, coordinator_epoch = _CONTROL_VALUE.unpack_from(value)
     return control_type, coordinator_epoch
+
+
+# --- rewriting batches (the log cleaner) -------------------------------------------------------------------
+
+def rebuild_batch(header: BatchHeader, records: list[Record], *, delete_horizon_ms: int | None = None) -> bytes:
+    """The batch `header` describes, holding only `records` (a subset of its own records, offsets unchanged).
+
+    As Kafka's cleaner rewrites a v2 batch: the base offset and last offset delta are kept (so the producer's
+    last sequence, base sequence + last offset delta, survives), as are the producer id, epoch, base sequence,
+    partition leader epoch, timestamp type, transactional and control flags and the compression codec. With
+    `delete_horizon_ms` (or when the batch had one already) the delete-horizon attribute is set and the base
+    timestamp holds the horizon; record timestamps are kept as deltas from it. No records: an empty batch
+    (Kafka's RETAIN_EMPTY, kept only for its producer state), uncompressed, both timestamps the max timestamp.
+    """
+    if delete_horizon_ms is None and header.has_delete_horizon:
+        delete_horizon_ms = header.base_timestamp
+    append_time = header.timestamp_type == LOG_APPEND_TIME
+    flags = header.attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK)
+    if not records:
+        payload = b""
+        attributes = flags
+        base_timestamp = max_timestamp = header.max_timestamp
+    else:
+        if delete_horizon_ms is not None:
+            base_timestamp = delete_horizon_ms
+            flags |= DELETE_HORIZON_MASK
+        elif append_time:
+            base_timestamp = header.base_timestamp
+        else:
+            base_timestamp = records[0].timestamp
+        body = bytearray()
+        max_timestamp = None
+        base_offset = header.base_offset
+        for record in records:
+            ts = record.timestamp
+            if max_timestamp is None or ts > max_timestamp:
+                max_timestamp = ts
+            encoded = _encode_record(record.offset - base_offset, 0 if append_time else ts - base_timestamp,
+                                     record.key, record.value, record.headers)
+            _write_varint(body, len(encoded))
+            body += encoded
+        if append_time:
+            max_timestamp = header.max_timestamp
+        payload = body if header.compression == _compression.NONE else _compression.compress(header.compression, body)
+        attributes = flags | header.compression
+    tail = _TAIL.pack(attributes, header.last_offset_delta, base_timestamp, max_timestamp, header.producer_id,
+                      header.producer_epoch, header.base_sequence, len(records))
+    crc = crc32c.crc32c(payload, crc32c.crc32c(tail))
+    head = _HEAD.pack(header.base_offset, MIN_BATCH_LENGTH + len(payload), header.partition_leader_epoch,
+                      MAGIC_V2, crc)
+    return b"".join((head, tail, payload))
+
+
+def scan_keys(buf, pos: int = 0, max_uncompressed: int | None = None) -> list[tuple[int, bytes | None, bool]]:
+    """(offset, key, has value) of every record of the batch at `pos`: what the log cleaner's offset map and
+    retention decision need, without decoding values and headers (faster than :func:`decode_records`)."""
+    header = parse_batch_header(buf, pos)
+    end = pos + header.size
+    if end > len(buf):
+        raise CodecError(f"record batch of {header.size} bytes is truncated to {len(buf) - pos}")
+    if header.compression == _compression.NONE:
+        data = buf if type(buf) is bytes else memoryview(buf)
+        p = pos + BATCH_HEADER_SIZE
+    else:
+        data = _compression.decompress(header.compression, memoryview(buf)[pos + BATCH_HEADER_SIZE:end],
+                                       max_uncompressed)
+        p, end = 0, len(data)
+    base_offset = header.base_offset
+    out = []
+    try:
+        append = out.append
+        for _ in range(header.records_count):
+            b = data[p]
+            if b < 0x80:                            # one-byte varints inlined (the common case)
+                length = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                length, p = _read_varint(data, p)
+            record_end = p + length
+            if length <= 0 or record_end > end:
+                raise CodecError(f"record length {length} is out of bounds")
+            p += 1                                  # attributes
+            while data[p] & 0x80:                   # timestamp delta
+                p += 1
+            p += 1
+            b = data[p]
+            if b < 0x80:
+                offset_delta = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                offset_delta, p = _read_varint(data, p)
+            b = data[p]
+            if b < 0x80:
+                key_length = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                key_length, p = _read_varint(data, p)
+            if key_length < 0:
+                key = None
+            else:
+                key = bytes(data[p:p + key_length])
+                p += key_length
+            if p >= record_end:
+                raise CodecError("record key overruns the record")
+            append((base_offset + offset_delta, key, data[p] != 1))   # zigzag(-1) == 1: a null value
+            p = record_end
+    except IndexError:
+        raise CodecError("record data ends in the middle of a record") from None
+    return out
