@@ -110,7 +110,6 @@ def _cleaned(server, topic: str) -> bool:
     return (server.data_dir / "logs" / f"{topic}-0" / "cleaner-offset.checkpoint").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="cleaner not merged yet")
 @pytest.mark.server_config(CLEANER)
 def test_the_cleaner_compacts_a_topic_to_the_latest_value_per_key(server):
     name = unique_topic("compacted")
@@ -142,7 +141,6 @@ def _describe_transaction(server, txn_id: str) -> dict:
     return described
 
 
-@pytest.mark.xfail(strict=True, reason="cleaner not merged yet")
 @pytest.mark.server_config(CLEANER)
 def test_coordinator_logs_are_cleaned_and_replay_to_the_same_state(server):
     """__consumer_offsets and __transaction_state are compacted by the cleaner; after a restart the coordinators
@@ -199,7 +197,6 @@ def test_coordinator_logs_are_cleaned_and_replay_to_the_same_state(server):
         producer.commit_transaction(OP_TIMEOUT_S)
 
 
-@pytest.mark.xfail(strict=True, reason="cleaner not merged yet")
 @pytest.mark.server_config({"log.cleaner.backoff.ms": 100, "log.roll.ms": 300})
 def test_the_cluster_metadata_log_is_cleaned_and_replays_to_the_same_users(server):
     """__cluster_metadata (SCRAM users here) rolls by segment.ms like any topic and is compacted: upserted and
