@@ -61,7 +61,8 @@ class Throttler:
         self._observed = 0.0
         self.throttled_s = 0.0
 
-    def __call__(self, n: int) -> None:
+    def __call__(self, n: int, sleep: Callable[[float], object] | None = None) -> None:
+        """Account for ``n`` bytes; sleeps (with ``sleep`` if given: an interruptible wait) when over the rate."""
         if self.rate == float("inf") or self.rate >= 1.7976931348623157e308:
             return
         with self._lock:
@@ -71,7 +72,7 @@ class Throttler:
                 return
             pause = self._observed / self.rate - elapsed if self._observed / elapsed > self.rate else 0.0
             if pause > 0:
-                self._sleep(pause)
+                (sleep or self._sleep)(pause)
                 self.throttled_s += pause
             self._period_start = self._clock()
             self._observed = 0.0
@@ -324,7 +325,9 @@ class LogCleaner:
         def throttle(n: int) -> None:           # in the worker thread: a cancellation ends the cleaning here
             if abort.is_set():
                 raise CleaningAborted("cleaning aborted")
-            self._throttler(n)
+            self._throttler(n, abort.wait)      # its sleep, too
+            if abort.is_set():
+                raise CleaningAborted("cleaning aborted")
 
         own = worker is None
         if own:

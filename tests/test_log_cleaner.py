@@ -2,6 +2,7 @@
 the scheduling of server/log_cleaner.py (against a stand-in of state/cleaner.py's interface until it lands)."""
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -392,3 +393,60 @@ def test_dump_log_prints_batches_and_records_as_kafka_dump_log(tmp_path, capsys)
     assert [line[:12] for line in capsys.readouterr().out.splitlines()[2:]] == ["baseOffset: ", "baseOffset: ",
                                                                                "Found 7 inva"]
     assert main(["dump-log", "--files", str(tmp_path / "missing.log")]) == 1
+
+
+# --- with the core (state/cleaner.py) ---------------------------------------------------------------------------
+
+def _live(p) -> dict:
+    """key → (offset, value) of every record left in the partition's log."""
+    out = {}
+    data = p.log.read(p.log.log_start_offset, 1 << 30, p.log.high_watermark)
+    for pos, header in rec.iter_batch_headers(data):
+        for r in rec.decode_records(data, pos):
+            out.setdefault(r.key, []).append((r.offset, r.value))
+    return out
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_the_core_cleans_to_the_latest_value_per_key(tmp_path, isolation):
+    broker = _broker(tmp_path)
+    _fill(broker, "t", 12)
+    p = broker.partition("t", 0)
+    before = _live(p)
+    cleaner = LogCleaner(broker, isolation=isolation)
+    broker.log_cleaner.enabled = False
+
+    async def body(b):
+        assert await cleaner.clean_once()
+    run_with_broker(broker, body)
+    after = _live(p)
+    cleaned_below = p.log.cleaner_checkpoint
+    assert cleaned_below > 0 and cleaner.cleanings == 1 and cleaner.bytes_written > 0
+    for key, versions in before.items():
+        kept = [v for v in after[key] if v[0] < cleaned_below]
+        assert kept == [max(v for v in versions if v[0] < cleaned_below)]      # the latest below the checkpoint
+    assert not [n for n in os.listdir(tmp_path / "logs" / "t-0") if n.endswith((".cleaned", ".swap"))]
+
+
+def test_a_cleaning_cut_short_in_its_throttle_sleep_leaves_the_old_segments_and_no_files(tmp_path):
+    """Shutdown during the throttle's sleep (thread isolation; a child process is killed, see
+    test_shutdown_ends_a_long_cleaning): the cleaning ends at once, its files go."""
+    broker = _broker(tmp_path, **{"log.cleaner.io.max.bytes.per.second": 1.0})   # throttled to a crawl
+    _fill(broker, "t", 12)
+    p = broker.partition("t", 0)
+    before = _live(p)
+    cleaner = LogCleaner(broker, isolation="thread")
+    broker.log_cleaner.enabled = False
+
+    async def body(b):
+        await trio.sleep(0.35)                  # a throttle check interval since it began: the first call sleeps
+        with trio.move_on_after(1):
+            await cleaner.clean_once()
+    started = time.monotonic()
+    run_with_broker(broker, body)
+    assert time.monotonic() - started < 30          # not the hours its throttle asked for
+    assert cleaner._throttler.throttled_s > 100           # it was asleep: kilobytes at 1 byte/s
+    assert cleaner.cleanings == 0 and not cleaner.in_progress
+    assert _live(p) == before and p.log.cleaner_checkpoint == 0
+    assert not [n for n in os.listdir(tmp_path / "logs" / "t-0") if n.endswith((".cleaned", ".swap"))]
+    assert p.log.cleanable(now_ms(), None, cleaner.cleaner_config(p)) is not None      # a later one may start
