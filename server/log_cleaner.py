@@ -237,6 +237,10 @@ class LogCleaner:
                     continue
         return out
 
+    def _gone(self, partition) -> bool:
+        return (self.broker.partitions.get((partition.topic.name, partition.index)) is not partition
+                or partition.storage_error is not None)
+
     def busy(self, partition) -> bool:
         """Whether ``partition`` is being cleaned (Kafka's retention skips such logs)."""
         return partition in self.in_progress
@@ -278,13 +282,16 @@ class LogCleaner:
             except CleaningAborted:
                 return True
             except Exception as e:                   # noqa: BLE001 - the partition is left alone for a while
+                if self._gone(partition):
+                    log.info("cleaning %s given up: the partition was deleted or went offline meanwhile", name)
+                    return True
                 self.failures += 1
                 stats.last_error = str(e)[:200]
                 stats.uncleanable_until_ms = now_ms() + UNCLEANABLE_RETRY_MS
                 log.error("cleaning %s failed, retried in %ds: %s", name, UNCLEANABLE_RETRY_MS // 1000, e)
                 return True
-            if self.broker.partitions.get((partition.topic.name, partition.index)) is not partition:
-                return True                          # deleted meanwhile: its files went with it
+            if self._gone(partition):
+                return True                          # deleted (its files went with it) or offline meanwhile
             finished = True
             try:
                 self.core.finish(partition, result)

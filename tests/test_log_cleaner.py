@@ -450,3 +450,25 @@ def test_a_cleaning_cut_short_in_its_throttle_sleep_leaves_the_old_segments_and_
     assert _live(p) == before and p.log.cleaner_checkpoint == 0
     assert not [n for n in os.listdir(tmp_path / "logs" / "t-0") if n.endswith((".cleaned", ".swap"))]
     assert p.log.cleanable(now_ms(), None, cleaner.cleaner_config(p)) is not None      # a later one may start
+
+
+def test_a_partition_deleted_during_its_cleaning_is_given_up_quietly(tmp_path, caplog):
+    broker = _broker(tmp_path)
+    _fill(broker, "t", 12)
+    cleaner = _cleaner(broker, FailingCore())
+    core = cleaner.core
+    clean = core.clean_function()
+
+    token = []
+
+    def delete_then_fail(storage, plan, throttle):
+        trio.from_thread.run_sync(broker.delete_topic, "t", trio_token=token[0])
+        return clean(storage, plan, throttle)
+    core.clean_function = lambda: delete_then_fail
+
+    async def body(b):
+        token.append(trio.lowlevel.current_trio_token())
+        assert await cleaner.clean_once()
+    run_with_broker(broker, body)
+    assert cleaner.failures == 0 and not core.finished
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
