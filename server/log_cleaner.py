@@ -13,8 +13,8 @@ Where the cleaning runs: in a child process when the log is on disk (FileStorage
 holds the GIL against the event loop for a switch interval at a time, and produce latency during a cleaning rose
 several-fold (docs/operations.md, "Compaction", has the numbers), while in a child process it stays as when idle.
 The child only reads rolled, immutable segments and writes files under temporary names; ``finish_cleaning`` (the
-swap by rename) runs here, on the event loop.  Shutdown kills a child (or stops a thread at its next throttle call);
-the core's recovery at the next start removes what a cleaning cut short left.
+swap by rename) runs here, on the event loop.  Shutdown kills a child (or stops a thread at its next throttle call or
+in its throttle sleep); the core's recovery at the next start removes what a cleaning cut short left.
 """
 from __future__ import annotations
 
@@ -149,13 +149,7 @@ class LogCleaner:
         self.io_rate = float(config["log.cleaner.io.max.bytes.per.second"])
         self.dedupe_buffer_size = config["log.cleaner.dedupe.buffer.size"]
         self.max_map_keys = max(1, self.dedupe_buffer_size // max(1, self.threads) // BYTES_PER_MAP_KEY)
-        if core is None and self.enabled:
-            try:
-                core = CleanerCore()
-            except ImportError as e:            # the core (state/cleaner.py) is not in this build
-                log.warning("log cleaner off: %s", e)
-                self.enabled = False
-        self._core = core
+        self._core = core or CleanerCore()
         if isolation is None:
             isolation = "process" if isinstance(broker.storage, FileStorage) else "thread"
         self.isolation = isolation
@@ -169,8 +163,6 @@ class LogCleaner:
 
     @property
     def core(self) -> CleanerCore:
-        if self._core is None:
-            self._core = CleanerCore()
         return self._core
 
     def stats(self, partition) -> PartitionCleaning:
@@ -227,8 +219,6 @@ class LogCleaner:
     def dirty_ratios(self, now: int) -> dict:
         """(topic, partition) → dirty ratio now, of every compacted partition (metrics, status page)."""
         out = {}
-        if self._core is None:
-            return out
         for key, partition in list(self.broker.partitions.items()):
             if partition.config.compacted and partition.storage_error is None:
                 try:
