@@ -222,3 +222,34 @@ def test_the_cluster_metadata_log_is_cleaned_and_replays_to_the_same_users(serve
     server.restart()
     admin = AdminClient({"bootstrap.servers": server.bootstrap})
     assert described() == before
+
+
+@pytest.mark.server_config({**CLEANER, "trireme.metrics.listen": "127.0.0.1:0", "trireme.status.listen": "127.0.0.1:0"})
+def test_metrics_status_page_and_dump_log_show_a_cleaning(server):
+    import re
+    import subprocess
+    import sys
+    import urllib.request
+    from compat_tests.test_metrics import _metrics_url
+    url = _metrics_url(server)
+    name = unique_topic("seen")
+    _create(server, name, {"cleanup.policy": "compact", "segment.bytes": "1024"})
+    _produce(server, name, [(b"k%d" % (i % 3), b"v%d" % i) for i in range(40)])
+    wait_until(lambda: _cleaned(server, name), timeout=60, what="a cleaning")
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    def sample(metric: str) -> float:
+        return float(re.search(rf"^{metric} (\S+)$", text, re.M).group(1))
+    assert sample("trireme_log_cleaner_cleanings_total") >= 1
+    assert sample("trireme_log_cleaner_bytes_written_total") > 0
+    assert sample("trireme_log_cleaner_last_cleaning_timestamp_seconds") > 0
+    assert f'trireme_log_cleaner_dirty_ratio{{topic="{name}",partition="0"}}' in text
+    page = urllib.request.urlopen(url.replace("/metrics", "/"), timeout=5).read().decode()
+    row = page[page.index(name):].split("</tr>", 1)[0]
+    assert "cleaned " in row and " ago" in row
+    dumped = subprocess.run([sys.executable, "-m", "trireme.server.cli", "dump-log", "--files",
+                             str(server.data_dir / "logs" / f"{name}-0"), "--print-data-log"],
+                            capture_output=True, text=True, timeout=60)
+    assert dumped.returncode == 0, dumped.stderr
+    offsets = [int(m) for m in re.findall(r"^\| offset: (\d+) ", dumped.stdout, re.M)]
+    assert offsets == sorted(offsets) and len(offsets) < 40      # what compaction removed is not there
+    assert "key: k0 payload: v39" in dumped.stdout and "key: k0 payload: v0\n" not in dumped.stdout
