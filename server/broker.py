@@ -114,12 +114,16 @@ class Partition:
 
 def log_settings(config: dict[str, str]) -> dict[str, int]:
     """A topic's configs as its PartitionLog takes them.  Time and size retention apply only where cleanup.policy
-    includes delete (Kafka's UnifiedLog.deleteOldSegments): a compact-only topic keeps every segment for the cleaner."""
-    delete = "delete" in {policy.strip() for policy in config["cleanup.policy"].split(",")}
+    includes delete (Kafka's UnifiedLog.deleteOldSegments): a compact-only topic keeps every segment for the cleaner.
+    A compacted topic's segments roll by max.compaction.lag.ms too, when it is shorter than segment.ms."""
+    policies = {policy.strip() for policy in config["cleanup.policy"].split(",")}
+    segment_ms = int(config["segment.ms"])
+    if "compact" in policies:       # Kafka's LogConfig.maxSegmentMs: a segment is cleanable by max.compaction.lag.ms
+        segment_ms = min(segment_ms, int(config["max.compaction.lag.ms"]))
     return {"segment_bytes": int(config["segment.bytes"]),
-            "retention_ms": int(config["retention.ms"]) if delete else -1,
-            "retention_bytes": int(config["retention.bytes"]) if delete else -1,
-            "segment_ms": int(config["segment.ms"]), "segment_jitter_ms": int(config["segment.jitter.ms"])}
+            "retention_ms": int(config["retention.ms"]) if "delete" in policies else -1,
+            "retention_bytes": int(config["retention.bytes"]) if "delete" in policies else -1,
+            "segment_ms": segment_ms, "segment_jitter_ms": int(config["segment.jitter.ms"])}
 
 
 def _read_marker(plog: PartitionLog, header) -> tuple[bool, int]:

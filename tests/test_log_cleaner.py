@@ -26,7 +26,7 @@ def _config(tmp_path, *argv):
 
 def _topic(**overrides) -> dict[str, str]:
     return {"cleanup.policy": "delete", "segment.bytes": "1000", "retention.ms": "5", "retention.bytes": "7",
-            "segment.ms": "604800000", "segment.jitter.ms": "0", **overrides}
+            "segment.ms": "604800000", "segment.jitter.ms": "0", "max.compaction.lag.ms": str(2**63 - 1), **overrides}
 
 
 @pytest.mark.parametrize("policy, retained", [("delete", True), ("compact", False), ("compact,delete", True),
@@ -34,6 +34,14 @@ def _topic(**overrides) -> dict[str, str]:
 def test_time_and_size_retention_only_with_the_delete_policy(policy, retained):
     settings = log_settings(_topic(**{"cleanup.policy": policy}))
     assert (settings["retention_ms"], settings["retention_bytes"]) == ((5, 7) if retained else (-1, -1))
+
+
+def test_a_compacted_topic_rolls_by_max_compaction_lag_when_shorter_than_segment_ms():
+    topic = _topic(**{"segment.ms": "600000", "max.compaction.lag.ms": "60000"})
+    assert log_settings(topic)["segment_ms"] == 600000
+    assert log_settings({**topic, "cleanup.policy": "compact"})["segment_ms"] == 60000
+    assert log_settings({**topic, "cleanup.policy": "compact", "max.compaction.lag.ms": "9000000"})["segment_ms"] \
+        == 600000
 
 
 def test_segment_ms_rolls_on_the_append_that_comes_after_it():
