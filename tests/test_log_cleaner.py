@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
+import trio
+from broker_runner import run_with_broker
 
+from tests.cleaner_stub import EndlessCore, FailingCore, StubCore
 from tests.test_log import append, make_batch
-from trireme.server.broker import log_settings
+from trireme.server.broker import Broker, log_settings
 from trireme.server.cli import build_parser, load_config
-from trireme.server.config import ConfigError
+from trireme.server.clock import now_ms
+from trireme.server.config import Config, ConfigError
+from trireme.server.log_cleaner import LogCleaner, Throttler
 from trireme.state.log import PartitionLog
 from trireme.state.storage import MemoryStorage
+from trireme.wire import records as rec
 
 DIR = "logs/t-0"
 MINUTE = 60_000
@@ -98,7 +105,7 @@ def test_log_roll_and_cleaner_defaults_are_kafkas(tmp_path):
 
 
 def test_log_roll_hours_and_cleaner_properties_set_topic_defaults(tmp_path):
-    from trireme.server.config import TOPIC_DEFAULT_PROPERTIES
+    from trireme.server.config import TOPIC_DEFAULT_PROPERTIES  # noqa: PLC0415
     config = _config(tmp_path, "--set", "log.roll.hours=2", "--set", "log.cleaner.min.cleanable.ratio=0.25",
                      "--set", "log.cleaner.io.max.bytes.per.second=1048576")
     assert config["log.roll.ms"] == 2 * 3_600_000
@@ -119,18 +126,6 @@ def test_bad_cleaner_and_roll_values_are_refused(tmp_path, setting):
 
 
 # --- scheduling (server/log_cleaner.py against tests/cleaner_stub.py) ------------------------------------------
-
-import time  # noqa: E402
-
-import trio  # noqa: E402
-from broker_runner import run_with_broker  # noqa: E402
-
-from tests.cleaner_stub import EndlessCore, FailingCore, StubCore  # noqa: E402
-from trireme.server.broker import Broker  # noqa: E402
-from trireme.server.clock import now_ms  # noqa: E402
-from trireme.server.config import Config  # noqa: E402
-from trireme.server.log_cleaner import LogCleaner, Throttler  # noqa: E402
-from trireme.wire import records as rec  # noqa: E402
 
 
 def _broker(tmp_path, **props) -> Broker:
