@@ -12,6 +12,10 @@ BASE_SERVER_CONFIG: dict[str, Any] = {
     "group.min.session.timeout.ms": 1000,
 }
 
+# How the probe's connections reach the broker (conftest.py's --command-config: the admin client's settings read from
+# that file, trireme.server.admin.security.load_command_config); None: PLAINTEXT.
+PROBE_SECURITY: Any = None
+
 # What a probe of a broker that is not (yet) answering may raise.
 PROBE_ERRORS = (AdminError, OSError, IndexError)
 
@@ -37,7 +41,8 @@ class BrokerInfo:
         self.is_trireme = any(c.name.startswith("trireme.") for r in configs.results for c in r.configs)
 
     def _connect(self, timeout: float = 10.0) -> Connection:
-        return Connection(*parse_host_port(self.bootstrap), timeout=timeout)
+        secured = {} if PROBE_SECURITY is None else {"security": PROBE_SECURITY}
+        return Connection(*parse_host_port(self.bootstrap), timeout=timeout, **secured)
 
     def partitions(self, topic: str) -> list[int]:
         """The topic's partitions in the order the broker's Metadata lists them (Kafka's is not sorted)."""

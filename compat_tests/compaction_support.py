@@ -11,13 +11,24 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
-import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic,
-                                   ResourceType)
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from compat_tests import clients
 
@@ -26,9 +37,6 @@ BROKER_CONFIG = {"log.cleaner.backoff.ms": 100, "log.retention.check.interval.ms
 
 # How long a test waits for the cleaner: a hang guard for two busy shared cores.
 CLEAN_TIMEOUT = 60.0
-
-# Each compaction test is committed with this strict xfail until the cleaner is on main, then the mark goes.
-CLEANER_PENDING = pytest.mark.xfail(strict=True, reason="cleaner not merged yet")
 
 
 def compact_config(**over: object) -> dict[str, str]:

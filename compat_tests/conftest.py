@@ -69,6 +69,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _secure_every_client(config)
     config.addinivalue_line(
         "markers", "server_config(props): extra broker properties (dict) for the server fixtures; against an "
                    "external broker they are the settings the test assumes")
@@ -78,6 +79,21 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "kafka_version(major): expects the behaviour of Kafka >= major (e.g. 4: KIP-896 removals); "
                    "not applicable against an older broker")
     matrix.configure(config)
+
+
+def _secure_every_client(config: pytest.Config) -> None:
+    """--command-config FILE: every client of the run reaches --bootstrap (a secured listener) with the file's
+    settings (compat_tests/secured_run.py), the probe too.  Before the test modules are imported."""
+    path = config.getoption("command_config")
+    if not path:
+        return
+    if not config.getoption("bootstrap"):
+        raise pytest.UsageError("--command-config names how to reach --bootstrap: give both")
+    from compat_tests import broker_probe, secured_run
+    from trireme.server.admin import security as admin_security
+    config.compat_security = security.ClientSecurity.from_properties(security.read_properties(path))
+    secured_run.install(config.compat_security)
+    broker_probe.PROBE_SECURITY = admin_security.load_command_config(path)
 
 
 # Broker settings a test's server_config may name that only make it quicker (its waits are shorter) or that only

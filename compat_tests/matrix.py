@@ -181,6 +181,10 @@ def addoption(group) -> None:
     group.addoption("--matrix-only", action="store_true", help="only the tests behind the matrix's cells")
     group.addoption("--compat-report", metavar="PATH", help="write the matrix to PATH.json and PATH.md")
     group.addoption("--broker-name", metavar="NAME", help="the broker's name in the report")
+    group.addoption("--command-config", metavar="FILE",
+                    help="Kafka client properties every client of the run uses to reach --bootstrap, a secured "
+                         "listener: security.protocol, sasl.mechanism, sasl.jaas.config, ssl.truststore.* / "
+                         "ssl.keystore.* (PEM)")
 
 
 def configure(config: pytest.Config) -> None:
@@ -202,7 +206,10 @@ class _Selection:
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         wanted = config.getoption("clients")
         wanted = [w.strip() for w in wanted.split(",") if w.strip()] if wanted else None
-        quick, only = config.getoption("quick"), config.getoption("matrix_only") or bool(wanted)
+        # Against a secured listener (--command-config) only the tests behind the matrix: the others speak the
+        # protocol over plain sockets of their own (raw frames, the admin client).
+        secured = getattr(config, "compat_security", None) is not None
+        quick, only = config.getoption("quick"), config.getoption("matrix_only") or bool(wanted) or secured
         if wanted:
             unknown = [w for w in wanted if not any(c.startswith(w) for c in CLIENTS)]
             if unknown:
@@ -363,6 +370,9 @@ def build_report(config: pytest.Config, results: list[dict[str, Any]], started: 
             broker["probe_error"] = repr(e)
     else:
         broker.update(kafka_major=4, is_trireme=True)
+    security = getattr(config, "compat_security", None)
+    if security is not None:
+        broker["security"] = " ".join(x for x in (security.protocol, security.mechanism) if x)
     name = config.getoption("broker_name") or (bootstrap if bootstrap else f"trireme {commit} (started by the suite)")
     mode = "quick" if config.getoption("quick") else ("matrix only" if config.getoption("matrix_only") else "full")
     versions = client_versions()
@@ -443,6 +453,8 @@ def compress_ids(ids: list[str]) -> list[str]:
 def _run_line(run: dict) -> str:
     counts = ", ".join(f"{n} {o}" for o, n in sorted(run["tests"].items()))
     where = f"`{run['bootstrap']}`" if run.get("bootstrap") else "a `trireme serve` per test module, started by the suite"
+    if run.get("security"):
+        where += f" over {run['security']}"
     kind = ""
     if "is_trireme" in run:
         kind = " (Trireme)" if run["is_trireme"] else f" (answers as Kafka {run['kafka_major']}.x)"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,9 @@ def make_tls_files(directory: str | Path) -> TlsFiles:
     d.mkdir(parents=True, exist_ok=True)
     ca, other_ca = trustme.CA(), trustme.CA()
     server = ca.issue_cert("127.0.0.1", "localhost")
-    client = ca.issue_cert("client.compat.invalid", common_name=CLIENT_CN)
+    # A subject without characters Kafka's RFC 2253 rendering escapes (trustme's default unit name has a '#').
+    client = ca.issue_cert("client.compat.invalid", common_name=CLIENT_CN, organization_name="Trireme compat",
+                           organization_unit_name="clients")
     stranger = other_ca.issue_cert("stranger.compat.invalid", common_name="stranger")
 
     def write(name: str, data: bytes) -> Path:
@@ -138,11 +141,14 @@ class ClientSecurity:
 
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> "ClientSecurity":
-        """A Kafka client properties file's security settings (PEM trust and key stores; the JAAS line of Kafka's
-        ScramLoginModule/PlainLoginModule or OAuthBearerLoginModule's unsecured ``unsecuredLoginStringClaim_sub``).
-        Other properties are ignored."""
+        """A client properties file's security settings, in Kafka's names (PEM trust and key stores; the JAAS line of
+        Kafka's ScramLoginModule/PlainLoginModule, or OAuthBearerLoginModule's unsecured
+        ``unsecuredLoginStringClaim_sub``) or librdkafka's (``ssl.ca.location``, ``ssl.certificate.location`` +
+        ``ssl.key.location``, ``sasl.username``/``sasl.password``, ``sasl.oauthbearer.config=principal=...``), as the admin command line's --command-config
+        takes them.  Other properties are ignored."""
         protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
-        mechanism = props.get("sasl.mechanism", "GSSAPI" if protocol.startswith("SASL") else "").strip() or None
+        mechanism = (props.get("sasl.mechanism") or props.get("sasl.mechanisms") or
+                     ("GSSAPI" if protocol.startswith("SASL") else "")).strip().upper() or None
         options = {m.group(1): m.group(2) if m.group(2) is not None else m.group(3)
                    for m in _JAAS_OPTION.finditer(props.get("sasl.jaas.config", ""))}
         for kind in ("truststore", "keystore"):
@@ -150,14 +156,19 @@ class ClientSecurity:
             if props.get(f"ssl.{kind}.location") and store_type != "PEM":
                 raise ValueError(f"ssl.{kind}.type={store_type}: only PEM stores are supported here")
         keystore = props.get("ssl.keystore.location")
-        cert = key = None
+        cert, key = props.get("ssl.certificate.location"), props.get("ssl.key.location")
         if keystore:
             cert, key = _split_keystore(Path(keystore))
+        elif cert and key:
+            keystore = _join_keystore(Path(cert), Path(key))
         if protocol.startswith("SASL") and mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"):
             raise ValueError(f"sasl.mechanism={mechanism}: the suite drives PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER")
-        return cls(protocol, mechanism if protocol.startswith("SASL") else None, options.get("username"),
-                   options.get("password"), options.get("unsecuredLoginStringClaim_sub"),
-                   props.get("ssl.truststore.location"), cert, key, keystore)
+        sasl = protocol.startswith("SASL")
+        return cls(protocol, mechanism if sasl else None,
+                   options.get("username", props.get("sasl.username")) if sasl else None,
+                   options.get("password", props.get("sasl.password")) if sasl else None,
+                   options.get("unsecuredLoginStringClaim_sub", _oauthbearer_principal(props)) if sasl else None,
+                   props.get("ssl.truststore.location") or props.get("ssl.ca.location"), cert, key, keystore)
 
     # --- per client -------------------------------------------------------------------------
 
@@ -285,7 +296,6 @@ def _split_keystore(path: Path) -> tuple[str, str]:
     certs = re.findall(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----\n?", text, re.S)
     if key is None or not certs:
         raise ValueError(f"{path}: expected a PKCS#8 private key and a certificate chain (PEM)")
-    import tempfile
     out = Path(tempfile.mkdtemp(prefix="compat-keystore-"))
     cert_path, key_path = out / "cert.pem", out / "key.pem"
     cert_path.write_text("".join(certs))
@@ -294,25 +304,28 @@ def _split_keystore(path: Path) -> tuple[str, str]:
     return str(cert_path), str(key_path)
 
 
+def _oauthbearer_principal(props: dict[str, str]) -> str | None:
+    """librdkafka's unsecured token principal: ``principal=NAME`` in ``sasl.oauthbearer.config``."""
+    m = re.search(r"(?:^|\s)principal=(\S+)", props.get("sasl.oauthbearer.config", ""))
+    return m.group(1) if m else None
+
+
+def _join_keystore(cert: Path, key: Path) -> str:
+    """A certificate chain file and its key file as one PEM keystore (key, then chain: Kafka 4's form, for the Java
+    client), in a temporary directory."""
+    path = Path(tempfile.mkdtemp(prefix="compat-keystore-")) / "keystore.pem"
+    key_text = key.read_text()
+    if "BEGIN PRIVATE KEY" not in key_text and "BEGIN ENCRYPTED PRIVATE KEY" not in key_text:
+        key_text = _pkcs8(key_text.encode()).decode()
+    path.write_text(key_text + cert.read_text())
+    path.chmod(0o600)
+    return str(path)
+
+
 def read_properties(path: str | Path) -> dict[str, str]:
-    """A Java properties file's ``name=value`` lines (``#``/``!`` comments, ``\\`` line continuations)."""
-    props: dict[str, str] = {}
-    logical = ""
-    for raw in Path(path).read_text().splitlines():
-        line = raw.strip() if not logical else raw.lstrip()
-        if not logical and (not line or line[0] in "#!"):
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            logical += line[:-1]
-            continue
-        logical += line
-        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)", logical)
-        if m:
-            props[m.group(1)] = m.group(2)
-        else:
-            props[logical] = ""
-        logical = ""
-    return props
+    """A Kafka client properties file (the broker's own reader of Java properties)."""
+    from trireme.server.config import parse_properties
+    return parse_properties(Path(path).read_text())
 
 
 # ------------------------------------------------------------------ the broker side of the tests

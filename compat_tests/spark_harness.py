@@ -10,11 +10,20 @@ answer each):
   value as text, partition, offset, timestamp in ms, headers, ``split``: the
   Spark partition the row came from) and ``splits`` (the number of Spark
   partitions of the read);
+* ``{"op": "write", "topic": ..., "rows": [{"key", "value", "partition"}],
+  "options": {...}}``: ``df.write.format("kafka")`` of those rows (text key
+  and value, a partition column when given) with these options
+  (``kafka.bootstrap.servers`` and ``topic`` added); answers ``written``;
 * ``{"op": "read_parquet", "path": ...}``: the rows of a Parquet table, as
   JSON (timestamps in ms);
 * ``{"op": "exit"}``.
 
 A failing command answers ``{"ok": false, "error": "<class>: <message>"}``.
+
+HARNESS_CLIENT_CONFIG (a JSON object of Kafka client properties, set by
+clients.HarnessProcess for a secured listener) goes to every read and write
+as Spark takes client properties: ``kafka.``-prefixed options; a command's
+own options win.
 """
 from __future__ import annotations
 
@@ -51,9 +60,11 @@ def main() -> int:
     from pyspark.sql import functions as F
 
     spark = build_spark("trireme-spark-harness", {"spark.sql.session.timeZone": "UTC"})
+    client = {f"kafka.{k}": str(v) for k, v in json.loads(os.environ.get("HARNESS_CLIENT_CONFIG") or "{}").items()}
 
     def read(options: dict) -> dict:
-        df = with_options(spark.read.format("kafka"), {"kafka.bootstrap.servers": bootstrap, **options}).load()
+        df = with_options(spark.read.format("kafka"),
+                          {"kafka.bootstrap.servers": bootstrap, **client, **options}).load()
         rows = (df.select(F.col("key").cast("string").alias("key"),
                           F.col("value").cast("string").alias("value"),
                           "partition", "offset", F.unix_millis("timestamp").alias("timestamp"),
@@ -61,6 +72,17 @@ def main() -> int:
                           F.spark_partition_id().alias("split"))
                 .collect())
         return {"rows": [jsonable(r) for r in rows], "splits": df.rdd.getNumPartitions()}
+
+    def write(topic: str, rows: list[dict], options: dict) -> dict:
+        from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+        schema = StructType([StructField("key", StringType()), StructField("value", StringType()),
+                             StructField("partition", IntegerType())])
+        df = spark.createDataFrame([(r.get("key"), r.get("value"), r.get("partition")) for r in rows], schema)
+        if all(r.get("partition") is None for r in rows):
+            df = df.drop("partition")
+        with_options(df.write.format("kafka"),
+                     {"kafka.bootstrap.servers": bootstrap, **client, "topic": topic, **options}).save()
+        return {"written": len(rows)}
 
     def read_parquet(path: str) -> dict:
         return {"rows": [jsonable(r) for r in spark.read.parquet(path).collect()]}
@@ -75,6 +97,8 @@ def main() -> int:
             try:
                 if op == "read":
                     answer = read(cmd["options"])
+                elif op == "write":
+                    answer = write(cmd["topic"], cmd["rows"], cmd.get("options") or {})
                 elif op == "read_parquet":
                     answer = read_parquet(cmd["path"])
                 else:

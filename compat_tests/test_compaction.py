@@ -15,13 +15,25 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Producer
 
 from compat_tests import clients
-from compat_tests.compaction_support import (BROKER_CONFIG, CLEANER_PENDING, Sent, assert_view,
-                                             compact_config, compacted, create_topic, filler, latest,
-                                             offset_for_time, produce, read_partition, some_record_cleaned,
-                                             wait_compacted, watermarks, watched)
+from compat_tests.compaction_support import (
+    BROKER_CONFIG,
+    Sent,
+    assert_view,
+    compact_config,
+    compacted,
+    create_topic,
+    filler,
+    latest,
+    offset_for_time,
+    produce,
+    read_partition,
+    some_record_cleaned,
+    wait_compacted,
+    watermarks,
+)
 from compat_tests.python_clients import unique_topic
 
 pytestmark = [pytest.mark.server_config(BROKER_CONFIG), pytest.mark.trireme_only(
@@ -74,7 +86,6 @@ def check_time_index(bootstrap: str, topic: str, view) -> None:
 
 # ------------------------------------------------------------------------------------- confluent-kafka
 
-@CLEANER_PENDING
 def test_confluent_compacted_view_both_isolation_levels(server):
     """Overwrites and tombstones in rolled segments: once cleaned, read_committed and read_uncommitted both get
     the latest value of each key at its acknowledged offset (tombstones included: delete.retention.ms keeps
@@ -97,7 +108,6 @@ def test_confluent_compacted_view_both_isolation_levels(server):
     check_time_index(server.bootstrap, topic, read_partition(server.bootstrap, topic))
 
 
-@CLEANER_PENDING
 def test_confluent_tombstones_go_after_delete_retention_ms(server):
     """delete.retention.ms=500: the cleaning that first sees a tombstone keeps it and stamps its batch with a
     delete horizon (now + delete.retention.ms, Kafka's KIP-534: a later change of the setting does not move
@@ -117,7 +127,6 @@ def test_confluent_tombstones_go_after_delete_retention_ms(server):
         assert_view(read_partition(server.bootstrap, topic, iso), expected, keys)
 
 
-@CLEANER_PENDING
 def test_confluent_transactional_producer_across_a_cleaning(server):
     """A transactional producer commits (and every third time aborts) transactions of overwrites while the
     cleaner works on the partition; it keeps going past the first cleaning with no error.  Afterwards both
@@ -157,7 +166,6 @@ def test_confluent_transactional_producer_across_a_cleaning(server):
                     check_timestamps=False)
 
 
-@CLEANER_PENDING
 def test_confluent_idempotent_producer_continues_after_its_batches_are_cleaned(server):
     """An idempotent producer's every record is superseded by another producer and cleaned away; the broker
     then restarts (producer state rebuilt from the compacted log and its snapshots); the idempotent producer
@@ -188,7 +196,6 @@ def test_confluent_idempotent_producer_continues_after_its_batches_are_cleaned(s
         assert [r.value for r in view if r.key == key][-1] == s.value, key
 
 
-@CLEANER_PENDING
 def test_segment_ms_rolls_a_quiet_segment_for_the_cleaner(server):
     """segment.ms: with 1 GiB segments nothing rolls on size; once segment.ms has passed, the next append
     rolls the segment holding the overwrites and the cleaner compacts it."""
@@ -202,7 +209,6 @@ def test_segment_ms_rolls_a_quiet_segment_for_the_cleaner(server):
     assert_view(read_partition(server.bootstrap, topic), compacted(sent, tombstones=True), keys | {b"roll-trigger"})
 
 
-@CLEANER_PENDING
 @pytest.mark.server_config({"log.retention.check.interval.ms": 100})
 def test_compact_only_topic_keeps_every_key_past_retention_ms(server):
     """retention.ms applies only where cleanup.policy includes delete: a compact topic and a delete topic
@@ -251,7 +257,6 @@ def java_view(h: clients.HarnessProcess, topic: str, isolation: str) -> list:
     return out
 
 
-@CLEANER_PENDING
 @pytest.mark.parametrize("version", clients.JAVA_VERSIONS)
 def test_java_compacted_view_and_transactions_across_a_cleaning(server, java_harness, version):
     """The Java client produces the keyed history (idempotent, its default) and then transactions of
@@ -298,7 +303,6 @@ def test_java_compacted_view_and_transactions_across_a_cleaning(server, java_har
         assert_view(java_view(h, topic, iso), expected, keys, check_headers=False, check_timestamps=False)
 
 
-@CLEANER_PENDING
 @pytest.mark.parametrize("version", clients.JAVA_VERSIONS)
 def test_java_idempotent_producer_continues_after_its_batches_are_cleaned(server, java_harness, version):
     """The Java client's idempotent producer (kept across the test) writes every key; another producer

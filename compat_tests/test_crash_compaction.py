@@ -20,13 +20,24 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from trireme.wire import records
 
 from compat_tests import clients
-from compat_tests.compaction_support import (BROKER_CONFIG, CLEANER_PENDING, Sent, Stored, compacted,
-                                             compact_config, create_topic, filler, latest, produce, read_partition,
-                                             wait_compacted, watermarks)
+from compat_tests.compaction_support import (
+    BROKER_CONFIG,
+    Sent,
+    Stored,
+    compact_config,
+    compacted,
+    create_topic,
+    filler,
+    latest,
+    produce,
+    read_partition,
+    wait_compacted,
+    watermarks,
+)
 from compat_tests.python_clients import unique_topic
-from trireme.wire import records
 
 SEED = int(os.environ.get("TRIREME_CRASH_SEED", "7331"))
 KILLS = int(os.environ.get("TRIREME_COMPACTION_CRASH_KILLS", "3"))
@@ -82,7 +93,6 @@ def check_segment_files(data_dir: Path, topic: str) -> int:
     return len(segments)
 
 
-@CLEANER_PENDING
 @pytest.mark.timeout(600 + 60 * KILLS)
 def test_kill9_during_cleaning_loop(server):
     topic = unique_topic("compact-crash")

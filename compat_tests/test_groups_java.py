@@ -41,6 +41,7 @@ default configuration; Trireme does not advertise ConsumerGroupHeartbeat.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -97,6 +98,8 @@ public class DeleteGroupOffsets {
         p.put("bootstrap.servers", a[0]);
         p.put("request.timeout.ms", "10000");
         p.put("default.api.timeout.ms", "10000");
+        String secured = System.getenv("CLIENT_PROPERTIES");   // a secured listener's settings (a properties file)
+        if (secured != null) try (java.io.FileReader r = new java.io.FileReader(secured)) { p.load(r); }
         Set<TopicPartition> tps = new LinkedHashSet<>();
         for (int i = 3; i < a.length; i++) tps.add(new TopicPartition(a[2], Integer.parseInt(a[i])));
         StringBuilder out = new StringBuilder("{\"ok\":true,\"partitions\":{");
@@ -136,8 +139,13 @@ def delete_group_offsets(version: str, bootstrap: str, group: str, topic: str,
     assert cp, f"Java client {version} not built"
     src = workdir / "DeleteGroupOffsets.java"
     src.write_text(DELETE_OFFSETS_JAVA)
+    env = dict(os.environ)
+    if clients.DEFAULT_SECURITY is not None:        # a run against a secured listener (--command-config)
+        props = workdir / "client.properties"
+        props.write_text("".join(f"{k}={v}\n" for k, v in clients.DEFAULT_SECURITY.java().items()))
+        env["CLIENT_PROPERTIES"] = str(props)
     proc = subprocess.run(["java", "-XX:TieredStopAtLevel=1", "-cp", cp, str(src), bootstrap, group, topic,
-                           *map(str, partitions)], capture_output=True, timeout=90)
+                           *map(str, partitions)], capture_output=True, timeout=90, env=env)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-3000:]
     return json.loads(proc.stdout.decode().strip().splitlines()[-1])
 

@@ -25,7 +25,7 @@ import pytest
 
 from compat_tests import clients
 from compat_tests.python_clients import create_topics
-from compat_tests.security import SCRAM_MECHANISM, ClientSecurity, SecuredListeners
+from compat_tests.security import ClientSecurity, SecuredListeners
 
 CLIENTS = ("confluent-kafka", "kafka-python", "aiokafka", "kafkajs", "kcat", "java-3.9.0", "java-4.3.0")
 MODES = ("sasl_ssl", "mtls")
@@ -47,6 +47,18 @@ def way_in(listeners: SecuredListeners, mode: str, client: str) -> tuple[str, Cl
             return listeners.sasl_ssl, listeners.oauthbearer("kcat")
         return listeners.sasl_ssl, listeners.scram
     return listeners.ssl, listeners.mtls
+
+
+def logged_in(listeners: SecuredListeners, since: int, mode: str, sec: ClientSecurity) -> str | None:
+    """The broker's log line (from ``since``) saying a connection of ``sec`` was authenticated: the SCRAM or
+    OAUTHBEARER principal on SASL_SSL, the client certificate's subject (Kafka's default principal) on SSL."""
+    if mode == "mtls":
+        needles = ["listener=SSL ", f"tls_principal=User:{listeners.tls.client_dn}"]
+    else:
+        user = sec.oauth_principal if sec.mechanism == "OAUTHBEARER" else sec.username
+        needles = [f"authenticated principal=User:{user} mechanism={sec.mechanism} listener=SASL_SSL "]
+    return next((line for line in listeners.server.log_text(since).splitlines()
+                 if all(n in line for n in needles)), None)
 
 
 def records(tag: str, n: int = N) -> list[tuple[bytes, bytes, int]]:
@@ -165,16 +177,16 @@ def kp_transactions(bootstrap, sec, topic, plan) -> None:
         p.close()
 
 
-def kp_wrong_password(bootstrap, sec, caplog) -> list[str]:
+def kp_wrong_password(bootstrap, sec) -> None:
     """kafka-python 3 takes a refused login as a failed bootstrap connection and tries again until its bootstrap
-    timeout: the constructor raises KafkaTimeoutError, each refusal is logged as SaslAuthenticationFailedError."""
-    import logging
-
+    timeout: the constructor raises KafkaTimeoutError.  (It logs SaslAuthenticationFailedError only for the attempts
+    where it read the answer before the connection's end: like Kafka, the broker answers a failed login after
+    connection.failed.authentication.delay.ms and closes right after, and kafka-python drops data that arrives
+    together with the end of the stream.)"""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaTimeoutError
-    with caplog.at_level(logging.WARNING, logger="kafka"), pytest.raises(KafkaTimeoutError, match="Unable to bootstrap"):
+    with pytest.raises(KafkaTimeoutError, match="Unable to bootstrap"):
         KafkaAdminClient(bootstrap_servers=bootstrap, bootstrap_timeout_ms=10_000, **sec.kafka_python())
-    return [r.getMessage() for r in caplog.records]
 
 
 # ------------------------------------------------------------------ aiokafka
@@ -326,13 +338,16 @@ def harnesses(secured_server) -> Iterator[dict]:
 
 
 @pytest.fixture
-def harness_for(request, harnesses, secured_server) -> Callable[[str, str, ClientSecurity], clients.HarnessProcess]:
-    """``harness_for(client, bootstrap, security)``: the module's harness of that client for that way in."""
+def harness_for(request, harnesses, secured_server) -> Iterator[Callable[..., clients.HarnessProcess]]:
+    """``harness_for(client, bootstrap, security, keep=True)``: a harness of that client for that way in; kept for
+    the module's other tests (the produce and transaction tests share one per client and way in), else closed
+    at the end of the test."""
     used: list[clients.HarnessProcess] = []
+    once: list[clients.HarnessProcess] = []
 
-    def get(client: str, bootstrap: str, sec: ClientSecurity) -> clients.HarnessProcess:
+    def get(client: str, bootstrap: str, sec: ClientSecurity, keep: bool = True) -> clients.HarnessProcess:
         key = (client, bootstrap, sec.to_json())
-        h = harnesses.get(key)
+        h = harnesses.get(key) if keep else None
         if h is None or h.proc.poll() is not None:
             if client == "kafkajs":
                 clients.require_kafkajs()
@@ -341,7 +356,10 @@ def harness_for(request, harnesses, secured_server) -> Callable[[str, str, Clien
                 version = client.removeprefix("java-")
                 clients.require_java(version)
                 h = clients.java_harness(version, bootstrap, security=sec)
-            harnesses[key] = h
+            if keep:
+                harnesses[key] = h
+            else:
+                once.append(h)
         used.append(h)
         return h
     yield get
@@ -350,6 +368,8 @@ def harness_for(request, harnesses, secured_server) -> Callable[[str, str, Clien
         for h in used:
             print(f"\n----- {h.name} harness stderr tail ({h.stderr_path}) -----\n{h.stderr_tail(40)}")
         print(f"\n----- server stderr tail -----\n{secured_server.server.stderr_tail(60)}")
+    for h in once:
+        h.close()
 
 
 PRODUCE = {"confluent-kafka": cf_produce, "kafka-python": kp_produce, "aiokafka": ak_produce}
@@ -357,8 +377,7 @@ GROUP = {"confluent-kafka": cf_group_consume, "kafka-python": kp_group_consume, 
 TRANSACTIONS = {"confluent-kafka": cf_transactions, "kafka-python": kp_transactions, "aiokafka": ak_transactions}
 
 
-def read_committed(client: str, bootstrap: str, sec: ClientSecurity, topic: str, n: int, h=None,
-                   kcat: str | None = None) -> list[bytes]:
+def read_committed(client: str, bootstrap: str, sec: ClientSecurity, topic: str, n: int, h=None) -> list[bytes]:
     """The topic's partition 0 read with read_committed by ``client``, once ``n`` records came."""
     group = f"sec-rc-{uid()}"
     if client == "confluent-kafka":
@@ -385,6 +404,7 @@ def ways_in() -> list:
 def test_produce_and_consume_in_a_group(secured_server, harness_for, client, mode):
     bootstrap, sec = way_in(secured_server, mode, client)
     [topic] = create_topics(secured_server.plaintext, [f"sec-{client}-{mode}-{uid()}"], PARTITIONS)
+    mark = secured_server.server.log_position()
     recs = records(f"{client}-{mode}")
     group = f"sec-g-{uid()}"
     if client in PRODUCE:
@@ -399,6 +419,7 @@ def test_produce_and_consume_in_a_group(secured_server, harness_for, client, mod
         h_produce(h, topic, recs)
         got = h_group_consume(h, topic, group, N)
     assert sorted(got) == sorted(v for _, v, _ in recs)
+    assert logged_in(secured_server, mark, mode, sec) is not None, secured_server.server.log_text(mark)[-3000:]
     # The group's commit is where the records end: read over the PLAINTEXT listener.
     from confluent_kafka import Consumer, TopicPartition
     c = Consumer({"bootstrap.servers": secured_server.plaintext, "group.id": group})
@@ -420,14 +441,14 @@ def test_transaction_read_committed(secured_server, harness_for, client, mode):
     if client in TRANSACTIONS:
         TRANSACTIONS[client](bootstrap, sec, topic, plan)
     elif client == "kcat":          # kcat has no transactional producer: librdkafka's, over the same listener
+        clients.require_kcat()
         cf_transactions(bootstrap, sec, topic, plan)
     else:
         h = harness_for(client, bootstrap, sec)
         h_transactions(h, topic, plan)
     # Partition 0 holds the aborted records between the two committed transactions: having read the second
     # transaction's records, a read_committed reader has passed the aborted ones.
-    got = read_committed(client, bootstrap, sec, topic, len(want), h=h,
-                         kcat=clients.require_kcat() if client == "kcat" else None)
+    got = read_committed(client, bootstrap, sec, topic, len(want), h=h)
     assert got == want
 
 
@@ -441,15 +462,18 @@ def test_wrong_password_is_an_authentication_error(secured_server, harness_for, 
         text = cf_wrong_password(bootstrap, sec)
         assert "authentication" in text.lower(), text
     elif client == "kafka-python":
-        logged = kp_wrong_password(bootstrap, sec, caplog)
-        assert any("SaslAuthenticationFailedError" in line and "invalid credentials" in line for line in logged), \
-            logged[-5:]
+        mark = secured_server.server.log_position()
+        kp_wrong_password(bootstrap, sec)
+        refused = [line for line in secured_server.server.log_text(mark).splitlines()
+                   if "authentication failed listener=SASL_SSL mechanism=SCRAM-SHA-512 user=admin" in line]
+        assert refused and all("invalid-proof" in line for line in refused), refused[:3]
+        assert sec.password not in secured_server.server.log_text(mark)
     elif client == "aiokafka":
         logged = ak_wrong_password(bootstrap, sec, caplog)
         assert any("SaslAuthenticationFailed" in line and "invalid credentials" in line for line in logged), \
             logged[-5:]
     else:
-        h = harness_for(client, bootstrap, sec)
+        h = harness_for(client, bootstrap, sec, keep=False)
         r = h.call("produce", topic="never-written", records=[clients.record(b"x")],
                    timeout=AUTH_DEADLINE_S + 30)
         assert r["ok"] is False, r
@@ -465,14 +489,16 @@ def test_oauthbearer_unsecured_token(secured_server, harness_for, client):
     [topic] = create_topics(secured_server.plaintext, [f"sec-oauth-{client}-{uid()}"], PARTITIONS)
     recs = records(f"oauth-{client}")
     group = f"sec-oauth-g-{uid()}"
+    mark = secured_server.server.log_position()
     if client == "confluent-kafka":
         cf_produce(bootstrap, sec, topic, recs)
         got = cf_group_consume(bootstrap, sec, topic, group, N)
     else:
-        h = harness_for(client, bootstrap, sec)
+        h = harness_for(client, bootstrap, sec, keep=False)
         h_produce(h, topic, recs)
         got = h_group_consume(h, topic, group, N)
     assert sorted(got) == sorted(v for _, v, _ in recs)
+    assert logged_in(secured_server, mark, "sasl_ssl", sec) is not None, secured_server.server.log_text(mark)[-3000:]
 
 
 def test_kcat_scram_login_refused_as_by_kafka_4(secured_server):
@@ -489,27 +515,92 @@ def test_kcat_scram_login_refused_as_by_kafka_4(secured_server):
     assert secured_server.scram.password not in log
 
 
-def test_untrusted_client_certificate_is_refused(secured_server):
-    """The SSL listener requires a client certificate its truststore vouches for: one from another CA gets no
-    record in (librdkafka reports the failed connection; the produce never succeeds)."""
-    from confluent_kafka import KafkaError, Producer
+def untrusted_client_error(client: str, bootstrap: str, sec: ClientSecurity, harness_for, caplog) -> str:
+    """What ``client`` reports when the SSL listener refuses its certificate (a produce that cannot succeed)."""
+    import logging
+    if client == "confluent-kafka":
+        from confluent_kafka import Producer
+        errors: list = []
+        delivered: list = []
+        p = Producer(cf_conf(bootstrap, sec, error_cb=errors.append, **{"message.timeout.ms": 5000}))
+        p.produce("never-written", value=b"x", on_delivery=lambda err, msg: delivered.append(err))
+        start = time.monotonic()
+        while not delivered:
+            deadline_passed(start, f"no delivery report; errors {errors}")
+            p.poll(0.5)
+        p.flush(0)
+        return f"{delivered[0].name()} {' '.join(e.str() for e in errors)}"
+    if client == "kafka-python":
+        from kafka import KafkaAdminClient
+        from kafka.errors import KafkaError
+        with caplog.at_level(logging.WARNING, logger="kafka"), pytest.raises(KafkaError) as err:
+            KafkaAdminClient(bootstrap_servers=bootstrap, bootstrap_timeout_ms=10_000, **sec.kafka_python())
+        return f"{type(err.value).__name__} " + " ".join(r.getMessage() for r in caplog.records)
+    if client == "aiokafka":
+        from aiokafka import AIOKafkaProducer
+        from aiokafka.errors import KafkaError
+
+        async def go():
+            p = AIOKafkaProducer(bootstrap_servers=bootstrap, **sec.aiokafka())
+            try:
+                await asyncio.wait_for(p.start(), AUTH_DEADLINE_S)
+            finally:
+                await p.stop()
+        with caplog.at_level(logging.WARNING, logger="aiokafka"), pytest.raises(KafkaError) as err:
+            asyncio.run(go())
+        return f"{type(err.value).__name__} " + " ".join(r.getMessage() for r in caplog.records)
+    if client == "kcat":
+        return kcat_login_fails(clients.require_kcat(), bootstrap, sec)
+    h = harness_for(client, bootstrap, sec, keep=False)
+    r = h.call("produce", topic="never-written", records=[clients.record(b"x")], timeout=AUTH_DEADLINE_S + 30)
+    assert r["ok"] is False, r
+    return r["error"] + " " + " ".join(r.get("causes") or [])
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_untrusted_client_certificate_is_refused(secured_server, harness_for, client, caplog):
+    """The SSL listener requires a client certificate its truststore vouches for: a client with one from another
+    CA gets its TLS error and writes nothing."""
     [topic] = create_topics(secured_server.plaintext, [f"sec-stranger-{uid()}"], 1)
     stranger = ClientSecurity.mtls(secured_server.tls, stranger=True)
-    errors: list = []
-    delivered: list = []
-    p = Producer(cf_conf(secured_server.ssl, stranger, error_cb=errors.append, **{"message.timeout.ms": 5000}))
-    p.produce(topic, value=b"x", on_delivery=lambda err, msg: delivered.append(err))
-    start = time.monotonic()
-    while not delivered:
-        deadline_passed(start, f"no delivery report; errors {errors}")
-        p.poll(0.5)
-    assert delivered[0] is not None and delivered[0].code() == KafkaError._MSG_TIMED_OUT, delivered
-    assert any(e.code() in (KafkaError._SSL, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
-               for e in errors), errors
-    p.flush(0)
+    mark = secured_server.server.log_position()
+    untrusted_client_error(client, secured_server.ssl, stranger, harness_for, caplog)
+    log = secured_server.server.log_text(mark)
+    assert "TLS established" not in log and "TLS handshake failed" in log, log[-2000:]
     from confluent_kafka import Consumer, TopicPartition
     c = Consumer({"bootstrap.servers": secured_server.plaintext, "group.id": f"g-{uid()}"})
     try:
         assert c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30) == (0, 0)
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("version", clients.JAVA_VERSIONS)
+def test_untrusted_client_certificate_is_an_ssl_authentication_error_in_java(secured_server, harness_for, version):
+    """As against Kafka: the Java client whose certificate the broker refuses gets SslAuthenticationException (the
+    TLS alert), not a metadata timeout after reconnecting again and again."""
+    stranger = ClientSecurity.mtls(secured_server.tls, stranger=True)
+    text = untrusted_client_error(f"java-{version}", secured_server.ssl, stranger, harness_for, None)
+    assert "SslAuthenticationException" in text, text
+
+
+@pytest.mark.parametrize("way", ["scram", "mtls", "oauthbearer"])
+@pytest.mark.parametrize("names", ["java", "librdkafka"])
+def test_client_properties_read_back(tmp_path, way, names):
+    """--command-config files in Kafka's or librdkafka's names (compat_tests/README.md) give back the settings they
+    were written from; a librdkafka certificate + key pair becomes the Java client's PEM keystore (key first)."""
+    from compat_tests.security import make_tls_files, read_properties
+    tls = make_tls_files(tmp_path / "tls")
+    sec = {"scram": ClientSecurity.scram(tls), "mtls": ClientSecurity.mtls(tls),
+           "oauthbearer": ClientSecurity.oauthbearer(tls, "alice")}[way]
+    path = tmp_path / "client.properties"
+    path.write_text("# written by the test\n" + "".join(f"{k}={v}\n" for k, v in getattr(sec, names)().items()))
+    back = ClientSecurity.from_properties(read_properties(path))
+    assert (back.protocol, back.mechanism, back.username, back.password, back.oauth_principal, back.ca) == \
+        (sec.protocol, sec.mechanism, sec.username, sec.password, sec.oauth_principal, sec.ca)
+    if way == "mtls":
+        keystore = open(back.keystore).read()
+        assert keystore == open(sec.key).read() + open(sec.cert).read()
+        assert open(back.cert).read() == open(sec.cert).read() and open(back.key).read() == open(sec.key).read()
+    else:
+        assert back.keystore is None and back.cert is None

@@ -11,17 +11,30 @@ compat_tests/spark_support.py (the serial Spark phase of `make test`).
 from __future__ import annotations
 
 import json
-import time
 import uuid
 
 import pytest
 from confluent_kafka import Producer
 
-from compat_tests.compaction_support import (BROKER_CONFIG, CLEANER_PENDING, Sent, assert_view, compact_config,
-                                             compacted, create_topic, filler, produce, read_partition,
-                                             wait_compacted)
+from compat_tests.compaction_support import (
+    BROKER_CONFIG,
+    Sent,
+    assert_view,
+    compact_config,
+    compacted,
+    create_topic,
+    filler,
+    produce,
+    read_partition,
+    wait_compacted,
+)
 from compat_tests.python_clients import unique_topic
-from compat_tests.spark_support import require_spark_env, requires_connector, spark_harness, wait_for_lso
+from compat_tests.spark_support import (
+    require_spark_env,
+    requires_connector,
+    spark_harness,
+    wait_for_lso,
+)
 
 pytestmark = [*requires_connector, pytest.mark.server_config(BROKER_CONFIG),
               pytest.mark.trireme_only("1 KiB segments (Kafka's least segment.bytes is 1 MiB)")]
@@ -81,7 +94,6 @@ def kafka_rows(bootstrap: str, topic: str, isolation: str, start: int = 0, end: 
             if r.offset >= start and (end is None or r.offset < end)]
 
 
-@CLEANER_PENDING
 def test_the_topic_is_compacted_with_gaps(module_server, data):
     keys = set(KEYS)
     view = read_partition(module_server.bootstrap, data.topic, "read_committed")
@@ -91,7 +103,6 @@ def test_the_topic_is_compacted_with_gaps(module_server, data):
     assert offsets[-1] + 1 - offsets[0] > len(offsets), "no gap in the offsets"
 
 
-@CLEANER_PENDING
 @pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
 def test_batch_read_of_a_compacted_topic(module_server, data, spark, fail_on_data_loss, isolation):
@@ -105,7 +116,6 @@ def test_batch_read_of_a_compacted_topic(module_server, data, spark, fail_on_dat
                             f"rows, a Kafka consumer {len(want)}"
 
 
-@CLEANER_PENDING
 @pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
 def test_offset_ranges_starting_and_ending_inside_gaps(module_server, data, spark, fail_on_data_loss):
     """startingOffsets/endingOffsets as JSON, at offsets the cleaner removed: Spark reads the records in the

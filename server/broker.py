@@ -31,6 +31,7 @@ from .config import TOPIC_DEFAULT_PROPERTIES, Config
 from .data_dir import DataDirLock
 from .groups import GroupService
 from .limits import Limits, out_of_descriptors
+from .log_cleaner import LogCleaner
 from .local_peer import LocalPeer
 from .metrics import Metrics
 from .quotas import ClientQuotaManager
@@ -109,6 +110,20 @@ class Partition:
         hw = self.log.high_watermark
         first_unstable = self.producers.first_unstable_offset()
         return hw if first_unstable is None else min(hw, first_unstable)
+
+
+def log_settings(config: dict[str, str]) -> dict[str, int]:
+    """A topic's configs as its PartitionLog takes them.  Time and size retention apply only where cleanup.policy
+    includes delete (Kafka's UnifiedLog.deleteOldSegments): a compact-only topic keeps every segment for the cleaner.
+    A compacted topic's segments roll by max.compaction.lag.ms too, when it is shorter than segment.ms."""
+    policies = {policy.strip() for policy in config["cleanup.policy"].split(",")}
+    segment_ms = int(config["segment.ms"])
+    if "compact" in policies:       # Kafka's LogConfig.maxSegmentMs: a segment is cleanable by max.compaction.lag.ms
+        segment_ms = min(segment_ms, int(config["max.compaction.lag.ms"]))
+    return {"segment_bytes": int(config["segment.bytes"]),
+            "retention_ms": int(config["retention.ms"]) if "delete" in policies else -1,
+            "retention_bytes": int(config["retention.bytes"]) if "delete" in policies else -1,
+            "segment_ms": segment_ms, "segment_jitter_ms": int(config["segment.jitter.ms"])}
 
 
 def _read_marker(plog: PartitionLog, header) -> tuple[bool, int]:
@@ -222,6 +237,7 @@ class Broker:
         # to clients as Kafka describes them, marked internal.
         self.internal_topics = {s.partition.topic.name: s.partition.topic for s in (self.groups, self.transactions)}
         self._sweep_orphans()
+        self.log_cleaner = LogCleaner(self)
 
     # --- partitions --------------------------------------------------------------------------
 
@@ -230,8 +246,7 @@ class Broker:
         cfg = config or self.topic_config(topic)
         plog = PartitionLog.open(
             self.storage, f"logs/{topic.name}-{index}",
-            segment_bytes=int(cfg["segment.bytes"]), retention_ms=int(cfg["retention.ms"]),
-            retention_bytes=int(cfg["retention.bytes"]), now_ms=now_ms(), unsafe_no_fsync=not self.fsync,
+            **log_settings(cfg), now_ms=now_ms(), unsafe_no_fsync=not self.fsync,
             ack_before_flush=self.ack_before_flush, write_behind=True)
         directory = f"logs/{topic.name}-{index}"
         producers, start = self._load_producer_snapshot(plog, directory)
@@ -446,8 +461,7 @@ class Broker:
                 p = self.partitions[(name, index)]
                 p.topic = topic
                 p.config = PartitionConfig.of(cfg)
-                p.log.configure(segment_bytes=int(cfg["segment.bytes"]), retention_ms=int(cfg["retention.ms"]),
-                                retention_bytes=int(cfg["retention.bytes"]))
+                p.log.configure(**log_settings(cfg))
 
     # --- durability ----------------------------------------------------------------------------
 
@@ -663,7 +677,7 @@ class Broker:
         while True:
             await trio.sleep(interval)
             for p in list(self.partitions.values()):
-                if p.topic.is_internal:
+                if p.topic.is_internal or self.log_cleaner.busy(p):      # Kafka's deletableLogs: not while cleaned
                     continue
                 try:
                     deleted = p.log.apply_retention(now_ms())
@@ -684,6 +698,7 @@ class Broker:
             await nursery.start(self.groups.run)
             await nursery.start(self.transactions.run)
             await nursery.start(self.cluster_metadata.run)
+            await nursery.start(self.log_cleaner.run)
             task_status.started()
 
     def close(self) -> None:

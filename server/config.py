@@ -27,6 +27,12 @@ TOPIC_DEFAULT_PROPERTIES = {
     "retention.ms": "log.retention.ms",
     "retention.bytes": "log.retention.bytes",
     "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms",
+    "segment.jitter.ms": "log.roll.jitter.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
     "cleanup.policy": "log.cleanup.policy",
     "max.message.bytes": "message.max.bytes",
     "message.timestamp.type": "log.message.timestamp.type",
@@ -50,6 +56,13 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
                                  "log.retention.minutes are unset (-1: no time limit)."),
     "log.retention.bytes": (-1, "Default retention.bytes of topics (-1: no size limit)."),
     "log.segment.bytes": (1073741824, "Default segment.bytes of topics."),
+    "log.roll.ms": (604800000, "Default segment.ms of topics (Kafka: 168 hours): an append rolls the active segment "
+                               "once it is older than this, so a quiet compacted topic becomes cleanable; wins "
+                               "over log.roll.hours."),
+    "log.roll.hours": (168, "Default segment.ms of topics in hours, when log.roll.ms is unset."),
+    "log.roll.jitter.ms": (0, "Default segment.jitter.ms of topics: a random share of it, per segment, is taken off "
+                              "segment.ms so that segments do not all roll at once; wins over log.roll.jitter.hours."),
+    "log.roll.jitter.hours": (0, "Default segment.jitter.ms of topics in hours, when log.roll.jitter.ms is unset."),
     "log.retention.check.interval.ms": (300000, "How often retention runs."),
     "log.message.timestamp.type": ("CreateTime", "Default message.timestamp.type of topics."),
     "log.cleanup.policy": ("delete", "Default cleanup.policy of topics."),
@@ -208,6 +221,28 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
     "trireme.fsync.threads": (4, "How many partitions a group commit fsyncs at once (1-64; 1: one after "
                                  "another).  More make a round as long as its slowest fsync, not their sum, "
                                  "for some CPU per round."),
+    # --- log cleaner
+    "log.cleaner.enable": (True, "Run the log cleaner, which compacts topics whose cleanup.policy includes compact "
+                                 "(and the internal topics).  false: compacted topics grow without bound."),
+    "log.cleaner.threads": (1, "How many partitions are cleaned at once (each in a worker process)."),
+    "log.cleaner.io.max.bytes.per.second": (
+        1.7976931348623157e308, "The cleaners' I/O throttle: bytes read plus written per second, all cleaners "
+                                "together (Kafka's default: no limit)."),
+    "log.cleaner.dedupe.buffer.size": (
+        134217728, "Memory for the cleaners' key-to-offset maps, all cleaners together: a cleaning covers at most "
+                   "the dirty records whose keys fit in its share (about 24 bytes a key)."),
+    "log.cleaner.backoff.ms": (15000, "How long the cleaner sleeps when no partition is cleanable."),
+    "log.cleaner.min.cleanable.ratio": (0.5, "Default min.cleanable.dirty.ratio of topics."),
+    "log.cleaner.delete.retention.ms": (86400000, "Default delete.retention.ms of topics."),
+    "log.cleaner.min.compaction.lag.ms": (0, "Default min.compaction.lag.ms of topics."),
+    "log.cleaner.max.compaction.lag.ms": (9223372036854775807, "Default max.compaction.lag.ms of topics."),
+    "offsets.topic.segment.bytes": (104857600, "Segment size of __consumer_offsets: the cleaner compacts its rolled "
+                                                "segments."),
+    "transaction.state.log.segment.bytes": (104857600, "Segment size of __transaction_state: the cleaner compacts "
+                                                        "its rolled segments."),
+    "trireme.metrics.log.cleaner.max.partitions": (
+        100, "trireme_log_cleaner_dirty_ratio reports the compacted partitions with the highest dirty ratio, at most "
+             "this many."),
     # --- client quotas
     "quota.window.num": (11, "How many samples a client quota's rate is measured over (Kafka's)."),
     "quota.window.size.seconds": (1, "How long each of those samples lasts, in seconds; a request-quota throttle "
@@ -248,6 +283,20 @@ RANGES = {
     "log.retention.minutes": (-1, INT_MAX),
     "log.retention.hours": (-1, INT_MAX),
     "log.retention.check.interval.ms": (1, LONG_MAX),
+    "log.roll.ms": (1, LONG_MAX),
+    "log.roll.hours": (1, INT_MAX),
+    "log.roll.jitter.ms": (0, LONG_MAX),
+    "log.roll.jitter.hours": (0, INT_MAX),
+    # --- log cleaner
+    "log.cleaner.threads": (0, INT_MAX),
+    "log.cleaner.dedupe.buffer.size": (1, LONG_MAX),
+    "log.cleaner.backoff.ms": (0, LONG_MAX),
+    "log.cleaner.delete.retention.ms": (0, LONG_MAX),
+    "log.cleaner.min.compaction.lag.ms": (0, LONG_MAX),
+    "log.cleaner.max.compaction.lag.ms": (1, LONG_MAX),
+    "trireme.metrics.log.cleaner.max.partitions": (0, INT_MAX),
+    "offsets.topic.segment.bytes": (1, INT_MAX),
+    "transaction.state.log.segment.bytes": (1, INT_MAX),
     "socket.request.max.bytes": (1, INT_MAX),
     "fetch.max.bytes": (1024, INT_MAX),
     "max.connections": (0, INT_MAX),
@@ -287,6 +336,9 @@ RANGES = {
     # --- authorizer
     "trireme.max.acls": (0, INT_MAX),
 }
+# Number (Kafka's DOUBLE) properties' ranges.
+FLOAT_RANGES = {"log.cleaner.io.max.bytes.per.second": (1.0, float("inf")),
+                "log.cleaner.min.cleanable.ratio": (0.0, 1.0)}
 # String properties with a fixed set of values (any case; kept upper case).
 CHOICES = {"trireme.log.level": ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL"),
            "ssl.client.auth": ("NONE", "REQUESTED", "REQUIRED"),
@@ -294,7 +346,9 @@ CHOICES = {"trireme.log.level": ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "C
 # Kafka's other forms of a property in other units, most precise first: (name, factor to the property's unit).
 # Kafka's precedence: the most precise form set wins; a negative value means no limit (-1).
 UNIT_FORMS = {"log.retention.ms": (("log.retention.ms", 1), ("log.retention.minutes", 60_000),
-                                   ("log.retention.hours", 3_600_000))}
+                                   ("log.retention.hours", 3_600_000)),
+              "log.roll.ms": (("log.roll.ms", 1), ("log.roll.hours", 3_600_000)),
+              "log.roll.jitter.ms": (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", 3_600_000))}
 # Kafka properties accepted without effect that concern security: said in a warning of their own, since a user
 # may believe them in force.
 SECURITY_PREFIXES = ("ssl.", "sasl.", "listener.name.", "authorizer.", "super.users", "allow.everyone.",
@@ -349,6 +403,18 @@ def _coerce(name: str, value: Any) -> Any:
             raise ConfigError(f"{name} must be an integer, not {value!r}") from None
         lowest, highest = RANGES.get(name, (-LONG_MAX - 1, LONG_MAX))
         if not lowest <= number <= highest:
+            raise ConfigError(f"{name} must be from {lowest} to {highest}, not {number}")
+        _check_topic_default(name, str(number))
+        return number
+    if isinstance(default, float):          # Kafka's DOUBLE properties
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            number = float(str(value).strip())
+        except ValueError:
+            raise ConfigError(f"{name} must be a number, not {value!r}") from None
+        lowest, highest = FLOAT_RANGES.get(name, (float("-inf"), float("inf")))
+        if not lowest <= number <= highest or number != number:
             raise ConfigError(f"{name} must be from {lowest} to {highest}, not {number}")
         _check_topic_default(name, str(number))
         return number

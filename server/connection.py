@@ -856,6 +856,7 @@ class TlsConnection(Connection):
                 metrics.authentication(listener.name, "SSL", False)
             log.warning("TLS handshake failed: %s listener=%s conn=%d peer=%s", reason, listener.name, self.id,
                         self.peer)
+            await self._send_alert()
             return False
         if self.client_dn is not None or tls.client_auth == "required":
             metrics.authentication(listener.name, "SSL", True)
@@ -865,6 +866,24 @@ class TlsConnection(Connection):
                  self.id, self.peer, listener.name, self.tls_stream.version(), self.tls_stream.cipher()[0],
                  self.client_dn, self.tls_principal)
         return True
+
+    async def _send_alert(self) -> None:
+        """Send what OpenSSL left to send when the handshake failed: its alert (bad certificate, unknown CA), which
+        Kafka sends before closing (SslTransportLayer.handshakeFailure) and from which a client tells a refused
+        certificate (the Java client's SslAuthenticationException) from a network failure.  trio's SSLStream raises
+        before writing it: it is read from the stream's outgoing buffer (a trio internal; without it, nothing is
+        sent)."""
+        outgoing = getattr(self.tls_stream, "_outgoing", None)
+        try:
+            alert = outgoing.read() if outgoing is not None else b""
+        except Exception:
+            return
+        if alert:
+            with trio.move_on_after(TLS_CLOSE_TIMEOUT):
+                try:
+                    await self.stream.send_all(alert)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    pass
 
     async def _close_transport(self) -> None:
         """close_notify when it can be sent at once, then the socket closed whatever happened."""

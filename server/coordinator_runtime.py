@@ -7,7 +7,9 @@ one batch, and only once they are durable replays them into the coordinator (str
 order, whoever's fsync finishes first) and releases the answers that depended on them.  Timers
 (the coordinator's deadlines) live here, in one trio task.  On start-up the log is replayed in
 full and, when it holds much more than the live state, compacted: the live records are appended
-as a fresh snapshot and the log start offset moved past everything before it.
+as a fresh snapshot and the log start offset moved past everything before it.  While the broker
+runs, the log cleaner (server/log_cleaner.py) compacts the rolled segments of these logs as it does
+any compacted topic's, so they stay bounded; a cleaned log replays to the same state.
 
 The runtime depends only on what it uses: its partition and a :class:`Durability` (the broker's
 group commit), never on the broker as a whole.

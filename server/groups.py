@@ -39,7 +39,7 @@ class GroupService(CoordinatorRuntime):
         ))
         topic = Topic(name=OFFSETS_TOPIC, topic_id=OFFSETS_TOPIC_ID, partitions=1, configs={},
                       created_order=-1, leader_epoch=0)
-        partition = open_internal_partition(topic, 0, segment_bytes=100 * 1024 * 1024)
+        partition = open_internal_partition(topic, 0, segment_bytes=config["offsets.topic.segment.bytes"])
         super().__init__(OFFSETS_TOPIC, partition, durability, coordinator, on_timer=coordinator.on_timer)
         started = time.perf_counter()
         loaded = self.load()

@@ -231,6 +231,7 @@ def render_broker(broker) -> str:
     _partition_metrics(out, broker)
     _group_metrics(out, broker)
     _transaction_metrics(out, broker, now_ms())
+    _log_cleaner_metrics(out, broker, now_ms())
     broker.limits.write_metrics(out, broker.storage)
     return out.text()
 
@@ -303,6 +304,33 @@ def _partition_metrics(out: Exposition, broker) -> None:
     for name, text, value in _PARTITION_GAUGES:
         out.metric(name, "gauge", text, [({"topic": topic, "partition": index}, value(p))
                                           for (topic, index), p in partitions])
+
+
+def _log_cleaner_metrics(out: Exposition, broker, now: int) -> None:
+    """The log cleaner (server/log_cleaner.py): Kafka's LogCleaner metrics (max-dirty-percent, max-clean-time-secs,
+    time-since-last-run-ms, uncleanable-partitions-count) and totals; dirty ratios only for the dirtiest partitions."""
+    cleaner = broker.log_cleaner
+    ratios = cleaner.dirty_ratios(now)
+    out.metric("trireme_log_cleaner_dirty_ratio", "gauge",
+               "Dirty bytes over cleanable bytes of a compacted partition (cleaned once at least "
+               "min.cleanable.dirty.ratio); the partitions with the highest (trireme.metrics.log.cleaner.max.partitions).",
+               [({"topic": topic, "partition": index}, ratio) for (topic, index), ratio in
+                top(ratios, broker.config["trireme.metrics.log.cleaner.max.partitions"])])
+    out.metric("trireme_log_cleaner_max_dirty_ratio", "gauge", "The highest dirty ratio of any compacted partition.",
+               max(ratios.values(), default=0.0))
+    out.metric("trireme_log_cleaner_cleanings_total", "counter", "Cleanings finished.", cleaner.cleanings)
+    out.metric("trireme_log_cleaner_failures_total", "counter",
+               "Cleanings that failed (the partition is left alone for a while).", cleaner.failures)
+    out.metric("trireme_log_cleaner_bytes_read_total", "counter", "Log bytes the cleaner read.", cleaner.bytes_read)
+    out.metric("trireme_log_cleaner_bytes_written_total", "counter", "Log bytes the cleaner wrote (the cleaned "
+               "segments).", cleaner.bytes_written)
+    out.metric("trireme_log_cleaner_seconds_total", "counter", "Time spent cleaning.", cleaner.seconds)
+    out.metric("trireme_log_cleaner_max_clean_seconds", "gauge", "The longest cleaning.", cleaner.max_clean_s)
+    out.metric("trireme_log_cleaner_last_cleaning_timestamp_seconds", "gauge",
+               "When the last cleaning finished (0: none yet).", max(cleaner.last_cleaning_ms, 0) / 1000)
+    out.metric("trireme_log_cleaner_uncleanable_partitions", "gauge",
+               "Partitions left alone after a failed cleaning.",
+               sum(1 for s in cleaner.partitions.values() if s.uncleanable_until_ms > now))
 
 
 def _group_metrics(out: Exposition, broker) -> None:

@@ -204,6 +204,8 @@ class StatusPage:
         broker = self.broker
         rows = []
         ordered = sorted(broker.partitions.items(), key=lambda kv: (kv[1].topic.is_internal, kv[0]))
+        now = now_ms()
+        ratios = broker.log_cleaner.dirty_ratios(now)
         for (topic, index), p in ordered:
             hw, lso = p.log.high_watermark, p.last_stable_offset()
             pin = pins.get((topic, index))
@@ -220,10 +222,28 @@ class StatusPage:
                         f'{"offline: disk full" if p.storage_full else "offline"}</span>'
             rows.append([name, _e(index), _e(p.log.log_start_offset), _e(hw), _e(lso), held,
                          f'<span title="{_e(p.log.size_bytes)} bytes">{_e(_size(p.log.size_bytes))}</span>',
-                         _e(len(p.producers))])
+                         _e(len(p.producers)), self._compaction(p, ratios.get((topic, index)), now)])
         return ('<section id="partitions"><h2>Topics and partitions</h2>'
                 + _table(["topic", "partition#", "log start#", "high watermark#", "last stable offset#",
-                          "LSO held back by", "size#", "producers#"], rows, "no topics") + "</section>")
+                          "LSO held back by", "size#", "producers#", "compaction"], rows, "no topics") + "</section>")
+
+    def _compaction(self, p, ratio: float | None, now: int) -> str:
+        """A compacted partition's cleaning: dirty ratio, being cleaned, last cleaning, a failure."""
+        if not p.config.compacted:
+            return ""
+        cleaner = self.broker.log_cleaner
+        stats = cleaner.partitions.get((p.topic.name, p.index))
+        parts = []
+        if ratio is not None:
+            parts.append(f"dirty {ratio:.0%}")
+        if cleaner.busy(p):
+            parts.append('<span class="tag warn">cleaning</span>')
+        if stats is not None and stats.last_cleaning_ms >= 0:
+            parts.append(f'<span title="read {_e(stats.bytes_read)} bytes, wrote {_e(stats.bytes_written)} in '
+                         f'{stats.cleanings} cleaning(s)">cleaned {_e(_age(now - stats.last_cleaning_ms))} ago</span>')
+        if stats is not None and stats.uncleanable_until_ms > now:
+            parts.append(f'<span class="tag bad" title="{_e(stats.last_error)}">cleaning failed</span>')
+        return ", ".join(parts)
 
     def _groups_section(self, groups) -> str:
         rows, offsets = [], []

@@ -79,7 +79,7 @@ class TransactionService(CoordinatorRuntime):
         ))
         topic = Topic(name=TRANSACTION_STATE_TOPIC, topic_id=TRANSACTION_STATE_TOPIC_ID, partitions=1, configs={},
                       created_order=-1, leader_epoch=0)
-        partition = open_internal_partition(topic, 0, segment_bytes=100 * 1024 * 1024)
+        partition = open_internal_partition(topic, 0, segment_bytes=config["transaction.state.log.segment.bytes"])
         super().__init__(TRANSACTION_STATE_TOPIC, partition, durability, coordinator)
         self._changed = trio.Event()         # set whenever a transaction record was made durable
         self._not_durable: set[str] = set()  # ids whose records could not be made durable (disk full)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import errno
 import posixpath
+import random
 import re
 import struct
 import sys
@@ -27,6 +28,7 @@ SWAP_SUFFIX = ".swap"        # ... and while they replace the old segments (a co
 SEGMENT_KINDS = ("log", "index", "timeindex", "txnindex")
 
 _INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
 WRITE_BEHIND_MAX = 16384  # batches this big are written by the append itself (see PartitionLog)
 _READAHEAD = 8192  # bytes read at a time when hopping from batch header to batch header
 _RECOVERY_CHUNK = 1 << 20
@@ -135,7 +137,7 @@ class _Segment:
                  "time_ts", "time_rel", "max_ts", "max_ts_offset", "bytes_since_index",
                  "sealed", "index_persisted", "deleted",
                  "txn_handle", "txn_on_disk", "txn_count", "txn_written", "txn_synced", "txn_unwritten",
-                 "txn_pending", "tail", "tail_start")
+                 "txn_pending", "tail", "tail_start", "rolling_ts", "created_ms", "roll_jitter_ms")
 
     def __init__(self, base_offset: int, path: str, size: int = 0, handle: ReadFile | None = None) -> None:
         self.base_offset = base_offset
@@ -162,6 +164,11 @@ class _Segment:
         # (views of the request buffers they came in); tail_start + their length == size.
         self.tail: list = []
         self.tail_start = size
+        # segment.ms (Kafka's LogSegment.shouldRoll): the first batch's max timestamp (None: not read yet), when the
+        # segment was created or opened, and this segment's share of segment.jitter.ms
+        self.rolling_ts: int | None = None
+        self.created_ms = 0
+        self.roll_jitter_ms = 0
 
     @property
     def index_path(self) -> str:
@@ -318,7 +325,7 @@ class PartitionLog:
 
     def __init__(self, storage: Storage, directory: str, *, segment_bytes: int, retention_ms: int,
                  retention_bytes: int, unsafe_no_fsync: bool, ack_before_flush: bool = False,
-                 write_behind: bool = False) -> None:
+                 write_behind: bool = False, segment_ms: int = _INT64_MAX, segment_jitter_ms: int = 0) -> None:
         self._storage = storage
         self._directory = directory
         self._unsafe = unsafe_no_fsync
@@ -326,7 +333,8 @@ class PartitionLog:
         # Only where nothing is visible or acknowledged before its flush: bytes not yet written would be lost
         # by a process crash, which the page cache survives.
         self._write_behind = write_behind and not unsafe_no_fsync and not ack_before_flush
-        self.configure(segment_bytes=segment_bytes, retention_ms=retention_ms, retention_bytes=retention_bytes)
+        self.configure(segment_bytes=segment_bytes, retention_ms=retention_ms, retention_bytes=retention_bytes,
+                       segment_ms=segment_ms, segment_jitter_ms=segment_jitter_ms)
         self._segments: list[_Segment] = []
         self._bases: list[int] = []
         self._log_start = 0
@@ -346,9 +354,12 @@ class PartitionLog:
         self._cleaner_checkpoint = 0  # the first dirty offset: below it the log was cleaned (state/cleaner.py)
         self._cleaning: object | None = None  # the plan being cleaned, if any
 
-    def configure(self, *, segment_bytes: int, retention_ms: int, retention_bytes: int) -> None:
-        """Change the segment size and retention limits (applies to later appends and retention runs)."""
+    def configure(self, *, segment_bytes: int, retention_ms: int, retention_bytes: int,
+                  segment_ms: int = _INT64_MAX, segment_jitter_ms: int = 0) -> None:
+        """Change the segment size and age and retention limits (applies to later appends and retention runs)."""
         self.segment_bytes = max(HEADER_SIZE, min(segment_bytes, _INT32_MAX))
+        self.segment_ms = max(1, segment_ms)
+        self.segment_jitter_ms = max(0, segment_jitter_ms)
         self.retention_ms = retention_ms
         self.retention_bytes = retention_bytes
 
@@ -358,7 +369,7 @@ class PartitionLog:
     def open(cls, storage: Storage, directory: str, *, segment_bytes: int = 1073741824,
              retention_ms: int = 604800000, retention_bytes: int = -1, now_ms: int,
              unsafe_no_fsync: bool = False, ack_before_flush: bool = False,
-             write_behind: bool = False) -> PartitionLog:
+             write_behind: bool = False, segment_ms: int = _INT64_MAX, segment_jitter_ms: int = 0) -> PartitionLog:
         """Open (or create) the log in `directory`, recovering the tail after a crash.
 
         With `ack_before_flush` (Kafka's flush policy, log.flush.interval.*) the high watermark is the
@@ -368,8 +379,12 @@ class PartitionLog:
         """
         log = cls(storage, directory, segment_bytes=segment_bytes, retention_ms=retention_ms,
                   retention_bytes=retention_bytes, unsafe_no_fsync=unsafe_no_fsync,
-                  ack_before_flush=ack_before_flush, write_behind=write_behind)
+                  ack_before_flush=ack_before_flush, write_behind=write_behind, segment_ms=segment_ms,
+                  segment_jitter_ms=segment_jitter_ms)
         log._load()
+        for seg in log._segments:
+            seg.created_ms = now_ms
+        log._segments[-1].roll_jitter_ms = log._roll_jitter()
         return log
 
     def _load(self) -> None:
@@ -669,8 +684,9 @@ class PartitionLog:
         last_offset = base_offset + count - 1
 
         seg = self._segments[-1]
-        if seg.size > 0 and (seg.size + total > self.segment_bytes or last_offset - seg.base_offset > _INT32_MAX):
-            seg = self._roll()
+        if seg.size > 0 and (seg.size + total > self.segment_bytes or last_offset - seg.base_offset > _INT32_MAX
+                             or self._reached_roll_ms(seg, now_ms, batches, log_append_time)):
+            seg = self._roll(now_ms)
 
         view = memoryview(buf)
         offset = base_offset
@@ -695,6 +711,8 @@ class PartitionLog:
                 raise  # nothing else has changed
 
         file_pos = seg.size
+        if file_pos == 0:
+            seg.rolling_ts = now_ms if log_append_time else batches[0][1].max_timestamp
         offset = base_offset
         for pos, header in batches:
             size = header.batch_length + LOG_OVERHEAD
@@ -705,10 +723,44 @@ class PartitionLog:
         seg.size = file_pos
         return base_offset, last_offset, now_ms if log_append_time else -1
 
-    def _roll(self) -> _Segment:
+    def _reached_roll_ms(self, seg: _Segment, now_ms: int, batches: Sequence[tuple[int, object]],
+                         log_append_time: bool) -> bool:
+        """Kafka's segment.ms rule: the appended batches' max timestamp is more than segment.ms (less this segment's
+        jitter) past the segment's first batch's, or, where the segment has no timestamp, it was created that long
+        ago."""
+        if self.segment_ms >= _INT64_MAX:
+            return False
+        if seg.rolling_ts is None:
+            seg.rolling_ts = -1
+            try:
+                head = self._reader(seg).read(0, BATCH_HEADER_SIZE)
+                if len(head) == BATCH_HEADER_SIZE:
+                    seg.rolling_ts = parse_batch_header(head, 0).max_timestamp
+            except (OSError, CodecError):
+                pass
+        if seg.rolling_ts < 0:
+            return now_ms - seg.created_ms > self.segment_ms - seg.roll_jitter_ms
+        if log_append_time:
+            max_timestamp = now_ms
+        elif len(batches) == 1:
+            max_timestamp = batches[0][1].max_timestamp
+        else:
+            max_timestamp = max(header.max_timestamp for _, header in batches)
+        waited = max_timestamp - seg.rolling_ts
+        return waited > self.segment_ms - seg.roll_jitter_ms
+
+    def _roll_jitter(self) -> int:
+        """Kafka's randomSegmentJitter: a random share of segment.jitter.ms (below segment.ms), per segment."""
+        if self.segment_jitter_ms <= 0:
+            return 0
+        return random.randrange(min(self.segment_jitter_ms, self.segment_ms))
+
+    def _roll(self, now_ms: int = 0) -> _Segment:
         """Seal the active segment and start a new one at the log end offset."""
         base = self.log_end_offset
         new = _Segment(base, self._segment_path(base))
+        new.created_ms = now_ms
+        new.roll_jitter_ms = self._roll_jitter()
         new.handle = self._storage.open_append(new.path)
         if new.handle.size:
             new.handle.truncate(0)

@@ -5,11 +5,13 @@
     tools/compat.py --bootstrap 127.0.0.1:9092 --name trireme --bootstrap kafka:9092 --name kafka-3.9
     tools/compat.py --quick --clients confluent-kafka,java-3.9 --bootstrap kafka:9092
     tools/compat.py --matrix-only --write-docs docs/compatibility.md
+    tools/compat.py --quick --bootstrap kafka:9094 --command-config client.properties   # a SASL_SSL listener
 
 Per broker (in the order given) it runs pytest on compat_tests/ with the matrix plugin (compat_tests/matrix.py)
 and writes OUT/NAME.json and OUT/NAME.md; with two or more brokers also OUT/comparison.{json,md}, one row per
-client and feature with a column per broker.  ``--restart-command``/``--kill-command``/``--broker-config`` apply
-to the ``--bootstrap`` before them.  Arguments after ``--`` go to pytest.  Exit status 1 if any cell failed.
+client and feature with a column per broker.  ``--restart-command``/``--kill-command``/``--broker-config`` and
+``--command-config`` (Kafka client properties every client uses to reach a secured listener) apply to the
+``--bootstrap`` before them.  Arguments after ``--`` go to pytest.  Exit status 1 if any cell failed.
 """
 from __future__ import annotations
 
@@ -39,6 +41,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[dict], list[str]]:
     p.add_argument("--restart-command", action="append", default=[], metavar="CMD")
     p.add_argument("--kill-command", action="append", default=[], metavar="CMD")
     p.add_argument("--broker-config", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument("--command-config", action="append", default=[], metavar="FILE",
+                   help="client properties (security.protocol, sasl.mechanism, sasl.jaas.config, PEM ssl.truststore.* / "
+                        "ssl.keystore.*) every client uses to reach the --bootstrap before it")
     p.add_argument("--quick", action="store_true", help="one test per client and feature")
     p.add_argument("--matrix-only", action="store_true", help="only the tests behind the matrix's cells")
     p.add_argument("--clients", metavar="A,B", help="only these clients, e.g. confluent-kafka,java-3.9")
@@ -52,7 +57,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[dict], list[str]]:
     tokens = iter(argv)
     for token in tokens:
         key, eq, inline = token.partition("=")
-        if key not in ("--bootstrap", "--name", "--restart-command", "--kill-command", "--broker-config"):
+        if key not in ("--bootstrap", "--name", "--restart-command", "--kill-command", "--broker-config",
+                       "--command-config"):
             continue
         value = inline if eq else next(tokens)
         if key == "--bootstrap":

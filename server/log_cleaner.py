@@ -1,0 +1,387 @@
+"""The log cleaner's runtime (Kafka's LogCleanerManager and cleaner threads): picks the dirtiest cleanable compacted
+partition, has state/cleaner.py clean it off the event loop under the I/O throttle, swaps the result in on the event
+loop, and counts what it did.
+
+Scheduling is Kafka's ``grabFilthiestCompactedLog``: of the partitions whose ``cleanup.policy`` includes compact
+(the internal topics' too), not being cleaned and not marked uncleanable after a failure, the core says which are
+cleanable now (dirty ratio at least ``min.cleanable.dirty.ratio``, or a segment older than
+``max.compaction.lag.ms``; never past the first unstable offset); the one with the highest dirty ratio is cleaned.
+When none is, a cleaner sleeps ``log.cleaner.backoff.ms``.
+
+Where the cleaning runs: in a child process when the log is on disk (FileStorage), in a worker thread otherwise
+(MemoryStorage, in tests).  Cleaning decodes every record of the dirty segments, pure-Python CPU work; in a thread it
+holds the GIL against the event loop for a switch interval at a time, and produce latency during a cleaning rose
+several-fold (docs/operations.md, "Compaction", has the numbers), while in a child process it stays as when idle.
+The child only reads rolled, immutable segments and writes files under temporary names; ``finish_cleaning`` (the
+swap by rename) runs here, on the event loop.  Shutdown kills a child (or stops a thread at its next throttle call or
+in its throttle sleep); the core's recovery at the next start removes what a cleaning cut short left.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing
+import threading
+import time
+from typing import Any, Callable
+
+import trio
+
+from trireme.state.storage import FileStorage
+
+from .clock import now_ms
+from .worker_thread import WorkerThread
+
+log = logging.getLogger("trireme.log_cleaner")
+
+# After a cleaning failed (not for want of space: that is the partition's storage error), the partition is left
+# alone for this long (Kafka marks it uncleanable until restart; this retries, since the cause may pass).
+UNCLEANABLE_RETRY_MS = 10 * 60_000
+# log.cleaner.dedupe.buffer.size (shared by the cleaners) → keys in one cleaning's offset map: a Python dict entry
+# with its short bytes key takes about this much (Kafka's map: 24 bytes an entry).
+BYTES_PER_MAP_KEY = 128
+# Kafka's Throttler checks the observed rate every this many milliseconds.
+THROTTLE_CHECK_INTERVAL_S = 0.3
+
+
+class CleaningAborted(Exception):
+    """Raised in a cleaning (from its throttle callback) when the broker shuts down or the partition goes away."""
+
+
+class Throttler:
+    """Kafka's Throttler: callers report bytes; once per check interval, if the rate since the last check exceeds
+    the desired rate, the caller sleeps until it does not.  Thread-safe (one is shared by the cleaner threads)."""
+
+    def __init__(self, bytes_per_second: float, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.rate = bytes_per_second
+        self._clock, self._sleep = clock, sleep
+        self._lock = threading.Lock()
+        self._period_start = clock()
+        self._observed = 0.0
+        self.throttled_s = 0.0
+
+    def __call__(self, n: int, sleep: Callable[[float], object] | None = None) -> None:
+        """Account for ``n`` bytes; sleeps (with ``sleep`` if given: an interruptible wait) when over the rate."""
+        if self.rate == float("inf") or self.rate >= 1.7976931348623157e308:
+            return
+        with self._lock:
+            self._observed += n
+            elapsed = self._clock() - self._period_start
+            if elapsed < THROTTLE_CHECK_INTERVAL_S:
+                return
+            pause = self._observed / self.rate - elapsed if self._observed / elapsed > self.rate else 0.0
+            if pause > 0:
+                (sleep or self._sleep)(pause)
+                self.throttled_s += pause
+            self._period_start = self._clock()
+            self._observed = 0.0
+
+
+class CleanerCore:
+    """The calls the runtime makes into state/cleaner.py (the interface in issue 22's brief), in one place."""
+
+    def __init__(self, module: Any = None):
+        if module is None:
+            from trireme.state import cleaner as module
+        self.module = module
+
+    def config(self, topic_config: dict[str, str], max_map_keys: int):
+        return self.module.CleanerConfig(
+            delete_retention_ms=int(topic_config["delete.retention.ms"]),
+            min_compaction_lag_ms=int(topic_config["min.compaction.lag.ms"]),
+            max_compaction_lag_ms=int(topic_config["max.compaction.lag.ms"]),
+            min_cleanable_dirty_ratio=float(topic_config["min.cleanable.dirty.ratio"]),
+            max_map_keys=max_map_keys)
+
+    def cleanable(self, partition, now: int, cfg):
+        """A plan (the log is then marked as being cleaned until finish or abandon), or None."""
+        return partition.log.cleanable(now, partition.producers.first_unstable_offset(), cfg)
+
+    def dirty_ratio(self, partition, now: int, cfg) -> float:
+        return partition.log.dirty_ratio(now, partition.producers.first_unstable_offset(), cfg)
+
+    def abandon(self, partition, plan) -> None:
+        """A cleaning failed or was cut short: its files go, a later one may start."""
+        partition.log.abandon_cleaning(plan)
+
+    def clean_function(self) -> Callable:
+        """clean(storage, plan, throttle) → result: a module-level function, so a child process can be given it."""
+        return self.module.clean
+
+    def finish(self, partition, result) -> None:
+        partition.log.finish_cleaning(result)
+
+
+@dataclasses.dataclass(slots=True)
+class PartitionCleaning:
+    """What the cleaner knows of one partition (metrics, status page)."""
+
+    dirty_ratio: float = 0.0
+    last_cleaning_ms: int = -1
+    last_duration_s: float = 0.0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    cleanings: int = 0
+    uncleanable_until_ms: int = -1
+    last_error: str = ""
+
+
+def _clean_in_child(conn, clean: Callable, root: str, plan, rate: float) -> None:
+    """A child process's whole life: clean, send (True, result) or (False, why) back."""
+    try:
+        outcome = (True, clean(FileStorage(root), plan, Throttler(rate)))
+    except BaseException as e:                       # noqa: BLE001 - reported to the parent, which logs it
+        outcome = (False, repr(e))
+    try:
+        conn.send(outcome)
+    finally:
+        conn.close()
+
+
+class LogCleaner:
+    def __init__(self, broker, core: CleanerCore | None = None, *, isolation: str | None = None):
+        config = broker.config
+        self.broker = broker
+        self.threads = config["log.cleaner.threads"]
+        self.enabled = bool(config["log.cleaner.enable"]) and self.threads > 0
+        self.backoff_s = config["log.cleaner.backoff.ms"] / 1000
+        self.io_rate = float(config["log.cleaner.io.max.bytes.per.second"])
+        self.dedupe_buffer_size = config["log.cleaner.dedupe.buffer.size"]
+        self.max_map_keys = max(1, self.dedupe_buffer_size // max(1, self.threads) // BYTES_PER_MAP_KEY)
+        self._core = core or CleanerCore()
+        if isolation is None:
+            isolation = "process" if isinstance(broker.storage, FileStorage) else "thread"
+        self.isolation = isolation
+        self.in_progress: set = set()               # partitions being cleaned: retention leaves them alone
+        self.partitions: dict[tuple[str, int], PartitionCleaning] = {}
+        self.bytes_read = self.bytes_written = self.cleanings = self.failures = 0
+        self.seconds = 0.0
+        self.last_cleaning_ms = -1
+        self.max_clean_s = 0.0
+        self._throttler = Throttler(self.io_rate)   # shared by the thread-isolated cleanings
+
+    @property
+    def core(self) -> CleanerCore:
+        return self._core
+
+    def stats(self, partition) -> PartitionCleaning:
+        key = (partition.topic.name, partition.index)
+        s = self.partitions.get(key)
+        if s is None:
+            s = self.partitions[key] = PartitionCleaning()
+        return s
+
+    def forget_deleted(self) -> None:
+        for key in [k for k in self.partitions if k not in self.broker.partitions]:
+            del self.partitions[key]
+
+    # --- scheduling (Kafka's LogCleanerManager.grabFilthiestCompactedLog) ---------------------------------------
+
+    def grab_filthiest(self, now: int):
+        """→ (partition, plan) of the dirtiest cleanable partition, marked in progress; or None."""
+        self.forget_deleted()
+        best = None
+        for partition in list(self.broker.partitions.values()):
+            if (not partition.config.compacted or partition in self.in_progress or partition.storage_error
+                    or partition.log is None):
+                continue
+            stats = self.stats(partition)
+            if stats.uncleanable_until_ms > now:
+                continue
+            try:
+                plan = self.core.cleanable(partition, now, self.cleaner_config(partition))
+            except OSError as e:
+                log.warning("cannot plan cleaning of %s-%d: %r", partition.topic.name, partition.index, e)
+                continue
+            if plan is None:
+                continue
+            stats.dirty_ratio = plan.dirty_ratio
+            loser = (partition, plan)
+            if best is None or plan.dirty_ratio > best[1].dirty_ratio:
+                best, loser = loser, best
+            if loser is not None:               # planning marked it as being cleaned: not this round
+                self._abandon(*loser)
+        if best is not None:
+            self.in_progress.add(best[0])
+        return best
+
+    def _abandon(self, partition, plan) -> None:
+        try:
+            self.core.abandon(partition, plan)
+        except OSError as e:
+            log.warning("could not remove the files of an unfinished cleaning of %s-%d: %r", partition.topic.name,
+                        partition.index, e)
+
+    def cleaner_config(self, partition):
+        return self.core.config(self.broker.topic_config(partition.topic), self.max_map_keys)
+
+    def dirty_ratios(self, now: int) -> dict:
+        """(topic, partition) → dirty ratio now, of every compacted partition (metrics, status page)."""
+        out = {}
+        for key, partition in list(self.broker.partitions.items()):
+            if partition.config.compacted and partition.storage_error is None:
+                try:
+                    out[key] = self.core.dirty_ratio(partition, now, self.cleaner_config(partition))
+                except (OSError, ValueError):
+                    continue
+        return out
+
+    def _gone(self, partition) -> bool:
+        return (self.broker.partitions.get((partition.topic.name, partition.index)) is not partition
+                or partition.storage_error is not None)
+
+    def busy(self, partition) -> bool:
+        """Whether ``partition`` is being cleaned (Kafka's retention skips such logs)."""
+        return partition in self.in_progress
+
+    # --- running ----------------------------------------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        if not self.enabled:
+            task_status.started()
+            return
+        async with trio.open_nursery() as nursery:
+            for i in range(self.threads):
+                nursery.start_soon(self._cleaner, i)
+            task_status.started()
+
+    async def _cleaner(self, i: int) -> None:
+        worker = WorkerThread(f"log-cleaner-{i}") if self.isolation == "thread" else None
+        try:
+            while True:
+                if not await self.clean_once(worker):
+                    await trio.sleep(self.backoff_s)
+        finally:
+            if worker is not None:
+                worker.close()
+
+    async def clean_once(self, worker: WorkerThread | None = None) -> bool:
+        """Clean the dirtiest cleanable partition, if any → whether one was cleaned (or tried)."""
+        grabbed = self.grab_filthiest(now_ms())
+        if grabbed is None:
+            return False
+        partition, plan = grabbed
+        name = f"{partition.topic.name}-{partition.index}"
+        stats = self.stats(partition)
+        started = time.perf_counter()
+        finished = False
+        try:
+            try:
+                result = await self._clean_off_loop(plan, worker)
+            except CleaningAborted:
+                return True
+            except Exception as e:                   # noqa: BLE001 - the partition is left alone for a while
+                if self._gone(partition):
+                    log.info("cleaning %s given up: the partition was deleted or went offline meanwhile", name)
+                    return True
+                self.failures += 1
+                stats.last_error = str(e)[:200]
+                stats.uncleanable_until_ms = now_ms() + UNCLEANABLE_RETRY_MS
+                log.error("cleaning %s failed, retried in %ds: %s", name, UNCLEANABLE_RETRY_MS // 1000, e)
+                return True
+            if self._gone(partition):
+                return True                          # deleted (its files went with it) or offline meanwhile
+            finished = True
+            try:
+                self.core.finish(partition, result)
+            except OSError as e:                     # as a failed flush: start-up recovery puts the files right
+                self.failures += 1
+                stats.last_error = str(e)[:200]
+                log.error("swapping in the cleaned segments of %s failed: %r", name, e)
+                self.broker.storage_failed(partition, e)
+                return True
+        finally:
+            self.in_progress.discard(partition)
+            if not finished:
+                self._abandon(partition, plan)
+        seconds = time.perf_counter() - started
+        read, written = getattr(result, "bytes_read", 0), getattr(result, "bytes_written", 0)
+        self.cleanings += 1
+        self.bytes_read += read
+        self.bytes_written += written
+        self.seconds += seconds
+        self.max_clean_s = max(self.max_clean_s, seconds)
+        self.last_cleaning_ms = stats.last_cleaning_ms = now_ms()
+        stats.last_duration_s = seconds
+        stats.bytes_read += read
+        stats.bytes_written += written
+        stats.cleanings += 1
+        stats.dirty_ratio = 0.0
+        stats.last_error = ""
+        log.info("cleaned %s: read=%d written=%d in %.3fs (%.1f MB/s)", name, read, written, seconds,
+                 read / seconds / 1e6 if seconds > 0 else 0.0)
+        return True
+
+    async def _clean_off_loop(self, plan, worker: WorkerThread | None):
+        clean = self.core.clean_function()
+        if self.isolation != "thread":
+            return await self._clean_in_child(clean, plan)
+        abort = threading.Event()
+
+        def throttle(n: int) -> None:           # in the worker thread: a cancellation ends the cleaning here
+            if abort.is_set():
+                raise CleaningAborted("cleaning aborted")
+            self._throttler(n, abort.wait)      # its sleep, too
+            if abort.is_set():
+                raise CleaningAborted("cleaning aborted")
+
+        own = worker is None
+        if own:
+            worker = WorkerThread("log-cleaner")
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_set_when_cancelled, abort)
+                try:
+                    outcome = (True, await worker.run(clean, self.broker.storage, plan, throttle))
+                except Exception as e:          # raised below, not as the nursery's exception group
+                    outcome = (False, e)
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            if own:
+                worker.close()
+        ok, value = outcome
+        if not ok:
+            raise value
+        return value
+
+    async def _clean_in_child(self, clean: Callable, plan):
+        ctx = multiprocessing.get_context("spawn")
+        reader, writer = ctx.Pipe(duplex=False)
+        child = ctx.Process(target=_clean_in_child, name="trireme-log-cleaner", daemon=True,
+                            args=(writer, clean, self.broker.storage.root, plan, self.io_rate / self.threads))
+        try:
+            try:
+                # In a thread: start() writes the pickled plan to the child, which reads it only once its
+                # interpreter is up; a large plan would block the event loop meanwhile.
+                await trio.to_thread.run_sync(child.start)
+            finally:
+                writer.close()
+            while not reader.poll():
+                await trio.lowlevel.wait_readable(reader.fileno())
+            try:
+                ok, value = await trio.to_thread.run_sync(reader.recv)      # the whole answer, however long
+            except EOFError:
+                ok, value = False, "the cleaner process ended without an answer"
+        except BaseException:
+            if child.pid is not None:
+                child.kill()                         # shutdown or cancellation: its temporary files are recovered
+            raise
+        finally:
+            reader.close()
+            if child.pid is not None:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(child.join)
+        if not ok:
+            raise RuntimeError(f"{value} (exit code {child.exitcode})")
+        return value
+
+
+async def _set_when_cancelled(event: threading.Event) -> None:
+    """Sets ``event`` when cancelled: the thread-isolated cleaning's throttle callback then raises CleaningAborted
+    (when the cleaning ended first, setting it does nothing)."""
+    try:
+        await trio.sleep_forever()
+    finally:
+        event.set()
