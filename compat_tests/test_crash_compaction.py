@@ -157,8 +157,6 @@ def cleaner_processes(server, workdir: Path) -> list[int]:
     return [pid for pid in processes_in(workdir) if parent_of(pid) == server.proc.pid]
 
 
-@pytest.mark.xfail(strict=True, reason="cleaner-runtime: the cleaner's spawned child (and its resource tracker) "
-                                       "outlive a broker killed with SIGKILL and keep writing in its data directory")
 def test_no_cleaner_process_outlives_a_killed_broker(server):
     """kill -9 the broker while a cleaning runs in its child process: once the broker is gone, nothing it
     started may go on writing into the data directory (beside the next broker's recovery and its own

@@ -4,7 +4,8 @@ The lock is ``flock(LOCK_EX | LOCK_NB)`` on ``DATA_DIR/.lock``, held on an open 
 dropped by the kernel when that file is closed or the process ends (kill -9 included), so a lock file left
 behind never blocks anyone.  flock belongs to the open file, not to the process (unlike fcntl's record locks):
 a second broker in the same process (trireme.testing runs them on threads) opens the file again and is refused
-as another process is.  The holder writes ``pid=... host=... listen=HOST:PORT`` into the file; a broker that is
+as another process is.  A broker's cleaner child inherits the locked file, so the lock outlives a killed broker
+until its child is gone too; the next broker waits for that when the named holder is dead.  The holder writes ``pid=... host=... listen=HOST:PORT`` into the file; a broker that is
 refused reads it back for its one-line error.
 """
 from __future__ import annotations
@@ -13,10 +14,13 @@ import errno
 import fcntl
 import os
 import socket
+import time
 
 from .startup import StartupError, os_reason
 
 LOCK_FILE = ".lock"
+# How long a broker waits for the lock a dead broker's cleaner child still holds (it is SIGKILLed with the broker).
+DEAD_HOLDER_WAIT_S = 10.0
 
 
 class DataDirInUse(StartupError):
@@ -53,7 +57,7 @@ class DataDirLock:
             raise StartupError(f"cannot create the lock file {path} of data directory {data_dir}: "
                                f"{os_reason(e)}") from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock_after_dead_holder(fd)
         except BlockingIOError:
             holder = _read_holder(fd)
             os.close(fd)
@@ -71,6 +75,11 @@ class DataDirLock:
             raise StartupError(f"cannot write the lock file {path}: {os_reason(e)}") from None
         return lock
 
+    def fileno(self) -> int:
+        """The locked file (a cleaner child inherits it: the lock then lasts until the child is gone too)."""
+        assert self._fd is not None
+        return self._fd
+
     @property
     def held(self) -> bool:
         return self._fd is not None
@@ -80,6 +89,37 @@ class DataDirLock:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)
+
+
+def _flock_after_dead_holder(fd: int) -> None:
+    """Lock ``fd``'s file, or raise BlockingIOError.  When the holder named in it is a broker of this host that is
+    no longer running, the lock is its cleaner child's (inherited, server/log_cleaner.py), which dies with it:
+    wait for that (up to DEAD_HOLDER_WAIT_S) rather than refuse, or work beside it."""
+    deadline = time.monotonic() + DEAD_HOLDER_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if not _holder_dead(_read_holder(fd)) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.02)
+
+
+def _holder_dead(holder: str) -> bool:
+    fields = dict(item.partition("=")[::2] for item in holder.split())
+    if fields.get("host") != socket.gethostname() or not fields.get("pid", "").isdigit():
+        return False
+    pid = int(fields["pid"])
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _read_only(path: str) -> bool:

@@ -15,12 +15,25 @@ several-fold (docs/operations.md, "Compaction", has the numbers), while in a chi
 The child only reads rolled, immutable segments and writes files under temporary names; ``finish_cleaning`` (the
 swap by rename) runs here, on the event loop.  Shutdown kills a child (or stops a thread at its next throttle call or
 in its throttle sleep); the core's recovery at the next start removes what a cleaning cut short left.
+
+The child dies with the broker, kill -9 included: it is a plain ``sys.executable`` process (no multiprocessing, so no
+resource tracker beside it) started from the event loop's thread, which lives as long as the broker; on Linux it
+asks for SIGKILL when that thread ends (``PR_SET_PDEATHSIG``: through ``setpriv`` before its interpreter starts
+when util-linux is there, and again first thing in the child), and everywhere its throttle callback ends the
+cleaning once its parent pid changed.  It inherits the data directory's lock (server/data_dir.py): the lock is
+free only once the broker and its child are both gone, and a restarted broker waits for that rather than race the
+old child in the directory.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
-import multiprocessing
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -127,16 +140,51 @@ class PartitionCleaning:
     last_error: str = ""
 
 
-def _clean_in_child(conn, clean: Callable, root: str, plan, rate: float) -> None:
-    """A child process's whole life: clean, send (True, result) or (False, why) back."""
+def _die_with_parent(parent: int) -> None:
+    """In the child, first thing: SIGKILL when the thread that started it ends (Linux), or exit now if the parent
+    is gone already (it died before the request took effect)."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)        # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass                                               # the throttle callback's check remains
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _child_main() -> None:
+    """A cleaner child process's whole life (argv: the broker's pid): read (sys.path, then clean, root, plan,
+    rate) pickled from stdin, clean, write (True, result) or (False, why) pickled to stdout."""
+    parent = int(sys.argv[1])
+    _die_with_parent(parent)
+    answer = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)                                              # a stray print cannot corrupt the answer
+    request = sys.stdin.buffer
+    sys.path[:] = pickle.load(request)
     try:
-        outcome = (True, clean(FileStorage(root), plan, Throttler(rate)))
+        clean, root, plan, rate = pickle.load(request)
+        throttler = Throttler(rate)
+
+        def throttle(n: int) -> None:
+            if os.getppid() != parent:                        # the broker is gone (where PDEATHSIG is not)
+                raise CleaningAborted("the broker is gone")
+            throttler(n)
+        outcome = (True, clean(FileStorage(root), plan, throttle))
     except BaseException as e:                       # noqa: BLE001 - reported to the parent, which logs it
         outcome = (False, repr(e))
-    try:
-        conn.send(outcome)
-    finally:
-        conn.close()
+    if os.getppid() != parent:
+        os._exit(1)
+    with answer:
+        pickle.dump(outcome, answer, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+CHILD_COMMAND = "from trireme.server.log_cleaner import _child_main; _child_main()"
+# Where util-linux's setpriv is, the death signal is asked for before the interpreter starts (its start-up takes a
+# while, and a broker killed meanwhile would leave the child running until _die_with_parent).
+_SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+_DIE_WITH_PARENT = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
 
 
 class LogCleaner:
@@ -347,35 +395,47 @@ class LogCleaner:
         return value
 
     async def _clean_in_child(self, clean: Callable, plan):
-        ctx = multiprocessing.get_context("spawn")
-        reader, writer = ctx.Pipe(duplex=False)
-        child = ctx.Process(target=_clean_in_child, name="trireme-log-cleaner", daemon=True,
-                            args=(writer, clean, self.broker.storage.root, plan, self.io_rate / self.threads))
+        request = (pickle.dumps(list(sys.path), protocol=pickle.HIGHEST_PROTOCOL)
+                   + pickle.dumps((clean, self.broker.storage.root, plan, self.io_rate / self.threads),
+                                  protocol=pickle.HIGHEST_PROTOCOL))
+        lock = getattr(self.broker, "data_dir_lock", None)
+        lock_fds = (lock.fileno(),) if lock is not None and lock.held else ()
+        # Started here, on the event loop's thread (fork+exec, a few milliseconds): PR_SET_PDEATHSIG follows the
+        # thread that started the child, and this one lives as long as the broker (trio's worker threads do not).
+        child = subprocess.Popen([*_DIE_WITH_PARENT, sys.executable, "-c", CHILD_COMMAND, str(os.getpid())],
+                                 stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, pass_fds=lock_fds, close_fds=True)
         try:
+            # In threads: the child reads the plan only once its interpreter is up, and the answer may be large.
+            await trio.to_thread.run_sync(_send_and_close, child.stdin, request)
+            await trio.lowlevel.wait_readable(child.stdout.fileno())
+            answer = await trio.to_thread.run_sync(child.stdout.read)
             try:
-                # In a thread: start() writes the pickled plan to the child, which reads it only once its
-                # interpreter is up; a large plan would block the event loop meanwhile.
-                await trio.to_thread.run_sync(child.start)
-            finally:
-                writer.close()
-            while not reader.poll():
-                await trio.lowlevel.wait_readable(reader.fileno())
-            try:
-                ok, value = await trio.to_thread.run_sync(reader.recv)      # the whole answer, however long
-            except EOFError:
+                ok, value = pickle.loads(answer)
+            except Exception:                        # noqa: BLE001 - ended (killed?) without a whole answer
                 ok, value = False, "the cleaner process ended without an answer"
         except BaseException:
-            if child.pid is not None:
-                child.kill()                         # shutdown or cancellation: its temporary files are recovered
+            child.kill()                             # shutdown or cancellation: its temporary files are recovered
             raise
         finally:
-            reader.close()
-            if child.pid is not None:
-                with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(child.join)
+            child.stdout.close()
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(child.wait)
         if not ok:
-            raise RuntimeError(f"{value} (exit code {child.exitcode})")
+            raise RuntimeError(f"{value} (exit code {child.returncode})")
         return value
+
+
+def _send_and_close(pipe, data: bytes) -> None:
+    try:
+        pipe.write(data)
+    except BrokenPipeError:
+        pass                                         # the child died: its missing answer says so
+    finally:
+        try:
+            pipe.close()
+        except BrokenPipeError:
+            pass
 
 
 async def _set_when_cancelled(event: threading.Event) -> None:

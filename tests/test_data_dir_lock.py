@@ -67,3 +67,24 @@ def test_stop_requested_while_loading(tmp_path):
     with pytest.raises(StartupInterrupted):
         Broker(Config(data_dir=str(tmp_path)), stop_requested=lambda: True)
     Broker(Config(data_dir=str(tmp_path))).close()
+
+
+def test_the_lock_a_dead_brokers_child_still_holds_is_waited_for(tmp_path):
+    """A killed broker's cleaner child inherited its locked file (server/log_cleaner.py): the next broker waits
+    for the child to be gone instead of working beside it; a live holder is refused as before."""
+    # A "broker" process takes the lock, starts a child that inherits the locked file and lingers a second, and
+    # dies at once.
+    script = ("import os, subprocess, sys\nfrom trireme.server.data_dir import DataDirLock\n"
+              "lock = DataDirLock.acquire(sys.argv[1], 'x:1')\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(1.0)'], "
+              "pass_fds=(lock.fileno(),))\n"
+              "print(child.pid, flush=True)\nos._exit(0)\n")
+    dead = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, check=True)
+    child = int(dead.stdout.split()[0])
+    assert os.path.exists(f"/proc/{child}") or sys.platform != "linux"
+    lock = DataDirLock.acquire(str(tmp_path), "127.0.0.1:9092")       # waits for the child to end
+    try:
+        assert not os.path.exists(f"/proc/{child}/cwd") or sys.platform != "linux"
+        assert (tmp_path / ".lock").read_text().startswith(f"pid={os.getpid()} ")
+    finally:
+        lock.release()
