@@ -12,8 +12,9 @@ Where the cleaning runs: in a child process when the log is on disk (FileStorage
 (MemoryStorage, in tests).  Cleaning decodes every record of the dirty segments, pure-Python CPU work; in a thread it
 holds the GIL against the event loop for a switch interval at a time, and produce latency during a cleaning rose
 several-fold (docs/operations.md, "Compaction", has the numbers), while in a child process it stays as when idle.
-The child only reads rolled, immutable segments and writes files under temporary names; ``finish_cleaning`` (the
-swap by rename) runs here, on the event loop.  Shutdown kills a child (or stops a thread at its next throttle call or
+The child only reads rolled, immutable segments and writes files under temporary names; the swap by rename
+(``begin_finish``: its renames, unlinks, fsyncs and the new segments' indexes) runs in a worker thread, and only the
+swap of the segment list in memory on the event loop (fetches read the old segments until then).  Shutdown kills a child (or stops a thread at its next throttle call or
 in its throttle sleep); the core's recovery at the next start removes what a cleaning cut short left.
 
 The child dies with the broker, kill -9 included: it is a plain ``sys.executable`` process (no multiprocessing, so no
@@ -124,6 +125,11 @@ class CleanerCore:
 
     def finish(self, partition, result) -> None:
         partition.log.finish_cleaning(result)
+
+    def begin_finish(self, partition, result):
+        """The swap in steps: → an object whose ``files()`` runs in a worker thread (renames, unlinks, fsyncs,
+        index loading) and whose ``commit()`` swaps the segment list on the event loop."""
+        return partition.log.begin_finish(result)
 
 
 @dataclasses.dataclass(slots=True)
@@ -332,7 +338,18 @@ class LogCleaner:
                 return True                          # deleted (its files went with it) or offline meanwhile
             finished = True
             try:
-                self.core.finish(partition, result)
+                # Shielded: once its file work began, the swap is seen through (a shutdown waits for it).
+                with trio.CancelScope(shield=True):
+                    swap = self.core.begin_finish(partition, result)
+                    try:
+                        await trio.to_thread.run_sync(swap.files)
+                    except OSError:
+                        if self._gone(partition):        # deleted meanwhile: its files went with it
+                            return True
+                        raise
+                    if self._gone(partition):
+                        return True
+                    swap.commit()
             except OSError as e:                     # as a failed flush: start-up recovery puts the files right
                 self.failures += 1
                 stats.last_error = str(e)[:200]
@@ -409,11 +426,7 @@ class LogCleaner:
             # In threads: the child reads the plan only once its interpreter is up, and the answer may be large.
             await trio.to_thread.run_sync(_send_and_close, child.stdin, request)
             await trio.lowlevel.wait_readable(child.stdout.fileno())
-            answer = await trio.to_thread.run_sync(child.stdout.read)
-            try:
-                ok, value = pickle.loads(answer)
-            except Exception:                        # noqa: BLE001 - ended (killed?) without a whole answer
-                ok, value = False, "the cleaner process ended without an answer"
+            ok, value = await trio.to_thread.run_sync(_read_answer, child.stdout)
         except BaseException:
             child.kill()                             # shutdown or cancellation: its temporary files are recovered
             raise
@@ -424,6 +437,13 @@ class LogCleaner:
         if not ok:
             raise RuntimeError(f"{value} (exit code {child.returncode})")
         return value
+
+
+def _read_answer(pipe) -> tuple[bool, Any]:
+    try:
+        return pickle.loads(pipe.read())
+    except Exception:                                # noqa: BLE001 - ended (killed?) without a whole answer
+        return False, "the cleaner process ended without an answer"
 
 
 def _send_and_close(pipe, data: bytes) -> None:

@@ -20,6 +20,9 @@ The interface (owned by cleaner-core; server/log_cleaner.py schedules it):
   below) and checkpoints the first dirty offset; returns how many segment groups were swapped. A group whose
   old segments changed meanwhile (retention, deletion) is dropped. An OSError from it leaves files that
   start-up recovery puts right: treat it as a failed flush (the partition's storage failed).
+  ``PartitionLog.begin_finish(result)`` does the same in steps, so that the file work stays off the event loop:
+  it checks the groups (owning thread), its ``files()`` does the renames, unlinks, fsyncs and index loading (any
+  thread), its ``commit()`` swaps the segment list in memory (owning thread); reads see the old segments until then.
 * Beyond BRIEF22's three calls (changes to the interface, all additions): ``abandon_cleaning``, the
   ``cleaning`` property, ``cleaner_checkpoint``, ``dirty_ratio``, :func:`clean_directory`, and the throttle
   passed to ``clean``. ``cleanable`` marks the log as being cleaned (it returns None until ``finish_cleaning`` or

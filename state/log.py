@@ -1328,14 +1328,22 @@ class PartitionLog:
                 self._storage.remove(self._path(name), missing_ok=True)
 
     def finish_cleaning(self, result) -> int:
-        """Swap the cleaned segments in (owning thread; see state/cleaner.py); returns how many groups."""
+        """Swap the cleaned segments in (owning thread; see state/cleaner.py); returns how many groups.  The same
+        as ``begin_finish`` → its ``files()`` → its ``commit()`` on this thread."""
+        finish = self.begin_finish(result)
+        finish.files()
+        return finish.commit()
+
+    def begin_finish(self, result) -> "CleaningFinish":
+        """The swap of ``finish_cleaning`` in three steps, so that its file work (renames, unlinks, fsyncs, the new
+        segments' indexes) may run in a worker thread: this call (owning thread, cheap) checks each group against
+        the segments now and opens the old segments' files (reads keep using them once unlinked); ``files()`` (any
+        thread, once) does the file work in the crash-safe order; ``commit()`` (owning thread) swaps the segment
+        list in memory.  Until ``commit`` the log reads the old segments; the log stays marked as being cleaned
+        (retention and cleaning leave it alone) and must not be closed meanwhile."""
         self._check_open()
-        self._cleaning = None
-        storage = self._storage
-        swapped = 0
+        groups, dropped = [], []
         complete = True
-        if result.groups:   # first record (durably) that the log may have gaps up to the end of this cleaning
-            self._write_cleaner_checkpoint(self._cleaner_checkpoint, result.end_offset)
         for group in result.groups:
             i = bisect.bisect_left(self._bases, group.base_offset)
             old = self._segments[i:i + len(group.old_bases)]
@@ -1345,15 +1353,38 @@ class PartitionLog:
                     or old[-1].next_offset != group.next_offset
                     or any(s.tail or s.txn_pending or s.deleted for s in old)):
                 complete = False
-                for kind in SEGMENT_KINDS:
-                    storage.remove(self._path(cleaned_name(group.base_offset, kind)), missing_ok=True)
+                dropped.append(group.base_offset)
                 continue
-            self._swap_in(i, old, group)
-            swapped += 1
-        if complete:
-            self._cleaner_checkpoint = result.end_offset
-        self._write_cleaner_checkpoint(self._cleaner_checkpoint, max(result.end_offset, self._cleaner_checkpoint))
-        return swapped
+            for seg in old:
+                self._reader(seg)
+            groups.append((group, tuple(old)))
+        checkpoint = result.end_offset if complete else self._cleaner_checkpoint
+        return CleaningFinish(self, result, groups, dropped, checkpoint)
+
+    def _swap_files(self, finish: "CleaningFinish") -> None:
+        """CleaningFinish.files: touches only files (and the new, not yet shared, segments)."""
+        storage, result = self._storage, finish.result
+        if result.groups:   # first record (durably) that the log may have gaps up to the end of this cleaning
+            self._write_cleaner_checkpoint(finish.checkpoint_before, result.end_offset)
+        for base in finish.dropped:
+            for kind in SEGMENT_KINDS:
+                storage.remove(self._path(cleaned_name(base, kind)), missing_ok=True)
+        for group, old in finish.groups:
+            finish.new.append(self._swap_in_files(old, group))
+        self._write_cleaner_checkpoint(finish.checkpoint, max(result.end_offset, finish.checkpoint))
+
+    def _commit_finish(self, finish: "CleaningFinish") -> int:
+        """CleaningFinish.commit: the segment list swap, in memory only."""
+        self._check_open()
+        self._cleaning = None
+        for (group, old), new in zip(finish.groups, finish.new):
+            i = bisect.bisect_left(self._bases, group.base_offset)
+            if tuple(self._segments[i:i + len(old)]) != old:
+                raise OSError(errno.EIO, f"the segments of {self._directory} from offset {group.base_offset} "
+                              "changed while their cleaned replacement was swapped in")
+            self._swap_in_memory(i, list(old), new, group)
+        self._cleaner_checkpoint = finish.checkpoint
+        return len(finish.new)
 
     def _write_cleaner_checkpoint(self, first_dirty: int, gaps_below: int) -> None:
         """cleaner-offset.checkpoint: version 0, the first dirty offset, the offset below which gaps may be."""
@@ -1364,7 +1395,7 @@ class PartitionLog:
         if not self._unsafe:
             self._storage.sync_dir(self._directory)
 
-    def _swap_in(self, i: int, old: list[_Segment], group) -> None:
+    def _swap_in_files(self, old: Sequence[_Segment], group) -> _Segment:
         storage, base = self._storage, group.base_offset
         indexes = [k for k in SEGMENT_KINDS if k != "log"]
         # 1. .cleaned -> .swap, the log file last: the swap is committed once <base>.log.swap is durable.
@@ -1372,8 +1403,9 @@ class PartitionLog:
             storage.rename(self._path(cleaned_name(base, kind)), self._path(cleaned_name(base, kind, SWAP_SUFFIX)))
         self._sync_dir()
         # 2. The old segments go.
-        for seg in old:
-            self._remove_files(seg)
+        for seg in old:       # unlinked only: their open files serve reads until the swap in memory
+            for path in (seg.path, seg.index_path, seg.time_index_path, seg.txn_index_path):
+                storage.remove(path, missing_ok=True)
         self._sync_dir()
         # 3. .swap -> final names, the index files durably before the log file: so once <base>.log.swap is gone,
         # no index .swap file of this swap is left, and at start-up any such file belongs to an uncommitted one.
@@ -1387,6 +1419,9 @@ class PartitionLog:
             new.handle = storage.open_read(new.path)
             self._recover_segment(new, allow_gaps=True)
         new.sealed = new.index_persisted = True
+        return new
+
+    def _swap_in_memory(self, i: int, old: list[_Segment], new: _Segment, group) -> None:
         first = sum(s.txn_count for s in self._segments[:i])
         kept = [AbortedTxn(*e) for e in group.txn_entries]
         self._aborted[first:first + sum(s.txn_count for s in old)] = kept
@@ -1398,8 +1433,12 @@ class PartitionLog:
         new.txn_count = new.txn_written = new.txn_synced = len(kept)
         new.txn_on_disk = True
         self._segments[i:i + len(old)] = [new]
-        self._bases[i:i + len(old)] = [base]
+        self._bases[i:i + len(old)] = [new.base_offset]
         for seg in old:
+            seg.deleted = True
+            for handle in (seg.handle, seg.txn_handle):
+                if handle is not None:
+                    handle.close()
             if seg in self._unpersisted:
                 self._unpersisted.remove(seg)
 
@@ -1490,3 +1529,23 @@ class PartitionLog:
 
     def _segment_path(self, base_offset: int) -> str:
         return self._path(f"{base_offset:020d}.log")
+
+
+class CleaningFinish:
+    """The swap of one cleaning's result, in steps (``PartitionLog.begin_finish``)."""
+
+    __slots__ = ("log", "result", "groups", "dropped", "checkpoint", "checkpoint_before", "new")
+
+    def __init__(self, log: "PartitionLog", result, groups, dropped, checkpoint: int) -> None:
+        self.log, self.result, self.groups, self.dropped = log, result, groups, dropped
+        self.checkpoint = checkpoint
+        self.checkpoint_before = log._cleaner_checkpoint
+        self.new: list[_Segment] = []
+
+    def files(self) -> None:
+        """The renames, unlinks and fsyncs, and the new segments' indexes: any thread."""
+        self.log._swap_files(self)
+
+    def commit(self) -> int:
+        """The swap in memory (owning thread) → how many groups were swapped in."""
+        return self.log._commit_finish(self)

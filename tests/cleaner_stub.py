@@ -117,10 +117,23 @@ class StubCore(CleanerCore):
             return None
         return Plan(plog._directory, tuple(dirty), end, dirty_bytes / (clean_bytes + dirty_bytes))
 
+    def begin_finish(self, partition, result):
+        return _StubFinish(lambda: self.finish(partition, result))
+
     def finish(self, partition, result):
         self.cleaning.discard(partition)
         self.first_dirty[partition] = result.plan.end_offset
         self.finished.append((partition, result))
+
+
+@dataclasses.dataclass
+class _StubFinish:
+    """The stand-in's swap: no file work; the commit on the event loop is ``finish``."""
+
+    commit: object
+
+    def files(self) -> None:
+        pass
 
 
 def endless_clean(storage, plan: Plan, throttle) -> Result:
