@@ -128,7 +128,8 @@ class CleanerCore:
 
     def begin_finish(self, partition, result):
         """The swap in steps: → an object whose ``files()`` runs in a worker thread (renames, unlinks, fsyncs,
-        index loading) and whose ``commit()`` swaps the segment list on the event loop."""
+        index loading), whose ``commit()`` swaps the segment list on the event loop, and whose ``close_old()``
+        closes the old segments' (unlinked) files in a worker thread again: that frees their blocks."""
         return partition.log.begin_finish(result)
 
 
@@ -350,6 +351,7 @@ class LogCleaner:
                     if self._gone(partition):
                         return True
                     swap.commit()
+                    await trio.to_thread.run_sync(swap.close_old)
             except OSError as e:                     # as a failed flush: start-up recovery puts the files right
                 self.failures += 1
                 stats.last_error = str(e)[:200]

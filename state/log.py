@@ -1332,14 +1332,17 @@ class PartitionLog:
         as ``begin_finish`` → its ``files()`` → its ``commit()`` on this thread."""
         finish = self.begin_finish(result)
         finish.files()
-        return finish.commit()
+        swapped = finish.commit()
+        finish.close_old()
+        return swapped
 
     def begin_finish(self, result) -> "CleaningFinish":
         """The swap of ``finish_cleaning`` in three steps, so that its file work (renames, unlinks, fsyncs, the new
         segments' indexes) may run in a worker thread: this call (owning thread, cheap) checks each group against
         the segments now and opens the old segments' files (reads keep using them once unlinked); ``files()`` (any
         thread, once) does the file work in the crash-safe order; ``commit()`` (owning thread) swaps the segment
-        list in memory.  Until ``commit`` the log reads the old segments; the log stays marked as being cleaned
+        list in memory; ``close_old()`` (any thread) closes the old segments' files: the last close of an unlinked
+        file frees its blocks and page cache, tens of milliseconds for a large segment.  Until ``commit`` the log reads the old segments; the log stays marked as being cleaned
         (retention and cleaning leave it alone) and must not be closed meanwhile."""
         self._check_open()
         groups, dropped = [], []
@@ -1382,7 +1385,7 @@ class PartitionLog:
             if tuple(self._segments[i:i + len(old)]) != old:
                 raise OSError(errno.EIO, f"the segments of {self._directory} from offset {group.base_offset} "
                               "changed while their cleaned replacement was swapped in")
-            self._swap_in_memory(i, list(old), new, group)
+            self._swap_in_memory(i, list(old), new, group, finish.closing)
         self._cleaner_checkpoint = finish.checkpoint
         return len(finish.new)
 
@@ -1421,7 +1424,7 @@ class PartitionLog:
         new.sealed = new.index_persisted = True
         return new
 
-    def _swap_in_memory(self, i: int, old: list[_Segment], new: _Segment, group) -> None:
+    def _swap_in_memory(self, i: int, old: list[_Segment], new: _Segment, group, closing: list) -> None:
         first = sum(s.txn_count for s in self._segments[:i])
         kept = [AbortedTxn(*e) for e in group.txn_entries]
         self._aborted[first:first + sum(s.txn_count for s in old)] = kept
@@ -1436,9 +1439,7 @@ class PartitionLog:
         self._bases[i:i + len(old)] = [new.base_offset]
         for seg in old:
             seg.deleted = True
-            for handle in (seg.handle, seg.txn_handle):
-                if handle is not None:
-                    handle.close()
+            closing.extend(h for h in (seg.handle, seg.txn_handle) if h is not None)
             if seg in self._unpersisted:
                 self._unpersisted.remove(seg)
 
@@ -1534,13 +1535,14 @@ class PartitionLog:
 class CleaningFinish:
     """The swap of one cleaning's result, in steps (``PartitionLog.begin_finish``)."""
 
-    __slots__ = ("log", "result", "groups", "dropped", "checkpoint", "checkpoint_before", "new")
+    __slots__ = ("log", "result", "groups", "dropped", "checkpoint", "checkpoint_before", "new", "closing")
 
     def __init__(self, log: "PartitionLog", result, groups, dropped, checkpoint: int) -> None:
         self.log, self.result, self.groups, self.dropped = log, result, groups, dropped
         self.checkpoint = checkpoint
         self.checkpoint_before = log._cleaner_checkpoint
         self.new: list[_Segment] = []
+        self.closing: list = []         # the old segments' open files, once swapped out
 
     def files(self) -> None:
         """The renames, unlinks and fsyncs, and the new segments' indexes: any thread."""
@@ -1549,3 +1551,9 @@ class CleaningFinish:
     def commit(self) -> int:
         """The swap in memory (owning thread) → how many groups were swapped in."""
         return self.log._commit_finish(self)
+
+    def close_old(self) -> None:
+        """Close the swapped-out segments' files (unlinked already): any thread, after ``commit``."""
+        closing, self.closing = self.closing, []
+        for handle in closing:
+            handle.close()

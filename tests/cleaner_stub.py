@@ -135,6 +135,9 @@ class _StubFinish:
     def files(self) -> None:
         pass
 
+    def close_old(self) -> None:
+        pass
+
 
 def endless_clean(storage, plan: Plan, throttle) -> Result:
     """A cleaning that never ends by itself: only its throttle callback (an abort) or a kill ends it."""
