@@ -1,6 +1,7 @@
 """The log cleaner's core: compacts a partition's rolled segments to the latest record per key, as Kafka's LogCleaner.
 
-The interface (owned by cleaner-core; server/log_cleaner.py schedules it):
+The interface (server/log_cleaner.py schedules it; the plan's types, CleaningPlan and SegmentRef, are state/log.py's,
+since the log makes the plan):
 
 * :class:`CleanerConfig` — a partition's settings: ``delete_retention_ms``, ``min_compaction_lag_ms``,
   ``max_compaction_lag_ms``, ``min_cleanable_dirty_ratio``, ``max_map_keys`` (our equivalent of
@@ -10,9 +11,9 @@ The interface (owned by cleaner-core; server/log_cleaner.py schedules it):
 * ``PartitionLog.cleanable(now_ms, first_unstable_offset, cfg) -> CleaningPlan | None`` (owning thread, cheap:
   segment metadata and one batch header): which rolled segments to clean, the dirty ratio, whether
   ``max_compaction_lag_ms`` forces it. None when nothing is cleanable or the ratio is below the minimum.
-* ``PartitionLog.clean(plan, throttle=None) -> CleaningResult`` — or the module function
-  :func:`clean` ``(storage, plan, throttle)``, or :func:`clean_directory` ``(data_dir, plan)`` in a fresh
-  subprocess (plan and result are picklable) — any thread or process: reads only the plan's rolled,
+* :func:`clean` ``(storage, plan, throttle=None) -> CleaningResult`` (``storage``: the log's, ``PartitionLog.storage``),
+  or :func:`clean_directory` ``(data_dir, plan)`` in a fresh subprocess (plan and result are picklable) — any
+  thread or process: reads only the plan's rolled,
   immutable, durable segments and writes new files named ``<base>.{log,index,timeindex,txnindex}.cleaned``
   (fsynced unless the log is unsafe). Raises OSError / CorruptLog on I/O trouble: the caller logs it, calls
   ``PartitionLog.abandon_cleaning(plan)`` and tries later.
@@ -23,9 +24,7 @@ The interface (owned by cleaner-core; server/log_cleaner.py schedules it):
   ``PartitionLog.begin_finish(result)`` does the same in steps, so that the file work stays off the event loop:
   it checks the groups (owning thread), its ``files()`` does the renames, unlinks, fsyncs and index loading (any
   thread), its ``commit()`` swaps the segment list in memory (owning thread); reads see the old segments until then.
-* Beyond BRIEF22's three calls (changes to the interface, all additions): ``abandon_cleaning``, the
-  ``cleaning`` property, ``cleaner_checkpoint``, ``dirty_ratio``, :func:`clean_directory`, and the throttle
-  passed to ``clean``. ``cleanable`` marks the log as being cleaned (it returns None until ``finish_cleaning`` or
+* ``abandon_cleaning``, the ``cleaning`` property, ``cleaner_checkpoint``, ``dirty_ratio``. ``cleanable`` marks the log as being cleaned (it returns None until ``finish_cleaning`` or
   ``abandon_cleaning``); ``cfg.throttle`` is not part of the plan (not picklable): pass it to ``clean``.
 * ``PartitionLog.cleaner_checkpoint`` — the first dirty offset (durable, ``cleaner-offset.checkpoint``, whose
   third line, written before the first swap, is the offset below which start-up accepts offset gaps).
@@ -70,14 +69,14 @@ import struct
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from trireme.state.log import HEADER_SIZE, AbortedTxn, CorruptLog, _pack_txn, _Segment, cleaned_name
+from trireme.state.log import (HEADER_SIZE, LONG_MAX, AbortedTxn, CleaningPlan, CorruptLog, SegmentRef, _pack_txn,
+                               _Segment, cleaned_name)
 from trireme.state.storage import AppendFile, FileStorage, ReadFile, Storage
 from trireme.wire.primitives import CodecError
 from trireme.wire.records import (CONTROL_ABORT, CONTROL_COMMIT, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader,
                                   decode_records, parse_batch_header, parse_control_record, rebuild_batch,
                                   scan_keys)
 
-LONG_MAX = 2**63 - 1
 _CHUNK = 1 << 20
 _INT32 = struct.Struct(">i")
 
@@ -92,36 +91,6 @@ class CleanerConfig:
     min_cleanable_dirty_ratio: float = 0.5
     max_map_keys: int = 1_000_000     # ~100 MB of Python dict for short keys
     throttle: Callable[[int], None] | None = field(default=None, compare=False)
-
-
-@dataclass(frozen=True)
-class SegmentRef:
-    """A rolled segment as the plan saw it."""
-
-    base_offset: int
-    next_offset: int
-    size: int
-    txn_count: int
-
-
-@dataclass(frozen=True)
-class CleaningPlan:
-    """What one cleaning does; picklable, so that :func:`clean` can run in another process."""
-
-    directory: str
-    segments: tuple[SegmentRef, ...]       # the cleanable range, from the log start, in offset order
-    groups: tuple[tuple[int, int], ...]    # [start, end) indexes into segments: each becomes one new segment
-    txn_entries: tuple[tuple[tuple[int, int, int, int], ...], ...]  # per group: its aborted-transaction index
-    #                                      entries (producer id, first offset, marker offset, LSO)
-    aborted: tuple[tuple[int, int, int], ...]  # (producer id, first offset, marker offset) in the range
-    first_dirty_offset: int
-    end_offset: int                        # the first offset not cleaned
-    now_ms: int
-    delete_retention_ms: int
-    max_map_keys: int
-    dirty_ratio: float
-    forced: bool                           # max.compaction.lag.ms passed for the first dirty segment
-    durable: bool                          # fsync what is written
 
 
 @dataclass(frozen=True)
@@ -148,11 +117,6 @@ class CleaningResult:
     records_read: int
     records_kept: int
     batches_removed: int
-
-
-def dirty_ratio(clean_bytes: int, dirty_bytes: int) -> float:
-    total = clean_bytes + dirty_bytes
-    return dirty_bytes / total if total else 0.0
 
 
 # --- reading ------------------------------------------------------------------------------------------------

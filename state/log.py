@@ -41,6 +41,46 @@ def cleaned_name(base_offset: int, kind: str, suffix: str = CLEANED_SUFFIX) -> s
     return f"{base_offset:020d}.{kind}{suffix}"
 
 
+# --- what a cleaning plan holds (state/cleaner.py cleans; the log plans a cleaning and swaps its result in) ---
+
+LONG_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class SegmentRef:
+    """A rolled segment as the plan saw it."""
+
+    base_offset: int
+    next_offset: int
+    size: int
+    txn_count: int
+
+
+@dataclass(frozen=True)
+class CleaningPlan:
+    """What one cleaning does; picklable, so that :func:`clean` can run in another process."""
+
+    directory: str
+    segments: tuple[SegmentRef, ...]       # the cleanable range, from the log start, in offset order
+    groups: tuple[tuple[int, int], ...]    # [start, end) indexes into segments: each becomes one new segment
+    txn_entries: tuple[tuple[tuple[int, int, int, int], ...], ...]  # per group: its aborted-transaction index
+    #                                      entries (producer id, first offset, marker offset, LSO)
+    aborted: tuple[tuple[int, int, int], ...]  # (producer id, first offset, marker offset) in the range
+    first_dirty_offset: int
+    end_offset: int                        # the first offset not cleaned
+    now_ms: int
+    delete_retention_ms: int
+    max_map_keys: int
+    dirty_ratio: float
+    forced: bool                           # max.compaction.lag.ms passed for the first dirty segment
+    durable: bool                          # fsync what is written
+
+
+def dirty_ratio(clean_bytes: int, dirty_bytes: int) -> float:
+    total = clean_bytes + dirty_bytes
+    return dirty_bytes / total if total else 0.0
+
+
 class OffsetOutOfRange(Exception):
     """An offset below the log start offset or above the log end offset (or, for delete_records, the high watermark)."""
 
@@ -1251,15 +1291,13 @@ class PartitionLog:
 
     def dirty_ratio(self, now_ms: int, first_unstable_offset: int | None, cfg) -> float:
         """The cleanable dirty bytes over the cleanable bytes (Kafka's cleanable ratio), for metrics."""
-        from trireme.state import cleaner as _cleaner
         segs = self._cleanable_segments(now_ms, first_unstable_offset, cfg)
         first_dirty = self._first_dirty_offset()
         dirty = sum(s.size for s in segs if s.next_offset > first_dirty)
-        return _cleaner.dirty_ratio(sum(s.size for s in segs) - dirty, dirty)
+        return dirty_ratio(sum(s.size for s in segs) - dirty, dirty)
 
     def cleanable(self, now_ms: int, first_unstable_offset: int | None, cfg):
         """A CleaningPlan if the log should be cleaned now, else None (owning thread; see state/cleaner.py)."""
-        from trireme.state import cleaner as _cleaner
         self._check_open()
         if self._cleaning is not None:
             return None
@@ -1269,9 +1307,9 @@ class PartitionLog:
         if not dirty_segs:
             return None
         dirty = sum(s.size for s in dirty_segs)
-        ratio = _cleaner.dirty_ratio(sum(s.size for s in segs) - dirty, dirty)
+        ratio = dirty_ratio(sum(s.size for s in segs) - dirty, dirty)
         forced = False
-        if cfg.max_compaction_lag_ms < _cleaner.LONG_MAX:
+        if cfg.max_compaction_lag_ms < LONG_MAX:
             first_ts = self._first_batch_timestamp(dirty_segs[0])
             forced = first_ts > 0 and now_ms - first_ts > cfg.max_compaction_lag_ms
         if ratio <= cfg.min_cleanable_dirty_ratio and not forced:      # as Kafka: strictly above the minimum
@@ -1298,9 +1336,9 @@ class PartitionLog:
             k += n
         end = segs[-1].next_offset
         aborted = tuple((t.producer_id, t.first_offset, t.last_offset) for t in self.aborted_txns(0, end))
-        plan = _cleaner.CleaningPlan(
+        plan = CleaningPlan(
             directory=self._directory,
-            segments=tuple(_cleaner.SegmentRef(s.base_offset, s.next_offset, s.size, s.txn_count) for s in segs),
+            segments=tuple(SegmentRef(s.base_offset, s.next_offset, s.size, s.txn_count) for s in segs),
             groups=tuple(groups), txn_entries=tuple(txn_entries), aborted=aborted, first_dirty_offset=first_dirty,
             end_offset=end, now_ms=now_ms, delete_retention_ms=cfg.delete_retention_ms,
             max_map_keys=cfg.max_map_keys, dirty_ratio=ratio, forced=forced, durable=not self._unsafe)
@@ -1313,10 +1351,10 @@ class PartitionLog:
             return parse_batch_header(buf, i).max_timestamp
         return -1
 
-    def clean(self, plan, throttle=None):
-        """state/cleaner.clean on this log's storage: safe in a worker thread (reads rolled segments only)."""
-        from trireme.state import cleaner as _cleaner
-        return _cleaner.clean(self._storage, plan, throttle)
+    @property
+    def storage(self) -> Storage:
+        """Where this log's files are (state/cleaner.clean reads the plan's segments through it)."""
+        return self._storage
 
     def abandon_cleaning(self, plan=None) -> None:
         """A cleaning failed or is given up: remove its files (owning thread); a later one may start."""

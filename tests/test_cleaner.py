@@ -139,7 +139,7 @@ def run_cleaning(log: PartitionLog, now_ms: int, cfg=EAGER, storage=None):
     if plan is None:
         return None
     plan = pickle.loads(pickle.dumps(plan))
-    result = log.clean(plan) if storage is None else cleaner.clean(storage, plan)
+    result = cleaner.clean(log.storage if storage is None else storage, plan)
     result = pickle.loads(pickle.dumps(result))
     log.finish_cleaning(result)
     return result
@@ -414,7 +414,7 @@ def test_crash_at_every_step_leaves_old_or_new_segments(segment_bytes, roll_ever
         storage = StepStorage()
         w = _build(storage, segment_bytes, roll_every)
         plan = w.log.cleanable(10_000, None, EAGER)
-        result = w.log.clean(plan)
+        result = cleaner.clean(w.log.storage, plan)
         if roll_every:
             assert any(len(g.old_bases) > 1 for g in result.groups)
         bounds = [(g.base_offset, g.next_offset) for g in result.groups]
@@ -456,7 +456,7 @@ def test_failed_clean_leaves_log_untouched_and_abandon_removes_files():
     plan = w.log.cleanable(10_000, None, EAGER)
     storage.fail_next_write(1, after=1)
     with pytest.raises(OSError):
-        w.log.clean(plan)
+        cleaner.clean(w.log.storage, plan)
     w.log.abandon_cleaning(plan)
     assert not [n for n in storage.list(DIR) if n.endswith(".cleaned")]
     assert _content(w.log) == before
@@ -466,7 +466,7 @@ def test_failed_clean_leaves_log_untouched_and_abandon_removes_files():
 def test_finish_drops_a_group_whose_segments_went_meanwhile():
     w = _build(MemoryStorage())
     plan = w.log.cleanable(10_000, None, EAGER)
-    result = w.log.clean(plan)
+    result = cleaner.clean(w.log.storage, plan)
     w.log.delete_records(w.log.segment_base_offsets[2])
     w.log.finish_cleaning(result)
     offs = [r.offset for _, rs in all_batches(w.log) for r in rs]
@@ -540,7 +540,7 @@ def test_cleaning_matches_the_model(ops, codec, segment_bytes):
             plan = w.log.cleanable(now, unstable, EAGER)
             if plan is not None:
                 assert unstable is None or plan.end_offset <= unstable
-                res = w.log.clean(pickle.loads(pickle.dumps(plan)))
+                res = cleaner.clean(w.log.storage, pickle.loads(pickle.dumps(plan)))
                 event(f"cleaning rewrote groups: {bool(res.groups)}")
                 event(f"cleaning removed batches: {res.batches_removed > 0}")
                 w.log.finish_cleaning(res)
@@ -721,7 +721,7 @@ def test_recovery_when_renames_reach_the_disk_out_of_order():
         w = _build(storage, 1_200, 3)
         old = _content(w.log)
         plan = w.log.cleanable(10_000, None, EAGER)
-        result = w.log.clean(plan)
+        result = cleaner.clean(w.log.storage, plan)
         group = result.groups[0]
         base = group.base_offset
         if commit:
@@ -737,7 +737,7 @@ def test_recovery_when_renames_reach_the_disk_out_of_order():
         ref_plan = ref.log.cleanable(10_000, None, EAGER)
         new = _content(ref.log) if not commit else None
         if commit:
-            ref.log.finish_cleaning(ref.log.clean(ref_plan))
+            ref.log.finish_cleaning(cleaner.clean(ref.log.storage, ref_plan))
             new = _content(ref.log)
             assert _slice(content, lo, hi) == _slice(new, lo, hi) != _slice(old, lo, hi)
             assert len(log.segment_base_offsets) == len(w.log.segment_base_offsets) - len(group.old_bases) + 1
@@ -752,7 +752,7 @@ def test_crash_during_clean_leaves_the_old_log():
     storage = MemoryStorage()
     w = _build(storage)
     old = _content(w.log)
-    w.log.clean(w.log.cleanable(10_000, None, EAGER))
+    cleaner.clean(w.log.storage, w.log.cleanable(10_000, None, EAGER))
     crashed = storage.crash(torn_tail=True)
     log = PartitionLog.open(crashed, DIR, segment_bytes=300, now_ms=0)
     assert _content(log) == old
@@ -771,7 +771,7 @@ def test_throttle_sees_every_chunk_and_a_full_map_cleans_in_steps():
     small = CleanerConfig(min_cleanable_dirty_ratio=0.0, max_map_keys=20)
     seen = []
     plan = w.log.cleanable(10_000, None, small)
-    result = w.log.clean(plan, throttle=seen.append)
+    result = cleaner.clean(w.log.storage, plan, throttle=seen.append)
     assert sum(seen) >= result.bytes_read > 0
     assert result.end_offset < plan.end_offset       # the map filled: only part of the range was cleaned
     w.log.finish_cleaning(result)
@@ -793,7 +793,7 @@ def test_failed_fsync_during_the_swap_recovers_to_old_or_new_segments():
     while True:
         storage = MemoryStorage()
         w = _build(storage, 1_200, 3)
-        result = w.log.clean(w.log.cleanable(10_000, None, EAGER))
+        result = cleaner.clean(w.log.storage, w.log.cleanable(10_000, None, EAGER))
         bounds = [(g.base_offset, g.next_offset) for g in result.groups]
         storage.fail_next_sync(1, after=k)
         try:
@@ -837,7 +837,7 @@ def test_clean_in_a_worker_thread_while_the_log_takes_appends(tmp_path):
     w.roll()
     plan = w.log.cleanable(10_000, None, EAGER)
     out = {}
-    worker = threading.Thread(target=lambda: out.setdefault("result", w.log.clean(plan)))
+    worker = threading.Thread(target=lambda: out.setdefault("result", cleaner.clean(w.log.storage, plan)))
     worker.start()
     for i in range(80):                       # appends, rolls and flushes go on meanwhile
         w.data([(b"k%d" % (i % 9), b"late%d" % i)])
