@@ -25,6 +25,7 @@ from trireme.wire.primitives import CodecError
 
 from . import jaas, sasl_mechanisms
 from .deferred import Deferred
+from .dispatch import HANDLERS, CloseConnection
 from .sasl_mechanisms import MECHANISMS, OAUTHBEARER, PLAIN, SaslFailure
 
 log = logging.getLogger("trireme.authentication")
@@ -290,7 +291,6 @@ def for_connection(conn) -> "Authenticator | None":
 
 
 def _api_name(api_key: int) -> str:
-    from .dispatch import HANDLERS
     handler = HANDLERS.get(api_key)
     return handler.name if handler is not None else f"API key {api_key}"
 
@@ -343,7 +343,6 @@ class Authenticator:
     async def gate(self, frame: bytearray):
         """Whether ``frame`` may be dispatched (None), or the raw token answering it (bytes), or NO_ANSWER; raises
         CloseConnection for what closes the connection."""
-        from .connection import CloseConnection
         state = self.state
         if self.passes:                     # (the connection does not ask then; a direct caller may)
             return None
@@ -374,7 +373,6 @@ class Authenticator:
                                       f"({_api_name(api_key)} without re-authentication)")
             return None
         if state == INITIAL and api_key == _API_VERSIONS and not self.versions_seen:
-            from .dispatch import HANDLERS
             handler = HANDLERS[_API_VERSIONS]
             if handler.min_version <= api_version <= handler.enabled_max(self.conn.unstable_api_versions):
                 self.versions_seen = True
@@ -407,7 +405,6 @@ class Authenticator:
             if request.mechanism in settings.mechanisms:
                 server = self.service.mechanism_server(settings, request.mechanism)
         except SaslConfigError as e:        # (a start-up check refuses this before; embedded use may skip it)
-            from .connection import CloseConnection
             raise CloseConnection(str(e)) from None
         requested = request.mechanism or ""
         if requested not in settings.mechanisms or len(requested) > MAX_MECHANISM_CHARS:
@@ -451,7 +448,6 @@ class Authenticator:
             self._failed(e, answer=None)
             return NO_ANSWER
         except Exception:           # a bug: logged as the handlers' are, and only this connection ends
-            from .connection import CloseConnection
             log.exception("SASL token evaluation failed peer=%s", getattr(self.conn, "peer", "?"))
             raise CloseConnection("internal error in SASL authentication") from None
         return answer

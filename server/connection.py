@@ -35,7 +35,7 @@ from trireme.wire.primitives import INT32, CodecError
 
 from . import authentication, dispatch
 from .deferred import Deferred
-from .dispatch import RequestContext
+from .dispatch import CloseConnection, RequestContext
 from .quotas import wait_throttled
 from .tls import NoMatchingRule, peer_principal
 
@@ -81,10 +81,6 @@ def _capture(api: str, version: int, client: str | None, kind: str, body: bytes)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:
             f.write(body.hex() + "\n")
-
-
-class CloseConnection(Exception):
-    """The client sent something that ends this connection; the message goes to the log."""
 
 
 class _Waiting:

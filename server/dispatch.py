@@ -21,6 +21,11 @@ from .clock import now_ms
 API_KEYS: dict[str, int] = {name: key for key, name in api_names().items()}
 
 
+class CloseConnection(Exception):
+    """The client sent something that ends its connection (raised by the connection, a handler or authentication);
+    the message goes to the log."""
+
+
 @dataclasses.dataclass(slots=True)
 class Handler:
     api_key: int

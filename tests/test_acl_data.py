@@ -10,7 +10,7 @@ import pytest
 from acl_matrix import (PRINCIPAL, Case, Changes, broker_state, call_as, call_fast, cluster, context, error_codes, grant,
                         group, make_broker, only, run_case, settled, succeeded, topic, txn)
 from broker_runner import run_with_broker
-from trireme.server.connection import CloseConnection
+from trireme.server.dispatch import CloseConnection
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import API_KEYS, HANDLERS
 from trireme.state.acls import Operation, ResourceType

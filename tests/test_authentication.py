@@ -13,7 +13,7 @@ import trio
 
 from trireme.server import authentication, dispatch, jaas, oauthbearer, plain_credentials, sasl_mechanisms
 from trireme.server.config import Config
-from trireme.server.connection import CloseConnection
+from trireme.server.dispatch import CloseConnection
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import API_KEYS, HANDLERS, RequestContext
 from trireme.server.metrics import Metrics

@@ -63,9 +63,8 @@ import weakref
 import trio
 
 from trireme.server.clock import now_ms
-from trireme.server.connection import CloseConnection
 from trireme.server.deferred import Deferred
-from trireme.server.dispatch import NOT_HANDLED, Encoded, fast_path, handles, handles_legacy
+from trireme.server.dispatch import NOT_HANDLED, CloseConnection, Encoded, fast_path, handles, handles_legacy
 from trireme.server.handlers import unauthorized
 from trireme.server.transactions import add_to_transaction, verify_in_transaction
 from trireme.state.acls import Operation, ResourceType
