@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from compat_tests.conftest import ServerProcess
+from compat_tests.security import make_tls_files
 from compat_tests.test_bad_input import RawConn, req
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
@@ -30,20 +31,13 @@ class SaslServer(ServerProcess):
 
 
 class Certificates:
-    """A trustme CA and the broker's PEM keystore (PKCS#8 key + chain), made for the run in ``directory``."""
+    """The run's CA and the broker's PEM keystore (compat_tests/security.make_tls_files), as a SASL_SSL listener
+    takes them."""
 
     def __init__(self, directory: Path):
-        import trustme
-        from cryptography.hazmat.primitives import serialization
-        directory.mkdir(parents=True, exist_ok=True)
-        self.ca = trustme.CA()
-        self.ca_path = str(directory / "ca.pem")
-        self.ca.cert_pem.write_to_path(self.ca_path)
-        cert = self.ca.issue_cert("localhost", "127.0.0.1", common_name="localhost")
-        key = serialization.load_pem_private_key(cert.private_key_pem.bytes(), None).private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-        self.keystore = str(directory / "broker.keystore.pem")
-        Path(self.keystore).write_bytes(key + b"".join(c.bytes() for c in cert.cert_chain_pems))
+        files = make_tls_files(directory)
+        self.ca_path = str(files.ca)
+        self.keystore = str(files.server_keystore)
 
     def listener_config(self) -> dict:
         """A SASL_SSL listener besides the SASL_PLAINTEXT one."""
