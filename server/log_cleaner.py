@@ -137,9 +137,7 @@ class CleanerCore:
 class PartitionCleaning:
     """What the cleaner knows of one partition (metrics, status page)."""
 
-    dirty_ratio: float = 0.0
     last_cleaning_ms: int = -1
-    last_duration_s: float = 0.0
     bytes_read: int = 0
     bytes_written: int = 0
     cleanings: int = 0
@@ -251,7 +249,6 @@ class LogCleaner:
                 continue
             if plan is None:
                 continue
-            stats.dirty_ratio = plan.dirty_ratio
             loser = (partition, plan)
             if best is None or plan.dirty_ratio > best[1].dirty_ratio:
                 best, loser = loser, best
@@ -370,11 +367,9 @@ class LogCleaner:
         self.seconds += seconds
         self.max_clean_s = max(self.max_clean_s, seconds)
         self.last_cleaning_ms = stats.last_cleaning_ms = now_ms()
-        stats.last_duration_s = seconds
         stats.bytes_read += read
         stats.bytes_written += written
         stats.cleanings += 1
-        stats.dirty_ratio = 0.0
         stats.last_error = ""
         log.info("cleaned %s: read=%d written=%d in %.3fs (%.1f MB/s)", name, read, written, seconds,
                  read / seconds / 1e6 if seconds > 0 else 0.0)
