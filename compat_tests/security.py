@@ -17,6 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from trireme.server import jaas
+
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 # The first SCRAM user every secured test broker gets (trireme.storage.add.scram); a password made up for tests.
 SCRAM_USER = "admin"
@@ -89,7 +91,6 @@ def make_tls_files(directory: str | Path) -> TlsFiles:
 
 # ------------------------------------------------------------------ one client's settings
 
-_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;]+))')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,8 +150,8 @@ class ClientSecurity:
         protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
         mechanism = (props.get("sasl.mechanism") or props.get("sasl.mechanisms") or
                      ("GSSAPI" if protocol.startswith("SASL") else "")).strip().upper() or None
-        options = {m.group(1): m.group(2) if m.group(2) is not None else m.group(3)
-                   for m in _JAAS_OPTION.finditer(props.get("sasl.jaas.config", ""))}
+        jaas_line = props.get("sasl.jaas.config", "").strip()
+        options = jaas.parse_one(jaas_line).options if jaas_line else {}     # Kafka's JAAS rules (server/jaas.py)
         for kind in ("truststore", "keystore"):
             store_type = props.get(f"ssl.{kind}.type", "PEM").strip().upper()
             if props.get(f"ssl.{kind}.location") and store_type != "PEM":
