@@ -7,16 +7,15 @@ a read_committed consumer without Read on the topic is refused, one with it read
 """
 from __future__ import annotations
 
+import confluent_kafka
 import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic,
+                                   ResourcePatternType, ResourceType)
 
 from compat_tests.test_bad_input import RawConn, req, unique
 from compat_tests.test_bad_transactions import lso, markers
 from trireme.wire import error_codes as E
-
-confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient,  # noqa: E402
-                                   NewTopic, ResourcePatternType, ResourceType)
 
 LISTENER = "SASL_PLAINTEXT"
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}

@@ -102,7 +102,7 @@ def _throttled_producer(server, windows, window_s, quota):
 
 @pytest.mark.trireme_only("reads the broker's bytes through its own fetch; the bound is Trireme's accounting")
 def test_throttled_producer_stays_near_its_quota(server):
-    confluent_kafka = pytest.importorskip("confluent_kafka")
+    import confluent_kafka
     quota = 20000
     with RawConn(server.bootstrap) as conn:
         topic = unique("quota-rate")
@@ -200,7 +200,7 @@ def test_java_admin_describes_the_quotas_set(server, java_harness):
 
 def test_throttled_consumer_still_reads_everything(server):
     """librdkafka takes the empty throttled answers in its stride (KIP-219) and reads every record in the end."""
-    confluent_kafka = pytest.importorskip("confluent_kafka")
+    import confluent_kafka
     count, size = 400, 500                                     # 200 KB against 20 KB/s: throttled after the burst
     with RawConn(server.bootstrap) as conn:
         topic = unique("quota-consume")

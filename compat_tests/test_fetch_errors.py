@@ -3,12 +3,10 @@ FetchResponse.partitionResponse does, not null ones (librdkafka's parser refuses
 response is dropped as malformed and the consumer never hears of the error)."""
 from __future__ import annotations
 
-import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from compat_tests.test_bad_input import RawConn, create_topic, unique
 
-confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
 
 
 def test_offset_out_of_range_reaches_the_consumer(module_server):
