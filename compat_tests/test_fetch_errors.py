@@ -8,7 +8,6 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from compat_tests.test_bad_input import RawConn, create_topic, unique
 
 
-
 def test_offset_out_of_range_reaches_the_consumer(module_server):
     topic = unique("oor")
     with RawConn(module_server.bootstrap) as conn:
