@@ -108,6 +108,13 @@ def test_the_body_is_read_where_it_starts_and_records_view_the_frame():
     assert b"X123456789" in frame and b"0123456789" not in frame
 
 
+def test_topic_ids_are_read_right_past_the_bound_of_the_cache():
+    ids = [uuid.uuid4() for _ in range(S._TOPIC_IDS_MAX + 10)]
+    for topic_id in ids + ids[:5]:
+        assert fast(request_body(13, topic_id=topic_id), 13).topic_id == topic_id
+        assert len(S._TOPIC_IDS) <= S._TOPIC_IDS_MAX
+
+
 @settings(max_examples=300, deadline=None)
 @given(version=VERSIONS, name=NAMES, topic_id=st.uuids(), index=INT32, base=INT64, append_time=INT64,
        start=INT64)

@@ -18,12 +18,19 @@ from .primitives import INT32, MAX_STRING_BYTES, CodecError, read_compact_length
 FIRST_FLEXIBLE = 9           # ProduceRequest/Response are flexible from v9
 FIRST_TOPIC_ID = 13          # v13 names topics by id
 
-_ACKS_TIMEOUT = struct.Struct(">hi")
+# flexible (v9+): null transactional id, acks, timeout, one topic
+_FLEXIBLE_START = struct.Struct(">BhiB")
+# v13: the topic's id, one partition, its index
+_TOPIC_ID_PARTITION = struct.Struct(">16sBi")
 # v3-8: transactional id (null), acks, timeout, one topic, its name's length
 _CLASSIC_START = struct.Struct(">hhiih")
 _CLASSIC_PARTITION = struct.Struct(">iii")       # one partition, its index, its records' length
 # after the record bytes, flexible: the partition's, topic's and request's empty tagged fields
 _FLEXIBLE_END = b"\x00\x00\x00"
+# topic ids as read (16 bytes) → their UUID, made once: a UUID costs more to build than the rest of the request's
+# reading (bounded: cleared when it grows past _TOPIC_IDS_MAX)
+_TOPIC_IDS: dict[bytes, uuid.UUID] = {}
+_TOPIC_IDS_MAX = 1024
 
 
 class SmallProduce(NamedTuple):
@@ -53,31 +60,41 @@ def read_small_produce(frame, pos: int, version: int) -> SmallProduce | None:
             if partitions != 1 or size <= 0 or pos + size != end:
                 return None
             return SmallProduce(acks, timeout, topic, None, index, view[pos:end])
-        if view[pos] != 0:                                # compact nullable string: 0 is null
-            return None
-        acks, timeout = _ACKS_TIMEOUT.unpack_from(view, pos + 1)
-        if view[pos + 7] != 2:                            # compact array of one topic
+        null_id, acks, timeout, topics = _FLEXIBLE_START.unpack_from(view, pos)
+        if null_id != 0 or topics != 2:                   # compact: 0 is a null string, 2 an array of one
             return None
         pos += 8
-        if version < FIRST_TOPIC_ID:
+        if version >= FIRST_TOPIC_ID:
+            raw_id, partitions, index = _TOPIC_ID_PARTITION.unpack_from(view, pos)
+            if partitions != 2:                           # compact array of one partition
+                return None
+            topic, topic_id = None, _topic_id(raw_id)
+            pos += 21
+        else:
             n, pos = read_compact_length(view, pos)
             if not 0 <= n <= MAX_STRING_BYTES:            # null, or too long (the codec refuses it)
                 return None
             topic, topic_id = str(view[pos:pos + n], "utf-8"), None
             pos += n
-        else:
-            topic, topic_id = None, uuid.UUID(bytes=bytes(view[pos:pos + 16]))
-            pos += 16
-        if view[pos] != 2:                                # compact array of one partition
-            return None
-        index = INT32.unpack_from(view, pos + 1)[0]
-        pos += 5
+            if view[pos] != 2:                            # compact array of one partition
+                return None
+            index = INT32.unpack_from(view, pos + 1)[0]
+            pos += 5
         size, pos = read_compact_length(view, pos)
         if size <= 0 or pos + size + 3 != end or view[end - 3:end] != _FLEXIBLE_END:
             return None
         return SmallProduce(acks, timeout, topic, topic_id, index, view[pos:pos + size])
     except (struct.error, IndexError, UnicodeDecodeError, ValueError, CodecError):
         return None
+
+
+def _topic_id(raw: bytes) -> uuid.UUID:
+    topic_id = _TOPIC_IDS.get(raw)
+    if topic_id is None:
+        if len(_TOPIC_IDS) >= _TOPIC_IDS_MAX:
+            _TOPIC_IDS.clear()
+        topic_id = _TOPIC_IDS[raw] = uuid.UUID(bytes=raw)
+    return topic_id
 
 
 def encode_small_produce_response(version: int, topic: str | None, topic_id: uuid.UUID | None, partition: int,
