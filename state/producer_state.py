@@ -410,11 +410,12 @@ class ProducerAppend:
 
     def apply(self) -> None:
         """Make the pending changes the manager's state."""
-        self._manager._producers.update(self._updated)
-        for entry in self._updated.values():
-            self._manager._track(entry)
+        if self._updated:                   # none for batches without a producer id
+            self._manager._producers.update(self._updated)
+            for entry in self._updated.values():
+                self._manager._track(entry)
+            self._updated = {}              # a later change here copies the manager's entry first (_pending)
         self._manager.map_end_offset = self._map_end_offset
-        self._updated = {pid: e.copy() for pid, e in self._updated.items()}
 
     def _pending(self, producer_id: int) -> ProducerEntry:
         entry = self._updated.get(producer_id)

@@ -202,6 +202,19 @@ def test_multi_batch_new_producer_and_epoch_bump_in_one_request():
     assert state.entry(PID).last_seq == 0
 
 
+def test_an_overlay_used_after_apply_changes_the_manager_only_when_applied_again():
+    state = ProducerStateManager()
+    append = state.begin()
+    append.commit(PID, 0, 0, 0, 0, 1)
+    append.apply()
+    applied = state.snapshot()
+    append.commit(PID, 0, 1, 0, 1, 1)
+    assert state.snapshot() == applied and state.entry(PID).last_seq == 0
+    assert append.check(PID, 0, 2, 0, False).accepted      # checked against its own pending batch
+    append.apply()
+    assert state.entry(PID).last_seq == 1 and state.map_end_offset == 2
+
+
 def test_abandoned_overlay_leaves_manager_untouched():
     state = ProducerStateManager()
     state.commit(PID, 0, 0, 0, 0, 1)
