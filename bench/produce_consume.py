@@ -377,6 +377,7 @@ def produce_phase(args, bootstrap: str, topic: str, stats: ServerStats) -> dict:
                              / requests * 1000, 3) for phase in ("receive", "handle", "wait", "respond")}
             result["produce_request_ms"]["requests"] = requests
             fsyncs = after["fsyncs"] - before["fsyncs"]
+            result["produce_request_ms"]["fsyncs"] = fsyncs
             result["produce_request_ms"]["fsync_mean"] = round(
                 (after["fsync_seconds"] - before["fsync_seconds"]) / max(1, fsyncs) * 1000, 3)
     txn = sent.get("transactions")
@@ -688,7 +689,8 @@ def report_produce(r: dict) -> None:
     if "produce_request_ms" in r:
         b = r["produce_request_ms"]
         print(f"per Produce request ({b['requests']}), broker ms: receive {b['receive']}, validate+append "
-              f"{b['handle']}, wait for the flush {b['wait']}, respond {b['respond']}; mean fsync {b['fsync_mean']}")
+              f"{b['handle']}, wait for the flush {b['wait']}, respond {b['respond']}; {b['fsyncs']} fsyncs "
+              f"({b['requests'] / max(1, b['fsyncs']):.1f} requests each), mean {b['fsync_mean']}")
     if "transactions" in r:
         t = r["transactions"]
         print(f"transactions: {t['count']} ({t['aborted']} aborted); per transaction: produce "
