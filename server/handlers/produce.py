@@ -296,8 +296,8 @@ def produce_small(ctx, frame, body_start: int):
 
     # Holds neither the request nor its context: the frame is freed now, as the general path's is.
     async def wait_durable():
-        if await broker.wait_durable(partition, offset):
-            return Encoded(body)
+        if partition.log.high_watermark > offset or await broker.wait_durable(partition, offset):
+            return Encoded(body)            # durable already when the flush runs it: no wait to set up
         return _small_answer(where, partition, result, lambda r: _lost(r, partition))
     return Deferred(wait_durable, ready=lambda: broker.durable_or_lost(partition, offset))
 
