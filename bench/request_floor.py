@@ -1,10 +1,13 @@
 """What a small request costs a bare Python server on this machine: the floor under the broker's CPU per request.
 
     .venv/bin/python bench/request_floor.py [--servers trio,trio-group-commit,epoll] [--connections 64]
-        [--rate 10000] [--seconds 10] [--no-fsync]
+        [--rate 10000] [--seconds 10] [--no-fsync] [--records 1] [--record-size 100]
+    .venv/bin/python bench/request_floor.py --connections 1 --in-flight 5 --requests 17477 \
+        --records 15 --record-size 1024        # the Java producer's shape: 16 KiB batches, 5 in flight
 
 The client is `request_cost.py`'s open loop (the same ProduceRequest frames, one thread, latency from the time
-each request was due).  Each server is a separate process that reads size-prefixed frames and answers each with
+each request was due), or with ``--in-flight N`` its closed loop (a thread per connection that keeps N requests
+in flight, ``--requests`` in all).  Each server is a separate process that reads size-prefixed frames and answers each with
 a fixed 60-byte frame (the size of a small Produce answer), decoding nothing:
 
 - ``trio``: a task per connection (``wait_readable``, ``os.read``, answer at once) — the broker's connection
@@ -35,7 +38,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from produce_consume import (PhaseClock, ServerStats, add_cpu_options, cpu_affinity_note,  # noqa: E402
                              format_placement, percentile, pin_this_process, pinned_at_start)
-from request_cost import paced_requests, produce_frame, whole_frames  # noqa: E402
+from request_cost import _connection, paced_requests, produce_frame, whole_frames  # noqa: E402
 from speed_sampler import format_reference  # noqa: E402
 
 SERVERS = ("trio", "trio-group-commit", "epoll")
@@ -195,18 +198,27 @@ def _measure(kind: str, args, data_dir: str) -> dict:
         port = int(proc.stdout.readline())
         if proc.stdout.readline() != "ready\n":
             raise SystemExit(f"{kind} server did not start")
-        frames = [produce_frame("floor", 0, -1, 1, 100)] * args.connections
+        frames = [produce_frame("floor", 0, -1, args.records, args.record_size)] * args.connections
         latencies: list[float] = []
         answered: list[int] = []
         start = threading.Event()
-        client = threading.Thread(target=lambda: answered.append(paced_requests(
-            f"127.0.0.1:{port}", frames, args.rate, args.seconds, latencies, start)))
-        client.start()
+        bootstrap = f"127.0.0.1:{port}"
+        if args.in_flight:
+            per_connection = args.requests // args.connections
+            answered.append(per_connection * args.connections)
+            clients = [threading.Thread(target=_connection, args=(
+                bootstrap, frame, per_connection, args.in_flight, True, latencies, start)) for frame in frames]
+        else:
+            clients = [threading.Thread(target=lambda: answered.append(paced_requests(
+                bootstrap, frames, args.rate, args.seconds, latencies, start)))]
+        for client in clients:
+            client.start()
         time.sleep(0.5)                     # connected
         clock = PhaseClock(ServerStats(proc.pid))
         clock.start()
         start.set()
-        client.join()
+        for client in clients:
+            client.join()
         times = clock.stop()
     finally:
         proc.kill()
@@ -218,10 +230,13 @@ def _measure(kind: str, args, data_dir: str) -> dict:
 
     def per(seconds: float | None) -> float | None:
         return None if seconds is None or not done else round(seconds / done * 1e6, 1)
-    return {"server": kind, "connections": args.connections, "rate": args.rate, "fsync": args.fsync,
+    return {"server": kind, "connections": args.connections, "rate": None if args.in_flight else args.rate,
+            "in_flight": args.in_flight or None, "request_bytes": len(frames[0]), "fsync": args.fsync,
             "requests": done, "requests_per_s": round(done / times["seconds"]),
             "cpu_us_per_request": per(times["server_cpu_s"]),
             "user_us_per_request": per(split.get("user")), "system_us_per_request": per(split.get("system")),
+            "cpu_s_per_256mib": None if times["server_cpu_s"] is None or not done else round(
+                times["server_cpu_s"] * (256 << 20) / (done * len(frames[0])), 2),
             "latency_ms": {q: None if not latencies else round(percentile(latencies, p) * 1000, 3)
                            for q, p in (("p50", 0.5), ("p99", 0.99))},
             "client_cpu_s": round(times["client_cpu_s"], 2), "reference_us": times["reference_us"],
@@ -230,8 +245,10 @@ def _measure(kind: str, args, data_dir: str) -> dict:
 
 def report(r: dict) -> str:
     durable = " (fsync on)" if r["server"] == "trio-group-commit" and r["fsync"] else ""
-    return (f"{r['server']}{durable}: {r['requests_per_s']:,} requests/s from {r['connections']} connections, "
-            f"server CPU {r['cpu_us_per_request']} us/request (user {r['user_us_per_request']}, system "
+    shape = f"{r['in_flight']} in flight each" if r["in_flight"] else "paced"
+    return (f"{r['server']}{durable}: {r['requests_per_s']:,} requests/s of {r['request_bytes']:,} B from "
+            f"{r['connections']} connections ({shape}), server CPU {r['cpu_us_per_request']} us/request "
+            f"({r['cpu_s_per_256mib']} s per 256 MiB of requests; user {r['user_us_per_request']}, system "
             f"{r['system_us_per_request']}); round trip ms p50 {r['latency_ms']['p50']} p99 {r['latency_ms']['p99']}"
             f"{format_reference(r['reference_us'])}{format_placement(r['placement'])}")
 
@@ -242,6 +259,11 @@ def main(argv=None) -> int:
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--rate", type=float, default=10000, help="requests/s from all connections together")
     ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--in-flight", type=int, default=0,
+                    help="closed loop: each connection keeps this many requests in flight (in place of --rate)")
+    ap.add_argument("--requests", type=int, default=20000, help="with --in-flight: requests in all")
+    ap.add_argument("--records", type=int, default=1, help="records per request")
+    ap.add_argument("--record-size", type=int, default=100)
     ap.add_argument("--fsync", action=argparse.BooleanOptionalAction, default=True,
                     help="trio-group-commit: fdatasync each round")
     ap.add_argument("--serve", choices=SERVERS, help=argparse.SUPPRESS)

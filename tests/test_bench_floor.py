@@ -27,6 +27,15 @@ def test_every_server_answers_every_request(capsys):
         assert r["cpu_us_per_request"] is not None and r["latency_ms"]["p50"] > 0, r
 
 
+def test_closed_loop_of_large_requests_is_answered_whole(capsys):
+    assert main(["--servers", "trio-group-commit,trio", "--connections", "2", "--in-flight", "5", "--requests", "60",
+                 "--records", "15", "--record-size", "1024"]) == 0
+    results = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for r in results:
+        assert (r["requests"], r["in_flight"], r["rate"]) == (60, 5, None), r
+        assert r["request_bytes"] > 15 * 1024 and r["cpu_s_per_256mib"] is not None, r
+
+
 def test_cpu_split_parts_add_up():
     from produce_consume import ServerStats
     stats = ServerStats(os.getpid())
