@@ -11,7 +11,7 @@ import struct
 import sys
 from array import array
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import crc32c
 
@@ -26,6 +26,7 @@ CLEANER_CHECKPOINT_NAME = "cleaner-offset.checkpoint"  # the first dirty offset 
 CLEANED_SUFFIX = ".cleaned"  # a cleaned segment's files as the cleaner writes them
 SWAP_SUFFIX = ".swap"        # ... and while they replace the old segments (a committed swap)
 SEGMENT_KINDS = ("log", "index", "timeindex", "txnindex")
+RELEASE_STEP_BYTES = 4 << 20  # a cleaned-away segment's blocks are freed this many bytes at a time (close_old)
 
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
@@ -1411,7 +1412,7 @@ class PartitionLog:
             for kind in SEGMENT_KINDS:
                 storage.remove(self._path(cleaned_name(base, kind)), missing_ok=True)
         for group, old in finish.groups:
-            finish.new.append(self._swap_in_files(old, group))
+            finish.new.append(self._swap_in_files(old, group, finish.releasing))
         self._write_cleaner_checkpoint(finish.checkpoint, max(result.end_offset, finish.checkpoint))
 
     def _commit_finish(self, finish: "CleaningFinish") -> int:
@@ -1436,7 +1437,7 @@ class PartitionLog:
         if not self._unsafe:
             self._storage.sync_dir(self._directory)
 
-    def _swap_in_files(self, old: Sequence[_Segment], group) -> _Segment:
+    def _swap_in_files(self, old: Sequence[_Segment], group, releasing: list) -> _Segment:
         storage, base = self._storage, group.base_offset
         indexes = [k for k in SEGMENT_KINDS if k != "log"]
         # 1. .cleaned -> .swap, the log file last: the swap is committed once <base>.log.swap is durable.
@@ -1445,6 +1446,7 @@ class PartitionLog:
         self._sync_dir()
         # 2. The old segments go.
         for seg in old:       # unlinked only: their open files serve reads until the swap in memory
+            releasing.append(storage.open_append(seg.path))
             for path in (seg.path, seg.index_path, seg.time_index_path, seg.txn_index_path):
                 storage.remove(path, missing_ok=True)
         self._sync_dir()
@@ -1573,7 +1575,8 @@ class PartitionLog:
 class CleaningFinish:
     """The swap of one cleaning's result, in steps (``PartitionLog.begin_finish``)."""
 
-    __slots__ = ("log", "result", "groups", "dropped", "checkpoint", "checkpoint_before", "new", "closing")
+    __slots__ = ("log", "result", "groups", "dropped", "checkpoint", "checkpoint_before", "new", "closing",
+                 "releasing")
 
     def __init__(self, log: "PartitionLog", result, groups, dropped, checkpoint: int) -> None:
         self.log, self.result, self.groups, self.dropped = log, result, groups, dropped
@@ -1581,6 +1584,7 @@ class CleaningFinish:
         self.checkpoint_before = log._cleaner_checkpoint
         self.new: list[_Segment] = []
         self.closing: list = []         # the old segments' open files, once swapped out
+        self.releasing: list = []       # the old log files, writable: cut down bit by bit before the last close
 
     def files(self) -> None:
         """The renames, unlinks and fsyncs, and the new segments' indexes: any thread."""
@@ -1590,8 +1594,22 @@ class CleaningFinish:
         """The swap in memory (owning thread) → how many groups were swapped in."""
         return self.log._commit_finish(self)
 
-    def close_old(self) -> None:
-        """Close the swapped-out segments' files (unlinked already): any thread, after ``commit``."""
+    def close_old(self, pause: Callable[[], object] | None = None) -> None:
+        """Close the swapped-out segments' files (unlinked already): any thread, after ``commit``.  With ``pause``,
+        each old log file is first cut down RELEASE_STEP_BYTES at a time, ``pause()`` between the cuts: freeing a
+        whole segment's blocks (and, on a filesystem mounted with ``discard``, trimming them) at once holds up
+        the fsyncs of every other file for tens of milliseconds; a step at a time, each holds them up little."""
+        releasing, self.releasing = self.releasing, []
+        for handle in releasing:
+            try:
+                size = handle.size
+                while pause is not None and size > RELEASE_STEP_BYTES:
+                    size -= RELEASE_STEP_BYTES
+                    handle.truncate(size)
+                    pause()
+            except OSError:
+                pass                    # best effort: the last close below frees the rest
+            handle.close()
         closing, self.closing = self.closing, []
         for handle in closing:
             handle.close()

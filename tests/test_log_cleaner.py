@@ -475,3 +475,43 @@ def test_a_partition_deleted_during_its_cleaning_is_given_up_quietly(tmp_path, c
     run_with_broker(broker, body)
     assert cleaner.failures == 0 and not core.finished
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+def _policy_and_nice(pid: int) -> tuple[int, int]:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return int(fields[38]), int(fields[16])          # policy (field 41), nice (field 19)
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE") or not os.path.exists("/proc/self/stat"),
+                    reason="SCHED_IDLE and /proc are Linux's")
+def test_a_cleaner_child_runs_at_idle_priority_and_a_starving_one_goes_on_at_nice_19(monkeypatch):
+    """run_when_idle puts a child at SCHED_IDLE; keep_from_starving moves one that got (almost) no CPU over a window
+    to normal scheduling at nice 19, and leaves one that got its share alone."""
+    import subprocess
+
+    from trireme.server import log_cleaner
+    monkeypatch.setattr(log_cleaner, "STARVED_WINDOW_S", 0.05)
+    starving = subprocess.Popen(["sleep", "30"])                      # uses no CPU: starving, as far as anyone can tell
+    fed = subprocess.Popen(["sleep", "30"])
+    try:
+        for child in (starving, fed):
+            assert log_cleaner.run_when_idle(child.pid)
+            assert _policy_and_nice(child.pid) == (os.SCHED_IDLE, 0)
+
+        async def watch(pid):
+            with trio.fail_after(10):
+                await log_cleaner.keep_from_starving(pid)
+        trio.run(watch, starving.pid)
+        assert _policy_and_nice(starving.pid) == (os.SCHED_OTHER, 19)
+
+        real = log_cleaner.process_cpu_seconds
+        readings = iter([1.0, 1.02, 1.04, None])                       # 20 ms a 50 ms window: 40 % of a core
+        monkeypatch.setattr(log_cleaner, "process_cpu_seconds", lambda pid: next(readings))
+        trio.run(watch, fed.pid)
+        assert _policy_and_nice(fed.pid) == (os.SCHED_IDLE, 0)
+    finally:
+        for child in (starving, fed):
+            child.kill()
+            child.wait()
+    assert real(starving.pid) is None                                 # gone: nothing to read
