@@ -909,3 +909,27 @@ def test_old_segments_are_cut_down_step_by_step_then_closed(tmp_path, monkeypatc
                 continue
             assert not (target.startswith(str(tmp_path)) and target.endswith("(deleted)")), target
     assert committed_view(w.log) == {b"k%d" % (i % 5): b"v%d" % i for i in range(115, 120)} | {b"t": b"t"}
+
+
+def test_a_durable_cleaning_fsyncs_its_new_segment_as_it_writes(monkeypatch):
+    """Every SYNC_STEP_BYTES written (in _CHUNK writes), not only once at the end of the new segment."""
+    def syncs_of_a_cleaning(step: int) -> tuple[int, dict]:
+        monkeypatch.setattr(cleaner, "_CHUNK", 256)
+        monkeypatch.setattr(cleaner, "SYNC_STEP_BYTES", step)
+        storage = MemoryStorage()
+        w = Writer(storage, segment_bytes=100_000)
+        for i in range(200):
+            w.data([(b"k%d" % i, b"v" * 40)])       # unique keys: everything is kept, ~20 KB of output
+        w.data([(b"k0", b"new")])
+        w.roll()
+        w.data([(b"t", b"t")])
+        plan = w.log.cleanable(10_000, None, EAGER)
+        assert plan.durable
+        before = storage.syncs
+        w.log.finish_cleaning(cleaner.clean(storage, plan))
+        return storage.syncs - before, committed_view(w.log)
+
+    at_end, view = syncs_of_a_cleaning(1 << 40)
+    as_written, same_view = syncs_of_a_cleaning(2048)
+    assert as_written >= at_end + 5                      # ~20 KB in 2 KB steps
+    assert view == same_view and view[b"k0"] == b"new" and len(view) == 201
