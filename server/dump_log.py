@@ -26,7 +26,7 @@ import sys
 
 import crc32c
 
-from trireme.state.log import _TIME_ENTRY, _TXN_ENTRY, _unpack_txn
+from trireme.state.log import TIME_INDEX_ENTRY, TXN_INDEX_ENTRY, unpack_txn_entry
 from trireme.wire.compression import CODEC_NAMES
 from trireme.wire.primitives import CodecError
 from trireme.wire.records import (ATTRIBUTES_OFFSET, BATCH_HEADER_SIZE, CONTROL_COMMIT, LOG_OVERHEAD, LOG_APPEND_TIME,
@@ -232,7 +232,7 @@ def dump_time_index(path: str, content: bytes, out, *, verify_only: bool = False
     last_offsets = [b[1] for b in in_order]
     mismatched, out_of_order, not_found = [], [], []
     previous = -1
-    for timestamp, rel in _TIME_ENTRY.iter_unpack(_whole_entries(content, _TIME_ENTRY.size)):
+    for timestamp, rel in TIME_INDEX_ENTRY.iter_unpack(_whole_entries(content, TIME_INDEX_ENTRY.size)):
         offset = base + rel
         if batches is not None:
             i = bisect.bisect_left(last_offsets, offset)          # the batch holding the offset, or the next one
@@ -247,7 +247,7 @@ def dump_time_index(path: str, content: bytes, out, *, verify_only: bool = False
         if not verify_only:
             print(f"timestamp: {timestamp} offset: {offset}", file=out)
         previous = timestamp
-    _say_trailing(path, content, _TIME_ENTRY.size, out)
+    _say_trailing(path, content, TIME_INDEX_ENTRY.size, out)
     problems = []
     if mismatched:
         problems += [f"Found timestamp mismatch in :{path}", *mismatched]
@@ -261,13 +261,13 @@ def dump_time_index(path: str, content: bytes, out, *, verify_only: bool = False
 def dump_txn_index(path: str, content: bytes, out) -> None:
     """Print an aborted-transaction index, up to the first entry whose checksum fails."""
     position = 0
-    while position + _TXN_ENTRY.size <= len(content):
-        entry = _unpack_txn(content, position)
+    while position + TXN_INDEX_ENTRY.size <= len(content):
+        entry = unpack_txn_entry(content, position)
         if entry is None:
             break
         txn = entry[0]
         print(f"version: 0 producerId: {txn.producer_id} firstOffset: {txn.first_offset} "
               f"lastOffset: {txn.last_offset} lastStableOffset: {txn.last_stable_offset}", file=out)
-        position += _TXN_ENTRY.size
+        position += TXN_INDEX_ENTRY.size
     if position < len(content):
         print(f"Found {len(content) - position} invalid bytes at the end of {os.path.basename(path)}", file=out)

@@ -69,7 +69,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from trireme.state.log import (HEADER_SIZE, LONG_MAX, AbortedTxn, CleaningPlan, CorruptLog, SegmentRef, _pack_txn,
+from trireme.state.log import (HEADER_SIZE, LONG_MAX, AbortedTxn, CleaningPlan, CorruptLog, SegmentRef, pack_txn_entry,
                                _Segment, cleaned_name)
 from trireme.state.storage import AppendFile, FileStorage, ReadFile, Storage
 from trireme.wire.primitives import CodecError
@@ -296,7 +296,7 @@ def clean(storage: Storage, plan: CleaningPlan, throttle: Callable[[int], None] 
                 continue
             txn_bytes = bytearray()
             for pid, first, last, lso in kept_entries:
-                txn_bytes += _pack_txn(AbortedTxn(pid, first, last, lso), prev_entry)
+                txn_bytes += pack_txn_entry(AbortedTxn(pid, first, last, lso), prev_entry)
                 prev_entry = last
             seg.seal()
             if plan.durable:

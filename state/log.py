@@ -108,19 +108,19 @@ class AbortedTxn:
 # A txnindex entry: producer id, first offset, last offset, LSO, then the last offset of the entry
 # before it in the log (-1 for none), which chains the per-segment files together, and a CRC-32C
 # of those 40 bytes, which catches a torn or garbled entry.
-_TXN_ENTRY = struct.Struct(">qqqqqI")
-_TXN_BODY_SIZE = _TXN_ENTRY.size - 4
+TXN_INDEX_ENTRY = struct.Struct(">qqqqqI")
+_TXN_BODY_SIZE = TXN_INDEX_ENTRY.size - 4
 
 
-def _pack_txn(txn: AbortedTxn, prev_last: int) -> bytes:
+def pack_txn_entry(txn: AbortedTxn, prev_last: int) -> bytes:
     body = struct.pack(">qqqqq", txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset,
                        prev_last)
     return body + struct.pack(">I", crc32c.crc32c(body))
 
 
-def _unpack_txn(data: bytes, pos: int) -> tuple[AbortedTxn, int] | None:
+def unpack_txn_entry(data: bytes, pos: int) -> tuple[AbortedTxn, int] | None:
     """(entry, previous entry's last offset) at `pos`, or None if its checksum does not match."""
-    *fields, prev_last, crc = _TXN_ENTRY.unpack_from(data, pos)
+    *fields, prev_last, crc = TXN_INDEX_ENTRY.unpack_from(data, pos)
     if crc32c.crc32c(data[pos : pos + _TXN_BODY_SIZE]) != crc:
         return None
     return AbortedTxn(*fields), prev_last
@@ -133,7 +133,7 @@ _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 _BASE_AND_LENGTH = struct.Struct(">qi")
 _LAST_DELTA_POS = 23  # lastOffsetDelta int32, after attributes
-_TIME_ENTRY = struct.Struct(">qi")
+TIME_INDEX_ENTRY = struct.Struct(">qi")
 
 
 def _scan(reader: ReadFile, pos: int, end: int, readahead: int = _READAHEAD) -> Iterator[tuple[bytes, int, int, int]]:
@@ -255,18 +255,18 @@ class _Segment:
         return pairs.tobytes()
 
     def time_index_bytes(self) -> bytes:
-        return b"".join(_TIME_ENTRY.pack(ts, rel) for ts, rel in zip(self.time_ts, self.time_rel))
+        return b"".join(TIME_INDEX_ENTRY.pack(ts, rel) for ts, rel in zip(self.time_ts, self.time_rel))
 
     def load_indexes(self, index: bytes, time_index: bytes) -> bool:
         """Adopt persisted indexes if they are well-formed; the caller checks they fit the file."""
-        if len(index) % 8 or len(time_index) % _TIME_ENTRY.size:
+        if len(index) % 8 or len(time_index) % TIME_INDEX_ENTRY.size:
             return False
         pairs = array("i")
         pairs.frombytes(index)
         if sys.byteorder == "little":
             pairs.byteswap()
         rel, pos = pairs[0::2], pairs[1::2]
-        times = list(_TIME_ENTRY.iter_unpack(time_index))
+        times = list(TIME_INDEX_ENTRY.iter_unpack(time_index))
         if not _strictly_increasing(rel, 1) or not _strictly_increasing(pos, 1):
             return False
         if not _strictly_increasing([t for t, _ in times], 0) or any(r < 0 for _, r in times):
@@ -538,7 +538,7 @@ class PartitionLog:
         segments, are fsynced, as recovered data is.
         """
         prev_last: int | None = None
-        size = _TXN_ENTRY.size
+        size = TXN_INDEX_ENTRY.size
         broken = False
         recovered_ids = {id(seg) for seg in recovered}
         for seg in segments:
@@ -552,7 +552,7 @@ class PartitionLog:
             kept = 0
             pos = 0
             while not broken and pos + size <= len(data):
-                unpacked = _unpack_txn(data, pos)
+                unpacked = unpack_txn_entry(data, pos)
                 if unpacked is None:
                     break
                 txn, link = unpacked
@@ -840,7 +840,7 @@ class PartitionLog:
         if txn.last_offset <= self._last_aborted:
             return False
         seg = self._segments[bisect.bisect_right(self._bases, txn.last_offset) - 1]
-        seg.txn_unwritten += _pack_txn(txn, self._last_aborted)
+        seg.txn_unwritten += pack_txn_entry(txn, self._last_aborted)
         seg.txn_count += 1
         self._aborted.append(txn)
         self._aborted_last.append(txn.last_offset)
@@ -881,7 +881,7 @@ class PartitionLog:
         """Append the segment's unwritten txnindex entries to its file (owning thread; raises OSError)."""
         if not seg.txn_unwritten:
             return
-        end = seg.txn_written * _TXN_ENTRY.size
+        end = seg.txn_written * TXN_INDEX_ENTRY.size
         if seg.txn_handle is None:
             created = not seg.txn_on_disk
             seg.txn_handle = self._storage.open_append(seg.txn_index_path)
