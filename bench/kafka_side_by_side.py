@@ -154,12 +154,22 @@ def _produce_consume(target: Target, argv: list[str]) -> dict:
     return json.loads(out.getvalue().strip().splitlines()[-1])
 
 
+def _machine(phase: dict, others_cpu_s: float | None) -> dict:
+    """How busy the machine was during a run: the load average, the cores' worth of CPU the processes outside the
+    run took (its clients and broker excluded), and the system (kernel) share of the broker's CPU."""
+    split = phase.get("server_cpu_split_s")
+    cpu = None if not split else split["user"] + split["system"]
+    return {"loadavg_1m": phase["loadavg_1m"],
+            "others_cores": None if others_cpu_s is None else others_cpu_s / max(phase["seconds"], 1e-9),
+            "cpu_system_share": split["system"] / cpu if cpu else None}
+
+
 def _row(workload: str, phase: dict) -> dict:
     mb = phase["bytes"] / 1e6
     cpu = phase["server_cpu_s"]
     return {"workload": workload, "mb_per_s": phase["mb_per_s"], "records_per_s": phase["records_per_s"],
             "mb": mb, "server_cpu_s": cpu, "cpu_ms_per_mb": None if cpu is None else cpu / mb * 1000,
-            "loadavg_1m": phase["loadavg_1m"], "other_processes_cpu_s": phase["other_processes_cpu_s"],
+            **_machine(phase, phase["other_processes_cpu_s"]),
             "failed": (phase["errors"] + phase["undelivered"] if "undelivered" in phase      # produce: counts
                        else len(phase["errors"]))}                                            # consume: messages
 
@@ -182,6 +192,7 @@ def run_unit(unit: str, target: Target, args) -> list[dict]:
         s = _produce_consume(target, ["--client", "java-4.3.0", "--bytes", str(args.java_bytes), "--topic", topic,
                                       "--phases", "produce"])
         rows = [_row("java", s["produce"])]
+        rows[0]["others_cores"] = None                 # the Java client is a process of its own: in "others"
     elif unit == "latency":
         rows = [_latency(target, args.latency_seconds)]
         topic = None                                   # "lat" (cleaner_isolation's) stays for the next rounds
@@ -214,7 +225,7 @@ def _latency(target: Target, seconds: float) -> dict:
             "p50_ms": produce_consume.percentile(samples, 0.5) * 1000,
             "p99_ms": produce_consume.percentile(samples, 0.99) * 1000,
             "server_cpu_s": cpu, "cpu_us_per_message": None if cpu is None else cpu / len(samples) * 1e6,
-            "loadavg_1m": times["loadavg_1m"], "other_processes_cpu_s": times["other_processes_cpu_s"]}
+            **_machine(times, times["other_processes_cpu_s"])}
 
 
 def _small(target: Target, entry: list[str]) -> dict:
@@ -225,7 +236,8 @@ def _small(target: Target, entry: list[str]) -> dict:
     return {"workload": f"small-{r['producers']}", "records_per_s": r["records_per_s"], "mb_per_s": mb / r["seconds"],
             "mb": mb, "server_cpu_s": cpu, "cpu_ms_per_mb": None if cpu is None else cpu / mb * 1000,
             "cpu_us_per_request": r["broker_cpu_us_per_request"], "records_per_request": r["records_per_request"],
-            "loadavg_1m": r["loadavg_1m"], "other_processes_cpu_s": r["other_processes_cpu_s"],
+            **_machine(r, None if r["other_processes_cpu_s"] is None
+                       else max(0.0, r["other_processes_cpu_s"] - r["workers_cpu_s"])),
             "failed": r["failed"] + r["undelivered"]}
 
 
@@ -260,7 +272,7 @@ def summarize(runs: list[dict]) -> list[dict]:
                 continue
             entry = {"workload": workload, "target": target, "rounds": len(mine),
                      **{f: spread(r.get(f) for r in mine) for f in figures(workload)},
-                     "loadavg_1m": spread(r["loadavg_1m"] for r in mine)}
+                     **{f: spread(r.get(f) for r in mine) for f in ("cpu_system_share", "loadavg_1m", "others_cores")}}
             floors = [r["floor"] for r in mine if r.get("floor")]
             if floors:
                 entry["floor"] = {"request_bytes": round(statistics.median(f["request_bytes"] for f in floors)),
@@ -338,7 +350,9 @@ def format_summary(entry: dict) -> str:
         parts.append(f"fsync floor ({what} x {floor['in_flight']} in flight) "
                      + (f"fdatasync {_fmt(floor['ms_p50'], '.2f')} ms" if entry["workload"] == "latency"
                         else f"{_fmt(floor['mb_per_s'], ',.0f')} MB/s"))
-    parts.append(f"load {_fmt(entry['loadavg_1m'], '.1f')}")
+    if entry["cpu_system_share"]:
+        parts.append(f"broker CPU in the kernel {_fmt(entry['cpu_system_share'], '.0%')}")
+    parts.append(f"load {_fmt(entry['loadavg_1m'], '.1f')}, others {_fmt(entry['others_cores'], '.2f')} cores")
     return f"{entry['workload']:<18} {entry['target']:<17} " + "; ".join(parts)
 
 
@@ -355,7 +369,10 @@ def format_run(r: dict) -> str:
         figs += (f"; fsync floor {floor['mb_per_s']:,.0f} MB/s, fdatasync p50 {floor['ms_p50']:.2f} ms "
                  f"({floor['request_bytes']:,} B x {floor['in_flight']})")
     failed = f"; FAILED {r['failed']}" if r.get("failed") else ""
-    return f"round {r['round']} {r['workload']:<18} {r['target']:<17} {figs}; load {r['loadavg_1m']:.1f}{failed}"
+    load = f"load {r['loadavg_1m']:.1f}"
+    if r.get("others_cores") is not None:
+        load += f", others {r['others_cores']:.2f} cores"
+    return f"round {r['round']} {r['workload']:<18} {r['target']:<17} {figs}; {load}{failed}"
 
 
 # --- main ---------------------------------------------------------------------------------------

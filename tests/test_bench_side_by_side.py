@@ -16,7 +16,7 @@ def run(rnd: int, target: str, workload: str, mb_per_s: float, cpu_s: float | No
         **extra) -> dict:
     return {"round": rnd, "target": target, "workload": workload, "mb_per_s": mb_per_s, "mb": mb,
             "server_cpu_s": cpu_s, "cpu_ms_per_mb": None if cpu_s is None else cpu_s / mb * 1000,
-            "loadavg_1m": 2.0 + rnd, **extra}
+            "loadavg_1m": 2.0 + rnd, "others_cores": 0.1 * rnd, "cpu_system_share": 0.25, **extra}
 
 
 def test_spread_is_median_and_range_of_the_values_present():
@@ -43,7 +43,8 @@ def test_summary_follows_the_issues_rows_and_keeps_the_floor_of_the_rounds():
     assert "floor" not in produce
     assert idempotent["floor"]["mb_per_s"] == {"median": 400.0, "min": 300.0, "max": 500.0, "n": 2}
     assert format_summary(produce) == ("produce            trireme           MB/s 500 [400-600]; "
-                                       "CPU ms/MB 10.00 [10.00-10.00]; load 4.0 [3.0-5.0]")
+                                       "CPU ms/MB 10.00 [10.00-10.00]; broker CPU in the kernel 25% [25%-25%]; "
+                                       "load 4.0 [3.0-5.0], others 0.20 [0.10-0.30] cores")
     assert "fsync floor (977 KiB x 1 in flight) 400 [300-500] MB/s" in format_summary(idempotent)
 
 
