@@ -67,10 +67,12 @@ FLOOR = {"idempotent": (1, 1_000_000), "java": (5, 16384), "latency": (1, 100)}
 def fsync_floor(request_bytes: int, in_flight: int = 1, seconds: float = 1.0, directory: str | None = None,
                 min_rounds: int = 5) -> dict:
     """What the disk alone allows one connection with ``in_flight`` requests of ``request_bytes`` when each
-    acknowledgement waits for an fdatasync: a bare loop appending ``in_flight`` requests to a file in ``directory``
-    and then calling fdatasync once (a group commit of everything in flight), for ``seconds`` (at least
-    ``min_rounds`` rounds).  The file is a fresh one every 256 MiB, as a log's segments are, and deleted."""
-    chunk = bytes(request_bytes)
+    acknowledgement waits for an fdatasync: a bare loop appending the requests in flight (one write) to a file in
+    ``directory`` and calling fdatasync (a group commit of all of them), for ``seconds`` and at least ``min_rounds``
+    rounds.  perf-flush's ``bench/fsync_floor.py`` ``floor()`` is the same loop for one request in flight (its
+    ``size`` is ``in_flight * request_bytes`` here).  The file is a fresh one every 256 MiB, as a log rolls its
+    segments, and deleted."""
+    data = bytes(in_flight * request_bytes)
     rounds: list[float] = []
     written = in_file = 0
     fd = path = None
@@ -84,12 +86,11 @@ def fsync_floor(request_bytes: int, in_flight: int = 1, seconds: float = 1.0, di
                 fd, path = tempfile.mkstemp(prefix="fsync-floor-", dir=directory)
                 in_file = 0
             began = time.perf_counter()
-            for _ in range(in_flight):
-                os.write(fd, chunk)
+            os.write(fd, data)
             os.fdatasync(fd)
             rounds.append(time.perf_counter() - began)
-            written += in_flight * request_bytes
-            in_file += in_flight * request_bytes
+            written += len(data)
+            in_file += len(data)
         elapsed = time.perf_counter() - start
     finally:
         if fd is not None:
@@ -98,8 +99,8 @@ def fsync_floor(request_bytes: int, in_flight: int = 1, seconds: float = 1.0, di
     rounds.sort()
     return {"request_bytes": request_bytes, "in_flight": in_flight, "rounds": len(rounds),
             "mb_per_s": written / elapsed / 1e6,
-            "ms_p50": produce_consume.percentile(rounds, 0.5) * 1000,
-            "ms_p99": produce_consume.percentile(rounds, 0.99) * 1000}
+            "p50_ms": produce_consume.percentile(rounds, 0.5) * 1000,
+            "p99_ms": produce_consume.percentile(rounds, 0.99) * 1000}
 
 
 # --- targets ------------------------------------------------------------------------------------
@@ -278,7 +279,7 @@ def summarize(runs: list[dict]) -> list[dict]:
                 entry["floor"] = {"request_bytes": round(statistics.median(f["request_bytes"] for f in floors)),
                                   "in_flight": floors[0]["in_flight"],
                                   "mb_per_s": spread(f["mb_per_s"] for f in floors),
-                                  "ms_p50": spread(f["ms_p50"] for f in floors)}
+                                  "p50_ms": spread(f["p50_ms"] for f in floors)}
             out.append(entry)
     return out
 
@@ -348,7 +349,7 @@ def format_summary(entry: dict) -> str:
         size = floor["request_bytes"]
         what = f"{size / 1024:.0f} KiB" if size >= 1024 else f"{size} B"
         parts.append(f"fsync floor ({what} x {floor['in_flight']} in flight) "
-                     + (f"fdatasync {_fmt(floor['ms_p50'], '.2f')} ms" if entry["workload"] == "latency"
+                     + (f"fdatasync {_fmt(floor['p50_ms'], '.2f')} ms" if entry["workload"] == "latency"
                         else f"{_fmt(floor['mb_per_s'], ',.0f')} MB/s"))
     if entry["cpu_system_share"]:
         parts.append(f"broker CPU in the kernel {_fmt(entry['cpu_system_share'], '.0%')}")
@@ -366,7 +367,7 @@ def format_run(r: dict) -> str:
                      if r.get(f) is not None)
     floor = r.get("floor")
     if floor:
-        figs += (f"; fsync floor {floor['mb_per_s']:,.0f} MB/s, fdatasync p50 {floor['ms_p50']:.2f} ms "
+        figs += (f"; fsync floor {floor['mb_per_s']:,.0f} MB/s, fdatasync p50 {floor['p50_ms']:.2f} ms "
                  f"({floor['request_bytes']:,} B x {floor['in_flight']})")
     failed = f"; FAILED {r['failed']}" if r.get("failed") else ""
     load = f"load {r['loadavg_1m']:.1f}"

@@ -27,7 +27,7 @@ def test_spread_is_median_and_range_of_the_values_present():
 
 
 def test_summary_follows_the_issues_rows_and_keeps_the_floor_of_the_rounds():
-    floor = {"request_bytes": 1_000_000, "in_flight": 1, "mb_per_s": 300.0, "ms_p50": 3.0, "ms_p99": 9.0,
+    floor = {"request_bytes": 1_000_000, "in_flight": 1, "mb_per_s": 300.0, "p50_ms": 3.0, "p99_ms": 9.0,
              "rounds": 50}
     runs = [run(1, "trireme", "idempotent", 150.0, floor=floor), run(1, "trireme", "produce", 400.0),
             run(2, "trireme", "produce", 600.0), run(2, "trireme", "idempotent", 170.0,
@@ -85,5 +85,5 @@ def test_fsync_floor_appends_the_requests_in_flight_and_leaves_nothing_behind(tm
     floor = fsync_floor(4096, in_flight=3, seconds=0, directory=str(tmp_path), min_rounds=5)
     assert floor["rounds"] == 5
     assert (floor["request_bytes"], floor["in_flight"]) == (4096, 3)
-    assert floor["mb_per_s"] > 0 and 0 < floor["ms_p50"] <= floor["ms_p99"]
+    assert floor["mb_per_s"] > 0 and 0 < floor["p50_ms"] <= floor["p99_ms"]
     assert list(tmp_path.iterdir()) == []
