@@ -26,6 +26,7 @@ import contextlib
 import io
 import json
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -64,6 +65,11 @@ THROUGHPUT = ("produce", "idempotent", "transactional", "consume", "consume_comm
 FLOOR = {"idempotent": (1, 1_000_000), "java": (5, 16384), "latency": (1, 100)}
 
 
+def _thread_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_THREAD)
+    return usage.ru_utime + usage.ru_stime
+
+
 def fsync_floor(request_bytes: int, in_flight: int = 1, seconds: float = 1.0, directory: str | None = None,
                 min_rounds: int = 5) -> dict:
     """What the disk alone allows one connection with ``in_flight`` requests of ``request_bytes`` when each
@@ -71,12 +77,14 @@ def fsync_floor(request_bytes: int, in_flight: int = 1, seconds: float = 1.0, di
     ``directory`` and calling fdatasync (a group commit of all of them), for ``seconds`` and at least ``min_rounds``
     rounds.  perf-flush's ``bench/fsync_floor.py`` ``floor()`` is the same loop for one request in flight (its
     ``size`` is ``in_flight * request_bytes`` here).  The file is a fresh one every 256 MiB, as a log rolls its
-    segments, and deleted."""
+    segments, and deleted.  ``cpu_ms_per_mb``: the loop's own CPU (its thread's user + system time) per MB written,
+    what writing and flushing cost any process before it does anything else."""
     data = bytes(in_flight * request_bytes)
     rounds: list[float] = []
     written = in_file = 0
     fd = path = None
     try:
+        cpu = _thread_cpu()
         start = time.perf_counter()
         while time.perf_counter() - start < seconds or len(rounds) < min_rounds:
             if fd is None or in_file >= 256 << 20:
@@ -92,13 +100,14 @@ def fsync_floor(request_bytes: int, in_flight: int = 1, seconds: float = 1.0, di
             written += len(data)
             in_file += len(data)
         elapsed = time.perf_counter() - start
+        cpu = _thread_cpu() - cpu
     finally:
         if fd is not None:
             os.close(fd)
             os.unlink(path)
     rounds.sort()
     return {"request_bytes": request_bytes, "in_flight": in_flight, "rounds": len(rounds),
-            "mb_per_s": written / elapsed / 1e6,
+            "mb_per_s": written / elapsed / 1e6, "cpu_ms_per_mb": cpu / written * 1e9,
             "p50_ms": produce_consume.percentile(rounds, 0.5) * 1000,
             "p99_ms": produce_consume.percentile(rounds, 0.99) * 1000}
 
@@ -122,9 +131,10 @@ class Target:
         return cls("trireme" if fsync else "trireme-no-fsync", server.bootstrap, server.proc.pid,
                    server.metrics_url(), temp if fsync else None, server, temp)
 
-    def produce_requests(self) -> int | None:
+    def counters(self) -> tuple[int, int] | None:
+        """(Produce requests, fsyncs) the broker has counted so far (None: it has no metrics endpoint)."""
         metrics = scrape_metrics(self.stats.metrics_url)
-        return None if metrics is None else metrics["requests"].get("Produce", 0)
+        return None if metrics is None else (metrics["requests"].get("Produce", 0), metrics["fsyncs"])
 
     def delete_topic(self, topic: str) -> None:
         """Topics go once measured, so the data of earlier rounds neither fills the disk nor the page cache."""
@@ -178,7 +188,7 @@ def _row(workload: str, phase: dict) -> dict:
 def run_unit(unit: str, target: Target, args) -> list[dict]:
     """One unit of ``UNITS`` on one target → its rows (the Produce requests the broker counted, if it says)."""
     topic = f"side-{unit}-{os.urandom(4).hex()}"
-    requests_before = target.produce_requests()
+    before = target.counters()
     confluent = ["--bytes", str(args.records * 1024), "--record-size", "1024", "--topic", topic]
     if unit == "produce":
         s = _produce_consume(target, confluent)
@@ -201,10 +211,11 @@ def run_unit(unit: str, target: Target, args) -> list[dict]:
         rows = [_small(target, entry) for entry in small_requests.MATRIX
                 if entry[0] == "produce" and "--rate" not in entry and "--no-fsync" not in entry]
         topic = None                                   # small_requests names its own topics
-    requests = target.produce_requests()
-    if requests is not None and requests_before is not None and unit in ("idempotent", "java"):
-        rows[0]["produce_requests"] = requests - requests_before
-        rows[0]["mean_request_bytes"] = rows[0]["mb"] * 1e6 / max(1, requests - requests_before)
+    after = target.counters()
+    if before is not None and after is not None and unit in ("produce", "idempotent", "transactional", "java"):
+        requests, fsyncs = after[0] - before[0], after[1] - before[1]
+        rows[0].update(produce_requests=requests, fsyncs=fsyncs, fsyncs_per_request=fsyncs / max(1, requests),
+                       mean_request_bytes=rows[0]["mb"] * 1e6 / max(1, requests))
     if topic is not None:
         target.delete_topic(topic)
     for row in rows:
@@ -273,13 +284,16 @@ def summarize(runs: list[dict]) -> list[dict]:
                 continue
             entry = {"workload": workload, "target": target, "rounds": len(mine),
                      **{f: spread(r.get(f) for r in mine) for f in figures(workload)},
-                     **{f: spread(r.get(f) for r in mine) for f in ("cpu_system_share", "loadavg_1m", "others_cores")}}
+                     **{f: spread(r.get(f) for r in mine)
+                        for f in ("cpu_system_share", "mean_request_bytes", "fsyncs_per_request", "loadavg_1m",
+                                  "others_cores")}}
             floors = [r["floor"] for r in mine if r.get("floor")]
             if floors:
                 entry["floor"] = {"request_bytes": round(statistics.median(f["request_bytes"] for f in floors)),
                                   "in_flight": floors[0]["in_flight"],
                                   "mb_per_s": spread(f["mb_per_s"] for f in floors),
-                                  "p50_ms": spread(f["p50_ms"] for f in floors)}
+                                  "p50_ms": spread(f["p50_ms"] for f in floors),
+                                  "cpu_ms_per_mb": spread(f["cpu_ms_per_mb"] for f in floors)}
             out.append(entry)
     return out
 
@@ -342,15 +356,25 @@ _LABELS = {"mb_per_s": ("MB/s", ",.0f"), "records_per_s": ("records/s", ",.0f"),
            "p99_ms": ("p99 ms", ".2f"), "cpu_us_per_message": ("CPU us/message", ".0f")}
 
 
+def _scaled(sp: dict | None, factor: float) -> dict | None:
+    return None if sp is None else {k: v * factor if k != "n" else v for k, v in sp.items()}
+
+
 def format_summary(entry: dict) -> str:
     parts = [f"{_LABELS[f][0]} {_fmt(entry[f], _LABELS[f][1])}" for f in figures(entry["workload"])]
+    if entry["mean_request_bytes"]:
+        parts.append(f"KiB per Produce request {_fmt(_scaled(entry['mean_request_bytes'], 1 / 1024), ',.1f')}, "
+                     f"fsyncs per request "
+                     f"{_fmt(entry['fsyncs_per_request'], '.2f')}")
     floor = entry.get("floor")
     if floor:
         size = floor["request_bytes"]
         what = f"{size / 1024:.0f} KiB" if size >= 1024 else f"{size} B"
         parts.append(f"fsync floor ({what} x {floor['in_flight']} in flight) "
-                     + (f"fdatasync {_fmt(floor['p50_ms'], '.2f')} ms" if entry["workload"] == "latency"
-                        else f"{_fmt(floor['mb_per_s'], ',.0f')} MB/s"))
+                     + (f"fdatasync {_fmt(floor['p50_ms'], '.2f')} ms, its CPU "
+                        f"{_fmt(_scaled(floor['cpu_ms_per_mb'], size * floor['in_flight'] / 1000), '.0f')} us"
+                        if entry["workload"] == "latency" else
+                        f"{_fmt(floor['mb_per_s'], ',.0f')} MB/s, its CPU {_fmt(floor['cpu_ms_per_mb'], '.2f')} ms/MB"))
     if entry["cpu_system_share"]:
         parts.append(f"broker CPU in the kernel {_fmt(entry['cpu_system_share'], '.0%')}")
     parts.append(f"load {_fmt(entry['loadavg_1m'], '.1f')}, others {_fmt(entry['others_cores'], '.2f')} cores")
@@ -367,8 +391,11 @@ def format_run(r: dict) -> str:
                      if r.get(f) is not None)
     floor = r.get("floor")
     if floor:
-        figs += (f"; fsync floor {floor['mb_per_s']:,.0f} MB/s, fdatasync p50 {floor['p50_ms']:.2f} ms "
-                 f"({floor['request_bytes']:,} B x {floor['in_flight']})")
+        figs += (f"; fsync floor {floor['mb_per_s']:,.0f} MB/s, fdatasync p50 {floor['p50_ms']:.2f} ms, CPU "
+                 f"{floor['cpu_ms_per_mb']:.2f} ms/MB ({floor['request_bytes']:,} B x {floor['in_flight']})")
+    if r.get("produce_requests"):
+        figs += (f"; {r['produce_requests']:,} Produce requests of {r['mean_request_bytes'] / 1024:,.1f} KiB, "
+                 f"{r['fsyncs']:,} fsyncs")
     failed = f"; FAILED {r['failed']}" if r.get("failed") else ""
     load = f"load {r['loadavg_1m']:.1f}"
     if r.get("others_cores") is not None:

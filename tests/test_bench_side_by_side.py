@@ -28,7 +28,7 @@ def test_spread_is_median_and_range_of_the_values_present():
 
 def test_summary_follows_the_issues_rows_and_keeps_the_floor_of_the_rounds():
     floor = {"request_bytes": 1_000_000, "in_flight": 1, "mb_per_s": 300.0, "p50_ms": 3.0, "p99_ms": 9.0,
-             "rounds": 50}
+             "cpu_ms_per_mb": 0.5, "rounds": 50}
     runs = [run(1, "trireme", "idempotent", 150.0, floor=floor), run(1, "trireme", "produce", 400.0),
             run(2, "trireme", "produce", 600.0), run(2, "trireme", "idempotent", 170.0,
                                                      floor=dict(floor, mb_per_s=500.0)),
@@ -45,7 +45,8 @@ def test_summary_follows_the_issues_rows_and_keeps_the_floor_of_the_rounds():
     assert format_summary(produce) == ("produce            trireme           MB/s 500 [400-600]; "
                                        "CPU ms/MB 10.00 [10.00-10.00]; broker CPU in the kernel 25% [25%-25%]; "
                                        "load 4.0 [3.0-5.0], others 0.20 [0.10-0.30] cores")
-    assert "fsync floor (977 KiB x 1 in flight) 400 [300-500] MB/s" in format_summary(idempotent)
+    assert "fsync floor (977 KiB x 1 in flight) 400 [300-500] MB/s, its CPU 0.50 [0.50-0.50] ms/MB" \
+        in format_summary(idempotent)
 
 
 def test_ratios_pair_runs_of_the_same_round():
@@ -85,5 +86,5 @@ def test_fsync_floor_appends_the_requests_in_flight_and_leaves_nothing_behind(tm
     floor = fsync_floor(4096, in_flight=3, seconds=0, directory=str(tmp_path), min_rounds=5)
     assert floor["rounds"] == 5
     assert (floor["request_bytes"], floor["in_flight"]) == (4096, 3)
-    assert floor["mb_per_s"] > 0 and 0 < floor["p50_ms"] <= floor["p99_ms"]
+    assert floor["mb_per_s"] > 0 and 0 < floor["p50_ms"] <= floor["p99_ms"] and floor["cpu_ms_per_mb"] >= 0
     assert list(tmp_path.iterdir()) == []
