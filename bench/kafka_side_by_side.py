@@ -1,4 +1,4 @@
-"""Every workload of issue 23's table, side by side on several brokers in interleaved rounds: median and range of MB/s, broker CPU per MB, the fsync floor, the load.
+"""Issue 23's workloads side by side on several brokers in interleaved rounds: MB/s, CPU per MB, fsync floor, load.
 
     .venv/bin/python bench/kafka_side_by_side.py [--rounds 3] [--records 200000] [--java-bytes 256MiB]
         [--trireme fsync,no-fsync] [--bootstrap HOST:PORT --server-pid PID [--name kafka]]
@@ -41,23 +41,12 @@ from cleaner_isolation import latencies  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 from produce_consume import PhaseClock, Server, ServerStats, create_topic, parse_size, scrape_metrics  # noqa: E402
 
-# Workload rows in the issue's order: (name, what it is, the figure it is judged by).
-WORKLOADS = {
-    "produce": "confluent-kafka 1 KiB acks=all linger 5: produce",
-    "idempotent": "... idempotent produce",
-    "transactional": "... transactional produce, 1,000 records per txn",
-    "consume": "... consume read_uncommitted",
-    "consume_committed": "... consume read_committed (the transactional data)",
-    "java": "Java 4.3 producer, its batching defaults",
-    "latency": "acks=all, one 100-byte message at a time",
-    "small-1": "small requests (<= 10 x 100 B), 1 producer",
-    "small-4": "... 4 producers",
-    "small-64": "... 64 producers",
-}
-# What --workloads selects: each unit runs once per round and target and gives these rows.
-UNITS = {"produce": ("produce", "consume"), "idempotent": ("idempotent",),
-         "transactional": ("transactional", "consume_committed"), "java": ("java",), "latency": ("latency",),
-         "small": ("small-1", "small-4", "small-64")}
+# The rows, in the order of the issue's table.
+WORKLOADS = ("produce", "idempotent", "transactional", "consume", "consume_committed", "java", "latency",
+             "small-1", "small-4", "small-64")
+# What --workloads selects, each run once per round and target: produce (rows produce, consume), idempotent,
+# transactional (transactional, consume_committed), java, latency, small (small-1, small-4, small-64).
+UNITS = ("produce", "idempotent", "transactional", "java", "latency", "small")
 # The rows whose MB and broker CPU add up to the issue's "CPU per MB over the confluent-kafka and Java workloads".
 THROUGHPUT = ("produce", "idempotent", "transactional", "consume", "consume_committed", "java")
 # Where one request in flight (or the Java producer's 5) meets the disk: (requests in flight, request bytes when the
