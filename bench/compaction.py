@@ -2,7 +2,7 @@
 latency of a light probe load while the broker is idle vs while it cleans that partition.
 
     .venv/bin/python bench/compaction.py [--bytes 1GiB] [--record-size 1024] [--keys 20000]
-        [--segment-bytes 64MiB] [--probe-rate 200] [--idle-seconds 15] [--server-set NAME=VALUE ...]
+        [--segment-bytes 64MiB] [--probe-rate 200] [--idle-seconds 15] [--rounds 1] [--server-set NAME=VALUE ...]
 
 It starts ``python -m trireme serve`` on a fresh temporary data dir (deleted afterwards) with the cleaner's
 settings at their defaults (``--server-set`` to change them), then:
@@ -25,6 +25,13 @@ settings at their defaults (``--server-set`` to change them), then:
    written=N in Ss`` log lines summed (bytes read / seconds in cleanings: the cleaner's own speed),
    and its ``*clean*`` metrics lines.
 
+4. **Idle again**: the probe runs --idle-seconds more once the files settled; "idle" is both idle windows
+   together, so that it brackets the cleaning in time (the load of a shared machine drifts).  The probe
+   records produced inside the cleaning are also shown by tenths of it (p99 / max), where a slowdown sits.
+
+With ``--rounds N`` the whole run repeats on a fresh broker N times, and the last lines give the ratio of produce
+and fetch p99 during a cleaning to idle: median and range over the rounds.
+
 Prints figures for each phase and a JSON summary as the last line.  Nothing is asserted.  Needs the
 log cleaner (issue 22).  See bench/README.md.
 """
@@ -37,6 +44,7 @@ import os
 import random
 import re
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -111,6 +119,7 @@ class Probe:
         self.fetch_ms: list[tuple[int, float]] = []
         self.errors = 0
         self._stop = threading.Event()
+        self.history: list[tuple[list, list]] = []            # each run's (produce_ms, fetch_ms)
 
     def _consume(self) -> None:
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "compaction-bench-probe",
@@ -155,8 +164,15 @@ class Probe:
         time.sleep(0.5)
         self._stop.set()
         consumer.join(10)
+        self.history.append((list(self.produce_ms), list(self.fetch_ms)))
         return {"seconds": time.monotonic() - start, "records": i, "errors": self.errors,
                 "produce": summary(self.produce_ms), "fetch": summary(self.fetch_ms)}
+
+    def merged(self, *runs: int) -> dict:
+        """The latencies of several runs (their indexes, in order of running) together."""
+        produce = [x for r in runs for x in self.history[r][0]]
+        fetch = [x for r in runs for x in self.history[r][1]]
+        return {"records": len(produce), "produce": summary(produce), "fetch": summary(fetch)}
 
     def within(self, intervals: list[tuple[float, float]]) -> dict:
         """The last run's latencies of the records produced inside any of ``intervals`` (wall ms)."""
@@ -167,6 +183,14 @@ class Probe:
         if worst is not None:       # where in its cleaning the slowest probe record was produced
             a, b = next((a, b) for a, b in intervals if a <= worst[0] <= b)
             out["slowest_produce_at"] = {"ms_after_start": worst[0] - a, "ms_before_end": b - worst[0]}
+        # The shape of the slowdown: produce p99 / max in each tenth of the (first) cleaning.
+        if intervals:
+            a, b = intervals[0]
+            tenths = [[] for _ in range(10)]
+            for t, v in self.produce_ms:
+                if a <= t <= b:
+                    tenths[min(9, int((t - a) * 10 / max(b - a, 1)))].append((t, v))
+            out["produce_by_tenth"] = [summary(x) for x in tenths]
         return out
 
 
@@ -230,8 +254,31 @@ def main(argv=None) -> int:
     ap.add_argument("--idle-seconds", type=float, default=15)
     ap.add_argument("--max-clean-seconds", type=float, default=3600, help="give up waiting for the cleaner")
     ap.add_argument("--server-set", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="repeat the whole run (a fresh broker each time) and print the median of the ratios")
     args = ap.parse_args(argv)
+    rounds = []
+    for r in range(args.rounds):
+        if args.rounds > 1:
+            print(f"--- round {r + 1} of {args.rounds} (load average {os.getloadavg()[0]:.1f})")
+        rounds.append(one_round(args))
+    ratios = []
+    for out in rounds:
+        during, idle = out["during_cleanings"], out["idle"]
+        if during and during["produce"]["count"] and idle["produce"]["p99_ms"]:
+            ratios.append((during["produce"]["p99_ms"] / idle["produce"]["p99_ms"],
+                           during["fetch"]["p99_ms"] / idle["fetch"]["p99_ms"]))
+    if len(rounds) > 1 and ratios:
+        produce, fetch = sorted(r[0] for r in ratios), sorted(r[1] for r in ratios)
+        print(f"p99 during a cleaning / idle over {len(ratios)} rounds: produce median {statistics.median(produce):.2f} "
+              f"(range {produce[0]:.2f}-{produce[-1]:.2f}), fetch median {statistics.median(fetch):.2f} "
+              f"(range {fetch[0]:.2f}-{fetch[-1]:.2f})")
+        print(json.dumps({"rounds": len(ratios), "produce_p99_ratio": produce, "fetch_p99_ratio": fetch}))
+    return 0
 
+
+def one_round(args) -> dict:
+    """Load, idle, clean, idle again on a fresh broker → the round's figures (also printed)."""
     temp = tempfile.mkdtemp(prefix="trireme-compaction-bench-")
     server = Server(os.path.join(temp, "data"), True, None, args.server_set + ["trireme.metrics.listen=127.0.0.1:0"])
     try:
@@ -289,8 +336,15 @@ def main(argv=None) -> int:
                 at = during["slowest_produce_at"]
                 print(f"          the slowest was produced {at['ms_after_start']:.0f} ms into its cleaning, "
                       f"{at['ms_before_end']:.0f} ms before its end")
+            if "produce_by_tenth" in during:
+                print("          produce p99 / max (ms) in each tenth of the first cleaning: " + ", ".join(
+                    f"{t['p99_ms']:.1f}/{t['max_ms']:.1f}" if t["count"] else "-" for t in during["produce_by_tenth"]))
         else:
             during = None
+        # A second idle window after the cleaning, so that "idle" brackets it in time: on a shared machine the
+        # load drifts, and a window on one side only would charge the drift to (or against) the cleaner.
+        probe.run(lambda t: t >= args.idle_seconds)
+        idle = probe.merged(0, 2)
         for line in cleaner_metrics(metrics_url):
             print(f"  metric {line}")
         out = {"bytes": args.bytes, "record_size": args.record_size, "keys": args.keys, "load": loaded,
@@ -299,10 +353,11 @@ def main(argv=None) -> int:
                "server_cpu": {"idle": None if cpu0 is None else cpu1 - cpu0,
                               "cleaning": None if cpu2 is None else cpu2 - cpu1}}
         print(json.dumps(out))
+        print(f"idle (before and after the cleaning) produce {fmt(idle['produce'])}")
+        return out
     finally:
         server.stop()
         shutil.rmtree(temp, ignore_errors=True)
-    return 0
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from compat_tests.compaction_support import (
     read_partition,
     some_record_cleaned,
     wait_compacted,
+    watched,
     watermarks,
 )
 from compat_tests.python_clients import unique_topic
@@ -333,3 +334,89 @@ def test_java_idempotent_producer_continues_after_its_batches_are_cleaned(server
         assert by_offset.get(s.offset) == s.value, f"{s} not where it was acknowledged"
     for key, s in latest(first + other + later).items():
         assert [r.value for r in view if r.key == key][-1] == s.value, key
+
+
+def roll(bootstrap: str, topic: str) -> list[Sent]:
+    """One record of a unique key larger than a 1 KiB segment: the active segment is rolled (becomes cleanable)
+    and the next append rolls this one's, so what is produced next starts a segment of its own."""
+    return produce(bootstrap, topic, [(f"roll-{uuid.uuid4().hex[:8]}".encode(), b"r" * 1500)])
+
+
+def java_produce_chunks(h: clients.HarnessProcess, topic: str, history: list[tuple], per_call: int = 6) -> list[Sent]:
+    sent: list[Sent] = []
+    for i in range(0, len(history), per_call):
+        chunk = history[i:i + per_call]
+        sent += java_sent(chunk, h.produce(topic, java_records(chunk), config={"acks": "all"}))
+    return sent
+
+
+@pytest.mark.parametrize("version", clients.JAVA_VERSIONS)
+def test_java_tombstones_seen_before_the_delete_horizon_and_gone_after(server, java_harness, version):
+    """delete.retention.ms=1000.  The Java client writes values for every key, then (in a segment of their own)
+    tombstones and some reborn values.  The cleaning that first sees the tombstones keeps them and stamps a delete
+    horizon; nothing is dirty after it, so no other cleaning runs and the Java consumers (both isolation levels)
+    reading from the start see each tombstone at its acknowledged offset.  Past the horizon, new data makes the
+    log dirty again; that cleaning removes the tombstones, and the Java consumers then read the latest values
+    without them, the reborn keys' included."""
+    h = java_harness(version)
+    topic = unique_topic(f"compact-jtomb-{version}")
+    create_topic(server.bootstrap, topic, compact_config(delete_retention_ms=1000))
+    history = keyed_history(tag="j")
+    values_end = next(i for i, (_, v, *_rest) in enumerate(history) if v is None)
+    keys = set(KEYS)
+    sent = java_produce_chunks(h, topic, history[:values_end])
+    filler(server.bootstrap, topic)
+    wait_compacted(server.bootstrap, topic, keys)
+
+    roll(server.bootstrap, topic)
+    sent += java_produce_chunks(h, topic, history[values_end:], per_call=len(history))
+    roll(server.bootstrap, topic)
+    wait_compacted(server.bootstrap, topic, keys)        # each key once: the cleaning saw the tombstones
+    before = compacted(sent, tombstones=True)
+    tombstoned = {s.key for s in before if s.value is None}
+    assert tombstoned
+    for iso in ("read_committed", "read_uncommitted"):
+        view = java_view(h, topic, iso)
+        assert_view(view, before, keys)
+        assert {r.key for r in view if r.value is None} == tombstoned
+
+    time.sleep(1.2)                  # past the delete horizon (the cleaning ran before wait_compacted returned)
+    filler(server.bootstrap, topic)  # dirty again: another cleaning
+    wait_compacted(server.bootstrap, topic, keys, tombstones_gone=True)
+    after = compacted(sent, tombstones=False)
+    assert {s.key for s in after} == keys - tombstoned
+    for iso in ("read_committed", "read_uncommitted"):
+        view = java_view(h, topic, iso)
+        assert_view(view, after, keys)
+        assert not [r for r in watched(view, keys) if r.value is None]
+
+
+@pytest.mark.parametrize("version", clients.JAVA_VERSIONS)
+@pytest.mark.server_config({"log.retention.check.interval.ms": 100})
+def test_java_compact_only_topic_keeps_every_key_past_retention_ms(server, java_harness, version):
+    """The Java client writes the same keyed records to a compact topic and a delete topic, both with
+    retention.ms=1000 and 1 KiB segments; once retention has removed the delete topic's old segments (so
+    retention ran past retention.ms), the Java client's ListOffsets gives the compact topic's earliest offset as
+    0 and its consumer reads the latest value of every key there, at its acknowledged offset (whether or not the
+    cleaner has been over the topic yet: min.cleanable.dirty.ratio=0.99)."""
+    h = java_harness(version)
+    compact, delete = unique_topic(f"jretain-compact-{version}"), unique_topic(f"jretain-delete-{version}")
+    create_topic(server.bootstrap, compact, compact_config(retention_ms=1000, min_cleanable_dirty_ratio=0.99))
+    create_topic(server.bootstrap, delete, {"cleanup.policy": "delete", "retention.ms": "1000",
+                                            "segment.bytes": "1024"})
+    history = [(k, f"j{k.decode()}@{r}".encode() + b"." * 100, (), None) for r in range(2) for k in KEYS]
+    sent = java_produce_chunks(h, compact, history)
+    java_produce_chunks(h, delete, history)
+    filler(server.bootstrap, compact)
+    filler(server.bootstrap, delete)
+
+    def earliest(topic: str) -> int:
+        return h.ok("list_offsets", topic=topic, partition=0, spec="earliest")["offset"]
+    clients.wait_until(lambda: earliest(delete) > 0, timeout=60, interval=0.3,
+                       what="retention to delete the delete topic's old segments")
+    assert earliest(compact) == 0, "retention deleted a compact-only topic's segments"
+    view = java_view(h, compact, "read_uncommitted")
+    by_offset = {r.offset: (r.key, r.value) for r in view}
+    for key, s in latest(sent).items():                  # cleaned or not yet: the latest is there, and last
+        assert by_offset.get(s.offset) == (key, s.value), f"{key!r}: the latest value was lost past retention.ms"
+        assert [r.offset for r in view if r.key == key][-1] == s.offset, key

@@ -11,7 +11,10 @@ When none is, a cleaner sleeps ``log.cleaner.backoff.ms``.
 Where the cleaning runs: in a child process when the log is on disk (FileStorage), in a worker thread otherwise
 (MemoryStorage, in tests).  Cleaning decodes every record of the dirty segments, pure-Python CPU work; in a thread it
 holds the GIL against the event loop for a switch interval at a time, and produce latency during a cleaning rose
-several-fold (docs/operations.md, "Compaction", has the numbers), while in a child process it stays as when idle.
+several-fold (docs/operations.md, "Compaction", has the numbers), while in a child process it stays as when idle.  The child runs at idle priority (SCHED_IDLE: any other thread that
+wakes up preempts it) and is moved to nice 19 if it starves (``keep_from_starving``), and after a swap the old
+segments' blocks are freed a few MiB at a time (``close_old``), so neither the cleaning's CPU nor its freeing of
+disk blocks holds up requests.
 The child only reads rolled, immutable segments and writes files under temporary names; the swap by rename
 (``begin_finish``: its renames, unlinks, fsyncs and the new segments' indexes) runs in a worker thread, and only the
 swap of the segment list in memory on the event loop (fetches read the old segments until then).  Shutdown kills a child (or stops a thread at its next throttle call or
@@ -56,6 +59,12 @@ UNCLEANABLE_RETRY_MS = 10 * 60_000
 BYTES_PER_MAP_KEY = 128
 # Kafka's Throttler checks the observed rate every this many milliseconds.
 THROTTLE_CHECK_INTERVAL_S = 0.3
+# A cleaner child at idle priority that got less than this share of a core over this long is starving: it goes on at
+# nice 19 (keep_from_starving).
+STARVED_CPU_SHARE = 0.1
+STARVED_WINDOW_S = 5.0
+# The pause between two cuts when the old segments' blocks are freed after a swap (_release_pause).
+RELEASE_PAUSE_S = 0.01
 
 
 class CleaningAborted(Exception):
@@ -348,7 +357,7 @@ class LogCleaner:
                     if self._gone(partition):
                         return True
                     swap.commit()
-                    await trio.to_thread.run_sync(swap.close_old)
+                    await trio.to_thread.run_sync(swap.close_old, _release_pause)
             except OSError as e:                     # as a failed flush: start-up recovery puts the files right
                 self.failures += 1
                 stats.last_error = str(e)[:200]
@@ -419,10 +428,14 @@ class LogCleaner:
         child = subprocess.Popen([*_DIE_WITH_PARENT, sys.executable, "-c", CHILD_COMMAND, str(os.getpid())],
                                  stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, pass_fds=lock_fds, close_fds=True)
+        run_when_idle(child.pid)
         try:
-            # In threads: the child reads the plan only once its interpreter is up, and the answer may be large.
-            await trio.to_thread.run_sync(_send_and_close, child.stdin, request)
-            await trio.lowlevel.wait_readable(child.stdout.fileno())
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(keep_from_starving, child.pid)
+                # In threads: the child reads the plan only once its interpreter is up, and the answer may be large.
+                await trio.to_thread.run_sync(_send_and_close, child.stdin, request)
+                await trio.lowlevel.wait_readable(child.stdout.fileno())
+                nursery.cancel_scope.cancel()
             ok, value = await trio.to_thread.run_sync(_read_answer, child.stdout)
         except BaseException:
             child.kill()                             # shutdown or cancellation: its temporary files are recovered
@@ -434,6 +447,55 @@ class LogCleaner:
         if not ok:
             raise RuntimeError(f"{value} (exit code {child.returncode})")
         return value
+
+
+def run_when_idle(pid: int) -> bool:
+    """Have process ``pid`` (a cleaner child) take only CPU time that nothing else wants (SCHED_IDLE, Linux): a thread
+    of the broker or of its clients that wakes up then preempts the cleaning at once, where at normal priority
+    (or niced) it may wait for the cleaner's time slice → whether the policy took."""
+    try:
+        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+        return True
+    except (AttributeError, OSError):           # not Linux, or the child is gone already
+        return False
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of process ``pid`` from /proc (None where there is none)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+async def keep_from_starving(pid: int) -> None:
+    """While a SCHED_IDLE cleaner child runs: if it got less than STARVED_CPU_SHARE of a core over a whole
+    STARVED_WINDOW_S (the cores are busy all the time), move it to normal scheduling at the lowest priority (nice
+    19) for the rest of its cleaning, so that cleaning still progresses (max.compaction.lag.ms) on a busy machine."""
+    last = process_cpu_seconds(pid)
+    while last is not None:
+        await trio.sleep(STARVED_WINDOW_S)
+        now = process_cpu_seconds(pid)
+        if now is None:
+            return
+        if now - last < STARVED_CPU_SHARE * STARVED_WINDOW_S:
+            try:
+                os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
+                os.setpriority(os.PRIO_PROCESS, pid, 19)
+            except OSError:
+                return
+            log.info("the log cleaner got %.0f ms of CPU in %.0f s at idle priority: it continues at nice 19",
+                     (now - last) * 1000, STARVED_WINDOW_S)
+            return
+        last = now
+
+
+def _release_pause() -> None:
+    """Between two cuts of a cleaned-away segment (PartitionLog's close_old, in a worker thread): at 4 MiB a cut,
+    the blocks of 1 GiB go in about 2.6 s instead of at once, and the broker's own fsyncs meanwhile wait less."""
+    time.sleep(RELEASE_PAUSE_S)
 
 
 def _read_answer(pipe) -> tuple[bool, Any]:

@@ -15,7 +15,7 @@ since the log makes the plan):
   or :func:`clean_directory` ``(data_dir, plan)`` in a fresh subprocess (plan and result are picklable) — any
   thread or process: reads only the plan's rolled,
   immutable, durable segments and writes new files named ``<base>.{log,index,timeindex,txnindex}.cleaned``
-  (fsynced unless the log is unsafe). Raises OSError / CorruptLog on I/O trouble: the caller logs it, calls
+  (fsynced unless the log is unsafe: a new log file every SYNC_STEP_BYTES as it is written, and at its end). Raises OSError / CorruptLog on I/O trouble: the caller logs it, calls
   ``PartitionLog.abandon_cleaning(plan)`` and tries later.
 * ``PartitionLog.finish_cleaning(result) -> int`` (owning thread): swaps the cleaned segments in by rename (see
   below) and checkpoints the first dirty offset; returns how many segment groups were swapped. A group whose
@@ -69,7 +69,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from trireme.state.log import (HEADER_SIZE, LONG_MAX, AbortedTxn, CleaningPlan, CorruptLog, SegmentRef, _pack_txn,
+from trireme.state.log import (HEADER_SIZE, LONG_MAX, AbortedTxn, CleaningPlan, CorruptLog, SegmentRef, pack_txn_entry,
                                _Segment, cleaned_name)
 from trireme.state.storage import AppendFile, FileStorage, ReadFile, Storage
 from trireme.wire.primitives import CodecError
@@ -78,6 +78,9 @@ from trireme.wire.records import (CONTROL_ABORT, CONTROL_COMMIT, LOG_OVERHEAD, M
                                   scan_keys)
 
 _CHUNK = 1 << 20
+# A durable cleaning fsyncs its new segment every this many bytes as it writes, not only at the end: one fsync of
+# a whole large segment makes every other file's fsync (the broker's acknowledgements) wait while it is written out.
+SYNC_STEP_BYTES = 4 << 20
 _INT32 = struct.Struct(">i")
 
 
@@ -246,6 +249,7 @@ def clean(storage: Storage, plan: CleaningPlan, throttle: Callable[[int], None] 
             seg = _Segment(base, names["log"])
             changed = False
             pending: list = []   # buffered output
+            synced = 0           # bytes of it fsynced so far
             pending_size = 0
             last_ref = group_refs[-1]
             for ref in group_refs:
@@ -274,6 +278,9 @@ def clean(storage: Storage, plan: CleaningPlan, throttle: Callable[[int], None] 
                         if pending_size >= _CHUNK:
                             _write(out, pending, throttle)
                             pending, pending_size = [], 0
+                            if plan.durable and out.size - synced >= SYNC_STEP_BYTES:
+                                out.sync()
+                                synced = out.size
                 finally:
                     reader.close()
             if pending:
@@ -289,7 +296,7 @@ def clean(storage: Storage, plan: CleaningPlan, throttle: Callable[[int], None] 
                 continue
             txn_bytes = bytearray()
             for pid, first, last, lso in kept_entries:
-                txn_bytes += _pack_txn(AbortedTxn(pid, first, last, lso), prev_entry)
+                txn_bytes += pack_txn_entry(AbortedTxn(pid, first, last, lso), prev_entry)
                 prev_entry = last
             seg.seal()
             if plan.durable:

@@ -11,7 +11,7 @@ import struct
 import sys
 from array import array
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import crc32c
 
@@ -26,6 +26,7 @@ CLEANER_CHECKPOINT_NAME = "cleaner-offset.checkpoint"  # the first dirty offset 
 CLEANED_SUFFIX = ".cleaned"  # a cleaned segment's files as the cleaner writes them
 SWAP_SUFFIX = ".swap"        # ... and while they replace the old segments (a committed swap)
 SEGMENT_KINDS = ("log", "index", "timeindex", "txnindex")
+RELEASE_STEP_BYTES = 4 << 20  # a cleaned-away segment's blocks are freed this many bytes at a time (close_old)
 
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
@@ -107,19 +108,19 @@ class AbortedTxn:
 # A txnindex entry: producer id, first offset, last offset, LSO, then the last offset of the entry
 # before it in the log (-1 for none), which chains the per-segment files together, and a CRC-32C
 # of those 40 bytes, which catches a torn or garbled entry.
-_TXN_ENTRY = struct.Struct(">qqqqqI")
-_TXN_BODY_SIZE = _TXN_ENTRY.size - 4
+TXN_INDEX_ENTRY = struct.Struct(">qqqqqI")
+_TXN_BODY_SIZE = TXN_INDEX_ENTRY.size - 4
 
 
-def _pack_txn(txn: AbortedTxn, prev_last: int) -> bytes:
+def pack_txn_entry(txn: AbortedTxn, prev_last: int) -> bytes:
     body = struct.pack(">qqqqq", txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset,
                        prev_last)
     return body + struct.pack(">I", crc32c.crc32c(body))
 
 
-def _unpack_txn(data: bytes, pos: int) -> tuple[AbortedTxn, int] | None:
+def unpack_txn_entry(data: bytes, pos: int) -> tuple[AbortedTxn, int] | None:
     """(entry, previous entry's last offset) at `pos`, or None if its checksum does not match."""
-    *fields, prev_last, crc = _TXN_ENTRY.unpack_from(data, pos)
+    *fields, prev_last, crc = TXN_INDEX_ENTRY.unpack_from(data, pos)
     if crc32c.crc32c(data[pos : pos + _TXN_BODY_SIZE]) != crc:
         return None
     return AbortedTxn(*fields), prev_last
@@ -132,7 +133,7 @@ _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 _BASE_AND_LENGTH = struct.Struct(">qi")
 _LAST_DELTA_POS = 23  # lastOffsetDelta int32, after attributes
-_TIME_ENTRY = struct.Struct(">qi")
+TIME_INDEX_ENTRY = struct.Struct(">qi")
 
 
 def _scan(reader: ReadFile, pos: int, end: int, readahead: int = _READAHEAD) -> Iterator[tuple[bytes, int, int, int]]:
@@ -254,18 +255,18 @@ class _Segment:
         return pairs.tobytes()
 
     def time_index_bytes(self) -> bytes:
-        return b"".join(_TIME_ENTRY.pack(ts, rel) for ts, rel in zip(self.time_ts, self.time_rel))
+        return b"".join(TIME_INDEX_ENTRY.pack(ts, rel) for ts, rel in zip(self.time_ts, self.time_rel))
 
     def load_indexes(self, index: bytes, time_index: bytes) -> bool:
         """Adopt persisted indexes if they are well-formed; the caller checks they fit the file."""
-        if len(index) % 8 or len(time_index) % _TIME_ENTRY.size:
+        if len(index) % 8 or len(time_index) % TIME_INDEX_ENTRY.size:
             return False
         pairs = array("i")
         pairs.frombytes(index)
         if sys.byteorder == "little":
             pairs.byteswap()
         rel, pos = pairs[0::2], pairs[1::2]
-        times = list(_TIME_ENTRY.iter_unpack(time_index))
+        times = list(TIME_INDEX_ENTRY.iter_unpack(time_index))
         if not _strictly_increasing(rel, 1) or not _strictly_increasing(pos, 1):
             return False
         if not _strictly_increasing([t for t, _ in times], 0) or any(r < 0 for _, r in times):
@@ -537,7 +538,7 @@ class PartitionLog:
         segments, are fsynced, as recovered data is.
         """
         prev_last: int | None = None
-        size = _TXN_ENTRY.size
+        size = TXN_INDEX_ENTRY.size
         broken = False
         recovered_ids = {id(seg) for seg in recovered}
         for seg in segments:
@@ -551,7 +552,7 @@ class PartitionLog:
             kept = 0
             pos = 0
             while not broken and pos + size <= len(data):
-                unpacked = _unpack_txn(data, pos)
+                unpacked = unpack_txn_entry(data, pos)
                 if unpacked is None:
                     break
                 txn, link = unpacked
@@ -839,7 +840,7 @@ class PartitionLog:
         if txn.last_offset <= self._last_aborted:
             return False
         seg = self._segments[bisect.bisect_right(self._bases, txn.last_offset) - 1]
-        seg.txn_unwritten += _pack_txn(txn, self._last_aborted)
+        seg.txn_unwritten += pack_txn_entry(txn, self._last_aborted)
         seg.txn_count += 1
         self._aborted.append(txn)
         self._aborted_last.append(txn.last_offset)
@@ -880,7 +881,7 @@ class PartitionLog:
         """Append the segment's unwritten txnindex entries to its file (owning thread; raises OSError)."""
         if not seg.txn_unwritten:
             return
-        end = seg.txn_written * _TXN_ENTRY.size
+        end = seg.txn_written * TXN_INDEX_ENTRY.size
         if seg.txn_handle is None:
             created = not seg.txn_on_disk
             seg.txn_handle = self._storage.open_append(seg.txn_index_path)
@@ -1411,7 +1412,7 @@ class PartitionLog:
             for kind in SEGMENT_KINDS:
                 storage.remove(self._path(cleaned_name(base, kind)), missing_ok=True)
         for group, old in finish.groups:
-            finish.new.append(self._swap_in_files(old, group))
+            finish.new.append(self._swap_in_files(old, group, finish.releasing))
         self._write_cleaner_checkpoint(finish.checkpoint, max(result.end_offset, finish.checkpoint))
 
     def _commit_finish(self, finish: "CleaningFinish") -> int:
@@ -1436,7 +1437,7 @@ class PartitionLog:
         if not self._unsafe:
             self._storage.sync_dir(self._directory)
 
-    def _swap_in_files(self, old: Sequence[_Segment], group) -> _Segment:
+    def _swap_in_files(self, old: Sequence[_Segment], group, releasing: list) -> _Segment:
         storage, base = self._storage, group.base_offset
         indexes = [k for k in SEGMENT_KINDS if k != "log"]
         # 1. .cleaned -> .swap, the log file last: the swap is committed once <base>.log.swap is durable.
@@ -1445,6 +1446,7 @@ class PartitionLog:
         self._sync_dir()
         # 2. The old segments go.
         for seg in old:       # unlinked only: their open files serve reads until the swap in memory
+            releasing.append(storage.open_append(seg.path))
             for path in (seg.path, seg.index_path, seg.time_index_path, seg.txn_index_path):
                 storage.remove(path, missing_ok=True)
         self._sync_dir()
@@ -1573,7 +1575,8 @@ class PartitionLog:
 class CleaningFinish:
     """The swap of one cleaning's result, in steps (``PartitionLog.begin_finish``)."""
 
-    __slots__ = ("log", "result", "groups", "dropped", "checkpoint", "checkpoint_before", "new", "closing")
+    __slots__ = ("log", "result", "groups", "dropped", "checkpoint", "checkpoint_before", "new", "closing",
+                 "releasing")
 
     def __init__(self, log: "PartitionLog", result, groups, dropped, checkpoint: int) -> None:
         self.log, self.result, self.groups, self.dropped = log, result, groups, dropped
@@ -1581,6 +1584,7 @@ class CleaningFinish:
         self.checkpoint_before = log._cleaner_checkpoint
         self.new: list[_Segment] = []
         self.closing: list = []         # the old segments' open files, once swapped out
+        self.releasing: list = []       # the old log files, writable: cut down bit by bit before the last close
 
     def files(self) -> None:
         """The renames, unlinks and fsyncs, and the new segments' indexes: any thread."""
@@ -1590,8 +1594,22 @@ class CleaningFinish:
         """The swap in memory (owning thread) → how many groups were swapped in."""
         return self.log._commit_finish(self)
 
-    def close_old(self) -> None:
-        """Close the swapped-out segments' files (unlinked already): any thread, after ``commit``."""
+    def close_old(self, pause: Callable[[], object] | None = None) -> None:
+        """Close the swapped-out segments' files (unlinked already): any thread, after ``commit``.  With ``pause``,
+        each old log file is first cut down RELEASE_STEP_BYTES at a time, ``pause()`` between the cuts: freeing a
+        whole segment's blocks (and, on a filesystem mounted with ``discard``, trimming them) at once holds up
+        the fsyncs of every other file for tens of milliseconds; a step at a time, each holds them up little."""
+        releasing, self.releasing = self.releasing, []
+        for handle in releasing:
+            try:
+                size = handle.size
+                while pause is not None and size > RELEASE_STEP_BYTES:
+                    size -= RELEASE_STEP_BYTES
+                    handle.truncate(size)
+                    pause()
+            except OSError:
+                pass                    # best effort: the last close below frees the rest
+            handle.close()
         closing, self.closing = self.closing, []
         for handle in closing:
             handle.close()

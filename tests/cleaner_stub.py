@@ -135,7 +135,7 @@ class _StubFinish:
     def files(self) -> None:
         pass
 
-    def close_old(self) -> None:
+    def close_old(self, pause=None) -> None:
         pass
 
 

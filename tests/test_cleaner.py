@@ -876,3 +876,60 @@ def test_removed_abort_marker_takes_its_index_entry_with_it():
     reopened = PartitionLog.open(w.storage.crash(), DIR, segment_bytes=400, now_ms=0)
     assert reopened.aborted_txns(0, reopened.log_end_offset) == later    # start-up accepts the broken link
     assert consumer_committed_view(reopened) == expected
+
+
+def test_old_segments_are_cut_down_step_by_step_then_closed(tmp_path, monkeypatch):
+    """close_old(pause) frees a cleaned-away log file RELEASE_STEP_BYTES at a time, pause() between the cuts, and
+    leaves no descriptor of a deleted file open; without pause it closes at once."""
+    import math
+    import os
+
+    from trireme.state import log as log_mod
+    monkeypatch.setattr(log_mod, "RELEASE_STEP_BYTES", 256)
+    w = Writer(FileStorage(tmp_path), segment_bytes=2000)
+    for i in range(120):
+        w.data([(b"k%d" % (i % 5), b"v%d" % i)])
+    w.roll()
+    w.data([(b"t", b"t")])
+    plan = w.log.cleanable(10_000, None, EAGER)
+    finish = w.log.begin_finish(cleaner.clean(w.log.storage, plan))
+    finish.files()
+    assert finish.commit() > 0
+    sizes = [h.size for h in finish.releasing]
+    assert len(sizes) >= 2 and set(sizes) <= {ref.size for ref in plan.segments}
+    cuts = []
+    finish.close_old(lambda: cuts.append(1))
+    assert len(cuts) == sum(math.ceil(s / 256) - 1 for s in sizes)
+    fd_dir = "/proc/self/fd"
+    if os.path.isdir(fd_dir):
+        for fd in os.listdir(fd_dir):
+            try:
+                target = os.readlink(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            assert not (target.startswith(str(tmp_path)) and target.endswith("(deleted)")), target
+    assert committed_view(w.log) == {b"k%d" % (i % 5): b"v%d" % i for i in range(115, 120)} | {b"t": b"t"}
+
+
+def test_a_durable_cleaning_fsyncs_its_new_segment_as_it_writes(monkeypatch):
+    """Every SYNC_STEP_BYTES written (in _CHUNK writes), not only once at the end of the new segment."""
+    def syncs_of_a_cleaning(step: int) -> tuple[int, dict]:
+        monkeypatch.setattr(cleaner, "_CHUNK", 256)
+        monkeypatch.setattr(cleaner, "SYNC_STEP_BYTES", step)
+        storage = MemoryStorage()
+        w = Writer(storage, segment_bytes=100_000)
+        for i in range(200):
+            w.data([(b"k%d" % i, b"v" * 40)])       # unique keys: everything is kept, ~20 KB of output
+        w.data([(b"k0", b"new")])
+        w.roll()
+        w.data([(b"t", b"t")])
+        plan = w.log.cleanable(10_000, None, EAGER)
+        assert plan.durable
+        before = storage.syncs
+        w.log.finish_cleaning(cleaner.clean(storage, plan))
+        return storage.syncs - before, committed_view(w.log)
+
+    at_end, view = syncs_of_a_cleaning(1 << 40)
+    as_written, same_view = syncs_of_a_cleaning(2048)
+    assert as_written >= at_end + 5                      # ~20 KB in 2 KB steps
+    assert view == same_view and view[b"k0"] == b"new" and len(view) == 201

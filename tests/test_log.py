@@ -895,7 +895,7 @@ def test_closed_log_refuses_use(storage):
 # --- aborted-transaction index ------------------------------------------------------------------
 
 EVERYTHING = (0, 1 << 62)
-TXN_ENTRY_SIZE = log_mod._TXN_ENTRY.size
+TXN_ENTRY_SIZE = log_mod.TXN_INDEX_ENTRY.size
 
 
 def abort(log: PartitionLog, producer_id: int, first_offset: int | None = None, lso: int | None = None) -> AbortedTxn:
@@ -1061,7 +1061,7 @@ def test_torn_trailing_txnindex_entry_is_truncated(storage, damage):
     log.close()
     f = storage.open_append(txn_path(0))
     if damage == "partial":
-        f.write(log_mod._pack_txn(AbortedTxn(5, 0, 8, 9), txns[-1].last_offset)[:20])
+        f.write(log_mod.pack_txn_entry(AbortedTxn(5, 0, 8, 9), txns[-1].last_offset)[:20])
     else:
         data = bytearray(storage.read_all(txn_path(0)))
         if damage == "garbled":

@@ -3,6 +3,7 @@ the scheduling of server/log_cleaner.py (against a stand-in of state/cleaner.py'
 from __future__ import annotations
 
 import os
+import struct
 import threading
 import time
 
@@ -475,3 +476,121 @@ def test_a_partition_deleted_during_its_cleaning_is_given_up_quietly(tmp_path, c
     run_with_broker(broker, body)
     assert cleaner.failures == 0 and not core.finished
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+def _policy_and_nice(pid: int) -> tuple[int, int]:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return int(fields[38]), int(fields[16])          # policy (field 41), nice (field 19)
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE") or not os.path.exists("/proc/self/stat"),
+                    reason="SCHED_IDLE and /proc are Linux's")
+def test_a_cleaner_child_runs_at_idle_priority_and_a_starving_one_goes_on_at_nice_19(monkeypatch):
+    """run_when_idle puts a child at SCHED_IDLE; keep_from_starving moves one that got (almost) no CPU over a window
+    to normal scheduling at nice 19, and leaves one that got its share alone."""
+    import subprocess
+
+    from trireme.server import log_cleaner
+    monkeypatch.setattr(log_cleaner, "STARVED_WINDOW_S", 0.05)
+    starving = subprocess.Popen(["sleep", "30"])                      # uses no CPU: starving, as far as anyone can tell
+    fed = subprocess.Popen(["sleep", "30"])
+    try:
+        for child in (starving, fed):
+            assert log_cleaner.run_when_idle(child.pid)
+            assert _policy_and_nice(child.pid) == (os.SCHED_IDLE, 0)
+
+        async def watch(pid):
+            with trio.fail_after(10):
+                await log_cleaner.keep_from_starving(pid)
+        trio.run(watch, starving.pid)
+        assert _policy_and_nice(starving.pid) == (os.SCHED_OTHER, 19)
+
+        real = log_cleaner.process_cpu_seconds
+        readings = iter([1.0, 1.02, 1.04, None])                       # 20 ms a 50 ms window: 40 % of a core
+        monkeypatch.setattr(log_cleaner, "process_cpu_seconds", lambda pid: next(readings))
+        trio.run(watch, fed.pid)
+        assert _policy_and_nice(fed.pid) == (os.SCHED_IDLE, 0)
+    finally:
+        for child in (starving, fed):
+            child.kill()
+            child.wait()
+    assert real(starving.pid) is None                                 # gone: nothing to read
+
+
+def _segment_with_indexes(tmp_path) -> str:
+    """A partition whose first segment (offsets 0-6, one 1.5 kB batch each, timestamps 1000, 1010, …) is rolled, so
+    its offset and time indexes are on disk, with one aborted transaction indexed; returns the segment's path stem."""
+    from trireme.state.log import AbortedTxn
+    from trireme.state.storage import FileStorage
+    log = PartitionLog.open(FileStorage(tmp_path), DIR, segment_bytes=12_000, now_ms=0)
+    for i in range(10):
+        append(log, make_batch([b"x" * 1500], timestamp=1000 + 10 * i, producer_id=9 if i == 2 else -1))
+        if i == 3:
+            log.add_aborted_txn(AbortedTxn(producer_id=9, first_offset=2, last_offset=3, last_stable_offset=4))
+    log.sync()
+    assert log.segment_base_offsets == [0, 7]
+    log.close()
+    return str(tmp_path / DIR / "00000000000000000000")
+
+
+def test_dump_log_prints_index_files_as_kafka_dump_log(tmp_path, capsys):
+    from trireme.server.cli import main
+    stem = _segment_with_indexes(tmp_path)
+    with open(stem + ".log", "rb") as f:
+        batches = {pos: h for pos, h in rec.iter_batch_headers(f.read())}        # position → header
+    unknown = stem + ".log.swap"
+    open(unknown, "wb").close()
+    assert main(["dump-log", "--files", f"{stem}.index,{stem}.timeindex,{stem}.txnindex,{unknown}"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert lines[0] == f"Dumping {stem}.index"
+    index = [line.split() for line in lines[1:lines.index(f"Dumping {stem}.timeindex")]]
+    assert len(index) >= 2
+    for words in index:                             # offset: O position: P, P where the batch of base offset O is
+        assert words[0] == "offset:" and words[2] == "position:"
+        assert batches[int(words[3])].base_offset == int(words[1])
+    at = lines.index(f"Dumping {stem}.timeindex")
+    times = [line.split() for line in lines[at + 1:lines.index(f"Dumping {stem}.txnindex")]]
+    by_offset = {h.base_offset: h.max_timestamp for h in batches.values()}
+    assert len(times) >= 2 and [int(w[1]) for w in times] == sorted({int(w[1]) for w in times})
+    for words in times:                             # timestamp: T offset: O, T the max timestamp of batch O
+        assert words[0] == "timestamp:" and words[2] == "offset:"
+        assert by_offset[int(words[3])] == int(words[1])
+    at = lines.index(f"Dumping {stem}.txnindex")
+    assert lines[at + 1:] == ["version: 0 producerId: 9 firstOffset: 2 lastOffset: 3 lastStableOffset: 4",
+                              f"Dumping {unknown}"]
+    assert captured.err == f"Ignoring unknown file {unknown}\n"
+
+    # What does not match the segment is listed on stderr after all files, as Kafka's tool does.
+    first_index = (int(index[0][1]), int(index[0][3]))
+    with open(stem + ".index", "r+b") as f:
+        f.write(struct.pack(">ii", first_index[0], first_index[1] + 1))
+        f.seek(0, os.SEEK_END)
+        f.write(b"\x01\x02\x03")
+    with open(stem + ".timeindex", "wb") as f:
+        for ts, rel in [(1020, 2), (1010, 1), (1061, 6), (1070, 99)]:
+            f.write(struct.pack(">qi", ts, rel))
+    with open(stem + ".txnindex", "ab") as f:
+        f.write(b"\x00" * 48)                       # an entry whose checksum does not hold
+    empty = str(tmp_path / DIR / "00000000000000000007.index")
+    open(empty, "wb").close()
+    args = ["dump-log", "--files", f"{stem}.index,{stem}.timeindex,{stem}.txnindex,{empty}"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert f"offset: {first_index[0]} position: {first_index[1] + 1}" in lines
+    assert "Found 3 invalid bytes at the end of 00000000000000000000.index" in lines
+    assert lines[-4:] == ["version: 0 producerId: 9 firstOffset: 2 lastOffset: 3 lastStableOffset: 4",
+                          "Found 48 invalid bytes at the end of 00000000000000000000.txnindex",
+                          f"Dumping {empty}", f"{empty} is empty."]
+    assert captured.err.splitlines() == [
+        f"Mismatches in :{stem}.index", f"  Index offset: {first_index[0]}, log offset: -1",
+        f"Found timestamp mismatch in :{stem}.timeindex", "  Index timestamp: 1061, log timestamp: 1060",
+        f"Found out of order timestamp in :{stem}.timeindex",
+        "  Index timestamp: 1010, Previously indexed timestamp: 1020",
+        "The following indexed offsets are not found in the log.", "Indexed offset: 99, found log offset: -1"]
+    assert main([*args, "--verify-index-only"]) == 0
+    captured = capsys.readouterr()
+    assert not [line for line in captured.out.splitlines() if line.startswith(("offset: ", "timestamp: "))]
+    assert len(captured.err.splitlines()) == 8

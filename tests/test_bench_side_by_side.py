@@ -1,0 +1,90 @@
+"""bench/kafka_side_by_side.py's pure parts: the spread over rounds, ratios from the same round's runs, the combined CPU
+per MB, its options, and the fsync floor's loop (its figures only: no timing asserted)."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+from kafka_side_by_side import (THROUGHPUT, format_ratio, format_summary, fsync_floor, overall_cpu,  # noqa: E402
+                                parse, ratios, spread, summarize)
+
+
+def run(rnd: int, target: str, workload: str, mb_per_s: float, cpu_s: float | None = 1.0, mb: float = 100.0,
+        **extra) -> dict:
+    return {"round": rnd, "target": target, "workload": workload, "mb_per_s": mb_per_s, "mb": mb,
+            "server_cpu_s": cpu_s, "cpu_ms_per_mb": None if cpu_s is None else cpu_s / mb * 1000,
+            "loadavg_1m": 2.0 + rnd, "others_cores": 0.1 * rnd, "cpu_system_share": 0.25, **extra}
+
+
+def test_spread_is_median_and_range_of_the_values_present():
+    assert spread([3.0, None, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
+    assert spread([1.0, 4.0])["median"] == 2.5
+    assert spread([None]) is None
+    assert spread([]) is None
+
+
+def test_summary_follows_the_issues_rows_and_keeps_the_floor_of_the_rounds():
+    floor = {"request_bytes": 1_000_000, "in_flight": 1, "mb_per_s": 300.0, "p50_ms": 3.0, "p99_ms": 9.0,
+             "cpu_ms_per_mb": 0.5, "rounds": 50}
+    runs = [run(1, "trireme", "idempotent", 150.0, floor=floor), run(1, "trireme", "produce", 400.0),
+            run(2, "trireme", "produce", 600.0), run(2, "trireme", "idempotent", 170.0,
+                                                     floor=dict(floor, mb_per_s=500.0)),
+            run(3, "trireme", "produce", 500.0, cpu_s=None)]
+    summary = summarize(runs)
+    assert [(s["workload"], s["target"], s["rounds"]) for s in summary] == [("produce", "trireme", 3),
+                                                                          ("idempotent", "trireme", 2)]
+    produce, idempotent = summary
+    assert produce["mb_per_s"] == {"median": 500.0, "min": 400.0, "max": 600.0, "n": 3}
+    assert produce["cpu_ms_per_mb"]["n"] == 2                  # the round without the broker's CPU does not count
+    assert produce["loadavg_1m"] == {"median": 4.0, "min": 3.0, "max": 5.0, "n": 3}
+    assert "floor" not in produce
+    assert idempotent["floor"]["mb_per_s"] == {"median": 400.0, "min": 300.0, "max": 500.0, "n": 2}
+    assert format_summary(produce) == ("produce            trireme           MB/s 500 [400-600]; "
+                                       "CPU ms/MB 10.00 [10.00-10.00]; broker CPU in the kernel 25% [25%-25%]; "
+                                       "load 4.0 [3.0-5.0], others 0.20 [0.10-0.30] cores")
+    assert "fsync floor (977 KiB x 1 in flight) 400 [300-500] MB/s, its CPU 0.50 [0.50-0.50] ms/MB" \
+        in format_summary(idempotent)
+
+
+def test_ratios_pair_runs_of_the_same_round():
+    runs = [run(1, "kafka", "produce", 400.0), run(1, "trireme", "produce", 600.0),
+            run(2, "kafka", "produce", 200.0), run(2, "trireme", "produce", 400.0),
+            run(3, "trireme", "produce", 1000.0),                       # no Kafka run in round 3: no ratio
+            run(1, "kafka", "latency", None, p50_ms=0.2, p99_ms=1.0, cpu_us_per_message=None),
+            run(1, "trireme", "latency", None, p50_ms=0.5, p99_ms=4.0, cpu_us_per_message=300.0)]
+    got = {r["workload"]: r for r in ratios(runs, "kafka")}
+    assert set(got) == {"produce", "latency"}
+    assert got["produce"]["target"] == "trireme" and got["produce"]["reference"] == "kafka"
+    assert got["produce"]["mb_per_s"] == {"median": 1.75, "min": 1.5, "max": 2.0, "n": 2}
+    assert got["latency"]["p50_ms"]["median"] == 2.5
+    assert got["latency"]["p99_ms"]["median"] == 4.0
+    assert got["latency"]["cpu_us_per_message"] is None          # Kafka's CPU unknown (no --server-pid)
+    assert format_ratio(got["latency"]) == "latency            trireme / kafka: ack p50 ms 2.50x; p99 ms 4.00x"
+
+
+def test_combined_cpu_per_mb_counts_only_rounds_with_every_throughput_workload():
+    runs = [run(1, "trireme", w, 100.0, cpu_s=0.5) for w in THROUGHPUT]
+    runs += [run(1, "trireme", "small-4", 10.0, cpu_s=5.0)]                   # not a throughput row
+    runs += [run(2, "trireme", w, 100.0, cpu_s=1.0) for w in THROUGHPUT if w != "java"]
+    assert overall_cpu(runs) == {"trireme": {"median": 5.0, "min": 5.0, "max": 5.0, "n": 1}}
+
+
+def test_targets_default_to_a_started_trireme_and_none_beside_a_bootstrap():
+    assert parse([]).trireme == ["fsync"]
+    assert parse(["--bootstrap", "h:9092"]).trireme == []
+    args = parse(["--bootstrap", "h:9092", "--trireme", "fsync,no-fsync", "--workloads", "java,latency"])
+    assert args.trireme == ["fsync", "no-fsync"] and args.units == ["java", "latency"]
+    for bad in (["--trireme", "fast"], ["--workloads", "everything"], ["--trireme", ""]):
+        with pytest.raises(SystemExit):
+            parse(bad)
+
+
+def test_fsync_floor_appends_the_requests_in_flight_and_leaves_nothing_behind(tmp_path):
+    floor = fsync_floor(4096, in_flight=3, seconds=0, directory=str(tmp_path), min_rounds=5)
+    assert floor["rounds"] == 5
+    assert (floor["request_bytes"], floor["in_flight"]) == (4096, 3)
+    assert floor["mb_per_s"] > 0 and 0 < floor["p50_ms"] <= floor["p99_ms"] and floor["cpu_ms_per_mb"] >= 0
+    assert list(tmp_path.iterdir()) == []
