@@ -5,10 +5,10 @@
     .venv/bin/python bench/request_floor.py --connections 1 --in-flight 5 --requests 17477 \
         --records 15 --record-size 1024        # the Java producer's shape: 16 KiB batches, 5 in flight
 
-The client is `request_cost.py`'s open loop (the same ProduceRequest frames, one thread, latency from the time
-each request was due), or with ``--in-flight N`` its closed loop (a thread per connection that keeps N requests
-in flight, ``--requests`` in all).  Each server is a separate process that reads size-prefixed frames and answers each with
-a fixed 60-byte frame (the size of a small Produce answer), decoding nothing:
+The client is `request_cost.py`'s open loop (the same ProduceRequest frames, one thread, latency from the time each
+request was due), or with ``--in-flight N`` its closed loop (a thread per connection that keeps N requests in
+flight, ``--requests`` in all).  Each server is a separate process that reads size-prefixed frames and answers
+each with a fixed 60-byte frame (the size of a small Produce answer), decoding nothing:
 
 - ``trio``: a task per connection (``wait_readable``, ``os.read``, answer at once) — the broker's connection
   model without any Kafka work and without a durability wait;

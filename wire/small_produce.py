@@ -27,8 +27,8 @@ _CLASSIC_START = struct.Struct(">hhiih")
 _CLASSIC_PARTITION = struct.Struct(">iii")       # one partition, its index, its records' length
 # after the record bytes, flexible: the partition's, topic's and request's empty tagged fields
 _FLEXIBLE_END = b"\x00\x00\x00"
-# topic ids as read (16 bytes) → their UUID, made once: a UUID costs about as much to build as the rest of the request's
-# reading (bounded: cleared when it grows past _TOPIC_IDS_MAX)
+# topic ids as read (16 bytes) → their UUID, made once: a UUID costs about as much to build as the rest of the
+# request's reading (bounded: cleared when it grows past _TOPIC_IDS_MAX)
 _TOPIC_IDS: dict[bytes, uuid.UUID] = {}
 _TOPIC_IDS_MAX = 1024
 
