@@ -49,10 +49,15 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from produce_consume import ServerStats, broker, create_topic, parse_size, percentile  # noqa: E402
-from request_cost import produce_frame, whole_frames  # noqa: E402
+from request_cost import PRODUCE_VERSION, produce_frame, whole_frames  # noqa: E402
+
+from trireme.wire.codec import message  # noqa: E402
+from trireme.wire.headers import decode_response_header  # noqa: E402
 
 MODES = ("disk", "server", "broker", "librdkafka")
 BROKER_MODES = ("broker", "librdkafka")
+BATCH_OVERHEAD = 61              # a record batch's header
+RECORD_OVERHEAD = 12            # a record's own fields around a value of up to 1 KiB (no key, no headers)
 LIBRDKAFKA_MAX = 1_000_000      # librdkafka's message.max.bytes: one message of up to this many bytes
 FILE_BYTES = 256 << 20          # a file is replaced by a fresh one past this (a log rolls its segments too)
 _SIZE = struct.Struct(">i")
@@ -222,7 +227,8 @@ def server_floor(size: int, seconds: float, directory: str, fsync: bool = True) 
 def broker_loop(size: int, seconds: float, bootstrap: str, stats: ServerStats, topic: str) -> dict:
     """Raw ProduceRequests (acks=all) carrying ``size`` bytes of records, one in flight, for ``seconds``."""
     record = min(size, 1024)
-    frame = produce_frame(topic, 0, -1, max(1, size // record), record)
+    count = max(1, (size - BATCH_OVERHEAD) // (record + RECORD_OVERHEAD))       # a batch of about ``size`` bytes
+    frame = produce_frame(topic, 0, -1, count, record)
     host, port = bootstrap.rsplit(":", 1)
     sock = socket.create_connection((host, int(port)))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -231,7 +237,7 @@ def broker_loop(size: int, seconds: float, bootstrap: str, stats: ServerStats, t
     try:
         for _ in range(3):                          # warm: the connection, the partition's first segment
             sock.sendall(frame)
-            while not whole_frames(buf):
+            while not _answer_in(buf):
                 _more(sock, buf)
         cpu0 = stats.cpu_seconds()
         started = now = time.perf_counter()
@@ -247,6 +253,21 @@ def broker_loop(size: int, seconds: float, bootstrap: str, stats: ServerStats, t
     finally:
         sock.close()
     return _summary(size, now - started, latencies, [], None if cpu0 is None else cpu1 - cpu0)
+
+
+def _answer_in(buf: bytearray) -> bool:
+    """Whether ``buf`` holds a whole ProduceResponse (dropped from it); one that refused the batch ends the run."""
+    if len(buf) < 4 or len(buf) < 4 + _SIZE.unpack_from(buf)[0]:
+        return False
+    body = memoryview(buf)[4:4 + _SIZE.unpack_from(buf)[0]]
+    _, start = decode_response_header(body, 1)
+    answer, _ = message("ProduceResponse").decode(body, PRODUCE_VERSION, start)
+    body.release()
+    whole_frames(buf)
+    errors = [p.error_code for t in answer.responses for p in t.partition_responses if p.error_code]
+    if errors:
+        raise SystemExit(f"the broker refused the batch: error code {errors[0]}")
+    return True
 
 
 def _more(sock: socket.socket, buf: bytearray) -> None:
