@@ -27,7 +27,8 @@ the flag says, or any ``--bootstrap`` broker: Apache Kafka too), on a topic of o
 The sizes are interleaved round by round (the machine is shared: see docs/performance.md).  Printed per mode and
 size: MB/s (10^6 bytes per second) and requests/s, median and range over the rounds; the request's p50/p99 in ms;
 the fdatasync's p50; CPU ms per MB of the process that writes (user + system; the broker's in the broker modes) and
-in the broker modes its CPU µs per request; the 1-minute load average.  The last
+in the broker modes its CPU µs per request and, from its metrics endpoint, its own µs per request in each phase
+(receive the frame, handle, wait for the flush, respond) and fsyncs per request; the 1-minute load average.  The last
 stdout line is a JSON summary.  ``floor()`` is the function other benchmarks call for one figure.  Nothing is
 asserted.
 """
@@ -48,7 +49,8 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from produce_consume import ServerStats, broker, create_topic, parse_size, percentile  # noqa: E402
+from produce_consume import (ServerStats, broker, create_topic, parse_size, percentile,  # noqa: E402
+                             scrape_metrics)
 from request_cost import PRODUCE_VERSION, produce_frame, whole_frames  # noqa: E402
 
 from trireme.wire.codec import message  # noqa: E402
@@ -239,6 +241,7 @@ def broker_loop(size: int, seconds: float, bootstrap: str, stats: ServerStats, t
             sock.sendall(frame)
             while not _answer_in(buf):
                 _more(sock, buf)
+        before = scrape_metrics(stats.metrics_url)
         cpu0 = stats.cpu_seconds()
         started = now = time.perf_counter()
         end = started + seconds
@@ -250,9 +253,10 @@ def broker_loop(size: int, seconds: float, bootstrap: str, stats: ServerStats, t
             latencies.append(after - now)
             now = after
         cpu1 = stats.cpu_seconds()
+        phases = broker_phases(before, scrape_metrics(stats.metrics_url))
     finally:
         sock.close()
-    return _summary(size, now - started, latencies, [], None if cpu0 is None else cpu1 - cpu0)
+    return _summary(size, now - started, latencies, [], None if cpu0 is None else cpu1 - cpu0) | phases
 
 
 def _answer_in(buf: bytearray) -> bool:
@@ -289,6 +293,7 @@ def librdkafka_loop(size: int, seconds: float, bootstrap: str, stats: ServerStat
         producer.produce(topic, value, partition=0)
         producer.flush(30)
     latencies: list[float] = []
+    before = scrape_metrics(stats.metrics_url)
     cpu0 = stats.cpu_seconds()
     started = now = time.perf_counter()
     end = started + seconds
@@ -299,9 +304,23 @@ def librdkafka_loop(size: int, seconds: float, bootstrap: str, stats: ServerStat
         latencies.append(after - now)
         now = after
     cpu1 = stats.cpu_seconds()
+    phases = broker_phases(before, scrape_metrics(stats.metrics_url))
     if failed:
         raise SystemExit(f"delivery failed: {failed[0]}")
-    return _summary(size, now - started, latencies, [], None if cpu0 is None else cpu1 - cpu0)
+    return _summary(size, now - started, latencies, [], None if cpu0 is None else cpu1 - cpu0) | phases
+
+
+def broker_phases(before: dict | None, after: dict | None) -> dict:
+    """The broker's own account of the Produce requests between two scrapes: µs per request in each phase (receive
+    its frame, handle it, wait for the flush, respond) and fsyncs per request ({} without a metrics endpoint)."""
+    if before is None or after is None:
+        return {}
+    count = after["requests"].get("Produce", 0) - before["requests"].get("Produce", 0)
+    if count <= 0:
+        return {}
+    phases = {phase: round((after["phases"].get(("Produce", phase), 0) - before["phases"].get(("Produce", phase), 0))
+                           / count * 1e6, 1) for phase in ("receive", "handle", "wait", "respond")}
+    return {"broker_us": phases, "fsyncs_per_request": (after["fsyncs"] - before["fsyncs"]) / count}
 
 
 @contextlib.contextmanager
@@ -339,6 +358,9 @@ def combine(runs: list[dict]) -> dict:
     for key in keys:
         values = [r[key] for r in runs if r.get(key) is not None]
         out[key] = {"median": statistics.median(values), "min": min(values), "max": max(values)} if values else None
+    phases = [r["broker_us"] for r in runs if r.get("broker_us")]
+    if phases:
+        out["broker_us_median"] = {k: statistics.median(p[k] for p in phases) for k in phases[0]}
     return out
 
 
@@ -410,7 +432,10 @@ def _run(mode: str, size: int, args, target, runs: dict, round_: int) -> None:
           + (f"  fdatasync p50 {r['fdatasync_p50_ms']:.3f} ms" if r["fdatasync_p50_ms"] else "")
           + (f"  CPU {r['cpu_ms_per_mb']:.2f} ms/MB" if r["cpu_ms_per_mb"] is not None else "")
           + (f" {r['cpu_us_per_request']:.0f} µs/request" if mode in BROKER_MODES and r["cpu_us_per_request"] else "")
-          + f"  load {r['loadavg_1m']:.1f}", flush=True)
+          + f"  load {r['loadavg_1m']:.1f}"
+          + ("".join(f"\n    broker µs/request: {k} {v}" if i == 0 else f", {k} {v}"
+                     for i, (k, v) in enumerate(r["broker_us"].items()))
+             + f"; fsyncs/request {r['fsyncs_per_request']:.2f}" if r.get("broker_us") else ""), flush=True)
 
 
 if __name__ == "__main__":

@@ -28,3 +28,15 @@ def test_every_mode_against_the_started_broker(tmp_path, capsys):
         if mode in ("broker", "librdkafka"):
             assert r["cpu_us_per_request"] is not None, (mode, size)   # the started broker's CPU was read
     assert os.listdir(tmp_path) == []               # the bare server's file and the broker's data dir are gone
+
+
+def test_broker_phases_count_only_the_requests_between_the_scrapes():
+    from fsync_floor import broker_phases
+    before = {"requests": {"Produce": 100}, "fsyncs": 90,
+              "phases": {("Produce", "receive"): 1.0, ("Produce", "handle"): 2.0, ("Produce", "wait"): 3.0}}
+    after = {"requests": {"Produce": 300}, "fsyncs": 290,
+             "phases": {("Produce", "receive"): 1.002, ("Produce", "handle"): 2.01, ("Produce", "wait"): 3.1,
+                        ("Produce", "respond"): 0.004}}
+    assert broker_phases(before, after) == {
+        "broker_us": {"receive": 10.0, "handle": 50.0, "wait": 500.0, "respond": 20.0}, "fsyncs_per_request": 1.0}
+    assert broker_phases(None, after) == {} and broker_phases(after, after) == {}
