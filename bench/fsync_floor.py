@@ -9,8 +9,9 @@ A client that keeps one request in flight (librdkafka with idempotence on, a sin
 waits for each answer before it sends the next, so nothing is shared between requests: each pays its own write and
 fdatasync.  Two bare loops, both decoding nothing:
 
-- ``disk``: in this process, ``os.write`` of the request's bytes to a file opened for appending, then
-  ``os.fdatasync``, again and again: the disk's own floor for that request size;
+- ``disk``: in this process, ``os.write`` of the request's bytes to a file opened for appending (a fresh one every
+  GiB, as a log rolls its segments), then ``os.fdatasync``, again and again: the disk's own floor for that request
+  size;
 - ``server``: a bare server process (one thread, blocking calls) reads a size-prefixed frame from a loopback socket
   into a reused buffer, appends it, fdatasyncs and answers 8 bytes; this process sends the next frame once the
   answer came: the same plus the request's trip through the kernel, what the broker's path cannot go below.
@@ -61,7 +62,10 @@ BROKER_MODES = ("broker", "librdkafka")
 BATCH_OVERHEAD = 61              # a record batch's header
 RECORD_OVERHEAD = 12            # a record's own fields around a value of up to 1 KiB (no key, no headers)
 LIBRDKAFKA_MAX = 1_000_000      # librdkafka's message.max.bytes: one message of up to this many bytes
-FILE_BYTES = 256 << 20          # a file is replaced by a fresh one past this (a log rolls its segments too)
+# A file is replaced by a fresh one past this: log.segment.bytes' default, as the broker rolls its segments.  Smaller
+# files would flatter the floor: on this VM a write into a file that keeps growing costs about 3x one into a file
+# whose predecessor was just deleted (its page cache pages are reused at once; docs/performance.md, issue 23).
+FILE_BYTES = 1 << 30
 _SIZE = struct.Struct(">i")
 
 

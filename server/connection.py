@@ -494,10 +494,11 @@ class Connection:
                     # Nothing to send before the next flush: the flush sends it (_send_ready), the
                     # writer is not woken.  A writer that is busy meanwhile gets to it anyway.
                     self.broker.call_on_next_wake(self._send_ready)
-                elif reader.drained and not reader.buf and self.sends_inline:
-                    # The client sent nothing more: the reader now waits, so the writer would send this answer
-                    # alone; the reader sends it itself, one task switch fewer (an acks=all produce with
-                    # Kafka's flush policy, any answer that is ready at once).
+                elif not reader.buf and self.sends_inline:
+                    # No more of the client's bytes are buffered: the reader now reads or waits, after a
+                    # checkpoint at least, where the writer would send this answer alone; the reader sends it
+                    # itself, one task switch fewer (an acks=1 produce, acks=all with Kafka's flush policy, any
+                    # answer that is ready at once).
                     self._send_ready()
                 else:
                     self._wake_writer()
