@@ -712,8 +712,8 @@ class Connection:
     def _send_ready(self) -> None:
         """While the writer sleeps, send the answers ready at the head of the queue from here, in the caller's turn,
         so that they cost no task switch of their own.  Called by a flush (Broker.call_on_next_wake) for a
-        connection whose next answer waited for it, and by the reader for an answer ready at once when the client
-        sent nothing after its request.  The writer is woken only for what this leaves: an answer that waits for
+        connection whose next answer waited for it, and by the reader for an answer ready at once when none of the
+        client's bytes are buffered.  The writer is woken only for what this leaves: an answer that waits for
         something else, the rest of a send the socket did not take at once, or a failure to raise."""
         if self._queued is None or self._closed:
             return                              # the writer is awake, or gone: it sends, or nothing is sent
