@@ -59,7 +59,7 @@ from trireme.wire.headers import decode_response_header  # noqa: E402
 
 MODES = ("disk", "server", "broker", "librdkafka")
 BROKER_MODES = ("broker", "librdkafka")
-BATCH_OVERHEAD = 61              # a record batch's header
+BATCH_OVERHEAD = 61             # a record batch's header
 RECORD_OVERHEAD = 12            # a record's own fields around a value of up to 1 KiB (no key, no headers)
 LIBRDKAFKA_MAX = 1_000_000      # librdkafka's message.max.bytes: one message of up to this many bytes
 # A file is replaced by a fresh one past this: log.segment.bytes' default, as the broker rolls its segments.  Smaller
@@ -117,12 +117,13 @@ def _summary(size: int, seconds: float, latencies: list[float], syncs: list[floa
     syncs.sort()
     count = len(latencies)
     mb = size * count / 1e6
-    return {"cpu_us_per_request": cpu * 1e6 / count if cpu is not None and count else None,"size": size, "requests": count, "seconds": seconds,
+    return {"size": size, "requests": count, "seconds": seconds,
             "mb_per_s": mb / seconds if seconds else None, "requests_per_s": count / seconds if seconds else None,
             "p50_ms": _ms(percentile(latencies, 0.50)), "p99_ms": _ms(percentile(latencies, 0.99)),
             "max_ms": _ms(latencies[-1] if latencies else None),
             "fdatasync_p50_ms": _ms(percentile(syncs, 0.50)) if syncs else None,
             "cpu_ms_per_mb": cpu * 1000 / mb if cpu is not None and mb else None,
+            "cpu_us_per_request": cpu * 1e6 / count if cpu is not None and count else None,
             "loadavg_1m": os.getloadavg()[0]}
 
 
