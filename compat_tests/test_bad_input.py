@@ -836,6 +836,33 @@ def test_half_close_after_requests_still_answered(module_server, witness, topic)
     assert stored_values(witness, topic, 1) == [b"hc"]
 
 
+def test_an_answer_ready_at_once_stays_behind_a_long_poll_before_it(module_server, witness, topic):
+    """A client sends a long-polling Fetch, then a Metadata request alone, and waits: the Metadata answer, ready at
+    once, is sent only after the Fetch's, once a write ends the poll."""
+    end = list_offset(witness, topic, 1)
+    cls = message("FetchRequest").cls
+    tcls = cls.FetchTopic
+    poll = cls(replica_id=-1, max_wait_ms=20000, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+               session_epoch=-1, topics=[tcls(topic=topic, partitions=[
+                   tcls.FetchPartition(partition=1, fetch_offset=end, log_start_offset=-1,
+                                       partition_max_bytes=1 << 20)])])
+    with RawConn(module_server.bootstrap) as c:
+        c.send(encode_request("Fetch", 11, poll, 1))
+        time.sleep(0.3)                         # the poll is parked
+        c.send(encode_request("Metadata", 12, req("Metadata", topics=None), 2))
+        with pytest.raises(TimeoutError):
+            c.read_frame(timeout=0.5)           # nothing yet: the Metadata answer waits behind the poll
+        [part] = produce(witness, topic, {1: batch([b"wake"])})
+        assert part.error_code == NONE
+        cid, resp = decode_response("Fetch", 11, c.read_frame(timeout=10))
+        assert cid == 1
+        data = bytes(resp.responses[0].partitions[0].records or b"")
+        assert [r.value for pos, _ in records.iter_batch_headers(data)
+                for r in records.decode_records(data, pos)] == [b"wake"]
+        cid, resp = decode_response("Metadata", 12, c.read_frame(timeout=10))
+        assert cid == 2 and resp.brokers
+
+
 # --------------------------------------------------------------------------- fuzz
 
 def _templates() -> list[bytes]:
