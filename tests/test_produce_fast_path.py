@@ -24,8 +24,9 @@ REQUEST = message("ProduceRequest")
 HEADER = b"HDR"                        # the body starts after some header bytes, as in a frame
 
 
-def make(storage=None) -> Broker:
+def make(storage=None, **props) -> Broker:
     config = Config(data_dir="/data")
+    config.update(props)
     broker = Broker(config, storage or MemoryStorage())
     broker.create_topic("t", 2)
     return broker
@@ -173,6 +174,24 @@ def test_a_refusal_is_answered_at_once():
     frame = bytearray(HEADER + body(9, b"\x00" * 70))
     result = PRODUCE.fast(context(broker, 9, frame), frame, len(HEADER))
     assert type(result) is message("ProduceResponse").cls
+
+
+@pytest.mark.parametrize("props", [{"trireme.fsync.enable": False}, {"log.flush.interval.messages": 1000}])
+def test_an_answer_durable_already_is_answered_at_once_as_the_general_path_answers(props):
+    """Without an fsync to wait for (fsync off, Kafka's flush policy) an accepted batch's answer is the encoded
+    answer itself, not a Deferred; the general path's Deferred, ready at once, answers the same bytes."""
+    got = {}
+    for path in (fast, general):
+        async def main(b, path=path):
+            got[path] = [await path(b, 9, body(9, batch(2))) for _ in range(2)]
+        run_with_broker(make(**props), main)
+    assert got[fast] == got[general]
+    assert [decoded(9, a).base_offset for a in got[fast]] == [0, 2]
+
+    async def at_once(b):
+        frame = bytearray(HEADER + body(9, batch(2)))
+        assert type(PRODUCE.fast(context(b, 9, frame), frame, len(HEADER))) is Encoded
+    run_with_broker(make(**props), at_once)
 
 
 def test_the_wait_for_durability_holds_no_part_of_the_frame():

@@ -293,6 +293,8 @@ def produce_small(ctx, frame, body_start: int):
     [(_, offset, _)] = waits
     body = encode_small_produce_response(version, *where, result.base_offset, result.log_append_time_ms,
                                          partition.log.log_start_offset)
+    if partition.log.high_watermark > offset:
+        return Encoded(body)                # durable already: fsync off, Kafka's flush policy, a duplicate
 
     # Holds neither the request nor its context: the frame is freed now, as the general path's is.
     async def wait_durable():
