@@ -15,8 +15,8 @@ message at a time) and ``small_requests.py`` (1, 4 and 64 producers of at most 1
 
 Per workload and target it prints the median and range over the rounds of MB/s (records/s, ack p50/p99), broker
 CPU per MB (``utime+stime`` of the broker process), the fsync floor where one request in flight meets the disk
-(`fsync_floor`: a bare write + fdatasync loop of the request size, on the started broker's disk, in the same
-round), and the 1-minute load average; with ``--bootstrap``, each started target's ratio to it, round by round.
+(``fsync_floor.floor``: a bare write + fdatasync loop of the request size, on the started broker's disk, in the
+same round), and the 1-minute load average; with ``--bootstrap``, each started target's ratio to it, round by round.
 The last stdout line is a JSON summary.  Nothing is asserted.  See bench/README.md.
 """
 from __future__ import annotations
@@ -26,7 +26,6 @@ import contextlib
 import io
 import json
 import os
-import resource
 import shutil
 import signal
 import statistics
@@ -35,6 +34,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fsync_floor  # noqa: E402
 import produce_consume  # noqa: E402
 import small_requests  # noqa: E402
 from cleaner_isolation import latencies  # noqa: E402
@@ -54,51 +54,13 @@ THROUGHPUT = ("produce", "idempotent", "transactional", "consume", "consume_comm
 FLOOR = {"idempotent": (1, 1_000_000), "java": (5, 16384), "latency": (1, 100)}
 
 
-def _thread_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_THREAD)
-    return usage.ru_utime + usage.ru_stime
-
-
-def fsync_floor(request_bytes: int, in_flight: int = 1, seconds: float = 1.0, directory: str | None = None,
-                min_rounds: int = 5) -> dict:
+def disk_floor(request_bytes: int, in_flight: int = 1, directory: str | None = None, seconds: float = 1.0) -> dict:
     """What the disk alone allows one connection with ``in_flight`` requests of ``request_bytes`` when each
-    acknowledgement waits for an fdatasync: a bare loop appending the requests in flight (one write) to a file in
-    ``directory`` and calling fdatasync (a group commit of all of them), for ``seconds`` and at least ``min_rounds``
-    rounds.  perf-flush's ``bench/fsync_floor.py`` ``floor()`` is the same loop for one request in flight (its
-    ``size`` is ``in_flight * request_bytes`` here).  The file is a fresh one every 256 MiB, as a log rolls its
-    segments, and deleted.  ``cpu_ms_per_mb``: the loop's own CPU (its thread's user + system time) per MB written,
-    what writing and flushing cost any process before it does anything else."""
-    data = bytes(in_flight * request_bytes)
-    rounds: list[float] = []
-    written = in_file = 0
-    fd = path = None
-    try:
-        cpu = _thread_cpu()
-        start = time.perf_counter()
-        while time.perf_counter() - start < seconds or len(rounds) < min_rounds:
-            if fd is None or in_file >= 256 << 20:
-                if fd is not None:
-                    os.close(fd)
-                    os.unlink(path)
-                fd, path = tempfile.mkstemp(prefix="fsync-floor-", dir=directory)
-                in_file = 0
-            began = time.perf_counter()
-            os.write(fd, data)
-            os.fdatasync(fd)
-            rounds.append(time.perf_counter() - began)
-            written += len(data)
-            in_file += len(data)
-        elapsed = time.perf_counter() - start
-        cpu = _thread_cpu() - cpu
-    finally:
-        if fd is not None:
-            os.close(fd)
-            os.unlink(path)
-    rounds.sort()
-    return {"request_bytes": request_bytes, "in_flight": in_flight, "rounds": len(rounds),
-            "mb_per_s": written / elapsed / 1e6, "cpu_ms_per_mb": cpu / written * 1e9,
-            "p50_ms": produce_consume.percentile(rounds, 0.5) * 1000,
-            "p99_ms": produce_consume.percentile(rounds, 0.99) * 1000}
+    acknowledgement waits for an fdatasync: ``fsync_floor.floor`` (its ``disk`` loop) for ``seconds`` on requests of
+    ``in_flight * request_bytes`` (the requests in flight written and flushed together, a group commit of them) in
+    ``directory`` → its figures, with ``request_bytes`` and ``in_flight``."""
+    return fsync_floor.floor(in_flight * request_bytes, seconds, directory) | {"request_bytes": request_bytes,
+                                                                               "in_flight": in_flight}
 
 
 # --- targets ------------------------------------------------------------------------------------
@@ -211,7 +173,7 @@ def run_unit(unit: str, target: Target, args) -> list[dict]:
         if row["workload"] in FLOOR and target.floor_dir is not None:
             in_flight, nominal = FLOOR[row["workload"]]
             size = int(row.get("mean_request_bytes") or nominal)
-            row["floor"] = fsync_floor(size, in_flight, directory=target.floor_dir)
+            row["floor"] = disk_floor(size, in_flight, directory=target.floor_dir)
     return rows
 
 

@@ -1,5 +1,5 @@
 """bench/kafka_side_by_side.py's pure parts: the spread over rounds, ratios from the same round's runs, the combined CPU
-per MB, its options, and the fsync floor's loop (its figures only: no timing asserted)."""
+per MB, its options, and the fsync floor it takes from bench/fsync_floor.py (its figures only: no timing asserted)."""
 from __future__ import annotations
 
 import os
@@ -8,7 +8,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-from kafka_side_by_side import (THROUGHPUT, format_ratio, format_summary, fsync_floor, overall_cpu,  # noqa: E402
+from kafka_side_by_side import (THROUGHPUT, disk_floor, format_ratio, format_summary, overall_cpu,  # noqa: E402
                                 parse, ratios, spread, summarize)
 
 
@@ -28,7 +28,7 @@ def test_spread_is_median_and_range_of_the_values_present():
 
 def test_summary_follows_the_issues_rows_and_keeps_the_floor_of_the_rounds():
     floor = {"request_bytes": 1_000_000, "in_flight": 1, "mb_per_s": 300.0, "p50_ms": 3.0, "p99_ms": 9.0,
-             "cpu_ms_per_mb": 0.5, "rounds": 50}
+             "cpu_ms_per_mb": 0.5, "requests": 50}
     runs = [run(1, "trireme", "idempotent", 150.0, floor=floor), run(1, "trireme", "produce", 400.0),
             run(2, "trireme", "produce", 600.0), run(2, "trireme", "idempotent", 170.0,
                                                      floor=dict(floor, mb_per_s=500.0)),
@@ -82,9 +82,10 @@ def test_targets_default_to_a_started_trireme_and_none_beside_a_bootstrap():
             parse(bad)
 
 
-def test_fsync_floor_appends_the_requests_in_flight_and_leaves_nothing_behind(tmp_path):
-    floor = fsync_floor(4096, in_flight=3, seconds=0, directory=str(tmp_path), min_rounds=5)
-    assert floor["rounds"] == 5
-    assert (floor["request_bytes"], floor["in_flight"]) == (4096, 3)
-    assert floor["mb_per_s"] > 0 and 0 < floor["p50_ms"] <= floor["p99_ms"] and floor["cpu_ms_per_mb"] >= 0
+def test_fsync_floor_is_fsync_floor_py_s_loop_on_the_requests_in_flight_together(tmp_path):
+    floor = disk_floor(4096, in_flight=3, directory=str(tmp_path), seconds=0.05)
+    assert (floor["request_bytes"], floor["in_flight"], floor["size"]) == (4096, 3, 3 * 4096)
+    assert floor["requests"] > 0
+    assert floor["mb_per_s"] == floor["requests"] * 3 * 4096 / 1e6 / floor["seconds"]
+    assert 0 < floor["p50_ms"] <= floor["p99_ms"] and floor["fdatasync_p50_ms"] is not None
     assert list(tmp_path.iterdir()) == []
