@@ -49,6 +49,9 @@ WORKLOADS = ("produce", "idempotent", "transactional", "consume", "consume_commi
 UNITS = ("produce", "idempotent", "transactional", "java", "latency", "small")
 # The rows whose MB and broker CPU add up to the issue's "CPU per MB over the confluent-kafka and Java workloads".
 THROUGHPUT = ("produce", "idempotent", "transactional", "consume", "consume_committed", "java")
+# The broker's own account of a Produce request (produce_consume.py's "produce_request_ms" from its metrics): ms in
+# each phase, and the mean fsync's.
+BROKER_PHASES = ("receive", "handle", "wait", "respond", "fsync_mean")
 # Where one request in flight (or the Java producer's 5) meets the disk: (requests in flight, request bytes when the
 # broker does not count its requests: librdkafka's batch.size, the Java producer's, one 100-byte record).
 FLOOR = {"idempotent": (1, 1_000_000), "java": (5, 16384), "latency": (1, 100)}
@@ -110,7 +113,9 @@ def _produce_consume(target: Target, argv: list[str]) -> dict:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = produce_consume.main(argv + ["--bootstrap", target.bootstrap]
-                                    + (["--server-pid", str(target.stats.pid)] if target.stats.pid else []))
+                                    + (["--server-pid", str(target.stats.pid)] if target.stats.pid else [])
+                                    + (["--metrics-url", target.stats.metrics_url] if target.stats.metrics_url
+                                       else []))
     if code != 0:
         raise SystemExit(f"produce_consume.py {' '.join(argv)} failed on {target.name}:\n{out.getvalue()}")
     return json.loads(out.getvalue().strip().splitlines()[-1])
@@ -132,6 +137,7 @@ def _row(workload: str, phase: dict) -> dict:
     return {"workload": workload, "mb_per_s": phase["mb_per_s"], "records_per_s": phase["records_per_s"],
             "mb": mb, "server_cpu_s": cpu, "cpu_ms_per_mb": None if cpu is None else cpu / mb * 1000,
             **_machine(phase, phase["other_processes_cpu_s"]),
+            "broker_ms": phase.get("produce_request_ms"),
             "failed": (phase["errors"] + phase["undelivered"] if "undelivered" in phase      # produce: counts
                        else len(phase["errors"]))}                                            # consume: messages
 
@@ -238,6 +244,9 @@ def summarize(runs: list[dict]) -> list[dict]:
                      **{f: spread(r.get(f) for r in mine)
                         for f in ("cpu_system_share", "mean_request_bytes", "fsyncs_per_request", "loadavg_1m",
                                   "others_cores")}}
+            phases = [r["broker_ms"] for r in mine if r.get("broker_ms")]
+            if phases:
+                entry["broker_ms"] = {k: spread(p.get(k) for p in phases) for k in BROKER_PHASES}
             floors = [r["floor"] for r in mine if r.get("floor")]
             if floors:
                 entry["floor"] = {"request_bytes": round(statistics.median(f["request_bytes"] for f in floors)),
@@ -311,12 +320,19 @@ def _scaled(sp: dict | None, factor: float) -> dict | None:
     return None if sp is None else {k: v * factor if k != "n" else v for k, v in sp.items()}
 
 
+def _broker_ms(text: dict) -> str:
+    return (f"broker ms per Produce request: receive {text['receive']}, handle {text['handle']}, wait for the flush "
+            f"{text['wait']}, respond {text['respond']}, mean fsync {text['fsync_mean']}")
+
+
 def format_summary(entry: dict) -> str:
     parts = [f"{_LABELS[f][0]} {_fmt(entry[f], _LABELS[f][1])}" for f in figures(entry["workload"])]
     if entry["mean_request_bytes"]:
         parts.append(f"KiB per Produce request {_fmt(_scaled(entry['mean_request_bytes'], 1 / 1024), ',.1f')}, "
                      f"fsyncs per request "
                      f"{_fmt(entry['fsyncs_per_request'], '.2f')}")
+    if entry.get("broker_ms"):
+        parts.append(_broker_ms({k: _fmt(sp, ".3f") for k, sp in entry["broker_ms"].items()}))
     floor = entry.get("floor")
     if floor:
         size = floor["request_bytes"]
@@ -344,6 +360,8 @@ def format_run(r: dict) -> str:
     if floor:
         figs += (f"; fsync floor {floor['mb_per_s']:,.0f} MB/s, fdatasync p50 {floor['p50_ms']:.2f} ms, CPU "
                  f"{floor['cpu_ms_per_mb']:.2f} ms/MB ({floor['request_bytes']:,} B x {floor['in_flight']})")
+    if r.get("broker_ms"):
+        figs += "; " + _broker_ms({k: format(r["broker_ms"][k], ".3f") for k in BROKER_PHASES})
     if r.get("produce_requests"):
         figs += (f"; {r['produce_requests']:,} Produce requests of {r['mean_request_bytes'] / 1024:,.1f} KiB, "
                  f"{r['fsyncs']:,} fsyncs")

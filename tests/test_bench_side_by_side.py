@@ -8,8 +8,8 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-from kafka_side_by_side import (THROUGHPUT, disk_floor, format_ratio, format_summary, overall_cpu,  # noqa: E402
-                                parse, ratios, spread, summarize)
+from kafka_side_by_side import (BROKER_PHASES, THROUGHPUT, Target, disk_floor, format_ratio,  # noqa: E402
+                                format_summary, overall_cpu, parse, ratios, run_unit, spread, summarize)
 
 
 def run(rnd: int, target: str, workload: str, mb_per_s: float, cpu_s: float | None = 1.0, mb: float = 100.0,
@@ -89,3 +89,27 @@ def test_fsync_floor_is_fsync_floor_py_s_loop_on_the_requests_in_flight_together
     assert floor["mb_per_s"] == floor["requests"] * 3 * 4096 / 1e6 / floor["seconds"]
     assert 0 < floor["p50_ms"] <= floor["p99_ms"] and floor["fdatasync_p50_ms"] is not None
     assert list(tmp_path.iterdir()) == []
+
+
+def test_summary_keeps_the_brokers_account_of_a_produce_request():
+    phases = {"receive": 0.05, "handle": 0.2, "wait": 1.0, "respond": 0.01, "fsync_mean": 0.8, "requests": 10}
+    runs = [run(1, "trireme", "idempotent", 150.0, broker_ms=phases),
+            run(2, "trireme", "idempotent", 170.0, broker_ms=dict(phases, wait=3.0)),
+            run(3, "trireme", "idempotent", 160.0, broker_ms=None)]           # a broker without metrics
+    entry, = summarize(runs)
+    assert entry["broker_ms"]["wait"] == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 2}
+    assert ("broker ms per Produce request: receive 0.050 [0.050-0.050], handle 0.200 [0.200-0.200], wait for the "
+            "flush 2.000 [1.000-3.000]") in format_summary(entry)
+
+
+def test_a_started_trireme_gives_its_produce_requests_and_their_breakdown():
+    target = Target.start_trireme(True, [])
+    try:
+        rows = run_unit("idempotent", target, parse(["--records", "2000"]))
+    finally:
+        target.stop()
+    row, = rows
+    assert row["workload"] == "idempotent" and row["failed"] == 0
+    assert row["produce_requests"] > 0 and row["broker_ms"]["requests"] == row["produce_requests"]
+    assert set(BROKER_PHASES) <= set(row["broker_ms"])
+    assert row["floor"]["in_flight"] == 1 and row["floor"]["requests"] > 0
