@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/kafka_side_by_side.py [--rounds 3] [--records 200000] [--java-bytes 256MiB]
         [--trireme fsync,no-fsync] [--bootstrap HOST:PORT --server-pid PID [--name kafka]]
-        [--workloads produce,idempotent,transactional,java,latency,small]
+        [--workloads produce,idempotent,transactional,java,java_idempotent,latency,small]
 
 Targets: the Trireme brokers it starts (``--trireme``: ``fsync``, the default, and/or ``no-fsync``, each a fresh
 ``trireme serve`` on a temporary data dir) and at most one running broker (``--bootstrap``, e.g. Apache Kafka started
@@ -10,8 +10,9 @@ outside the project; ``--server-pid`` gives its CPU).  Each round runs every wor
 right after the other (their order reversed every other round), so the same workload's runs on different brokers
 are minutes apart at most.  The workloads reuse the other benchmarks: ``produce_consume.py`` (confluent-kafka 1 KiB
 acks=all linger 5: produce then consume read_uncommitted; idempotent; transactional 1,000 records per transaction
-then consume read_committed; the Java 4.3 producer), ``cleaner_isolation.latencies`` (acks=all, one 100-byte
-message at a time) and ``small_requests.py`` (1, 4 and 64 producers of at most 10 × 100 B per request).
+then consume read_committed; the Java 4.3 producer, not idempotent, and with all its defaults: idempotent),
+``cleaner_isolation.latencies`` (acks=all, one 100-byte message at a time) and ``small_requests.py`` (1, 4 and 64
+producers of at most 10 × 100 B per request).
 
 Per workload and target it prints the median and range over the rounds of MB/s (records/s, ack p50/p99), broker
 CPU per MB (``utime+stime`` of the broker process), the fsync floor where one request in flight meets the disk
@@ -42,11 +43,13 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 from produce_consume import PhaseClock, Server, ServerStats, create_topic, parse_size, scrape_metrics  # noqa: E402
 
 # The rows, in the order of the issue's table.
-WORKLOADS = ("produce", "idempotent", "transactional", "consume", "consume_committed", "java", "latency",
-             "small-1", "small-4", "small-64")
+WORKLOADS = ("produce", "idempotent", "transactional", "consume", "consume_committed", "java", "java_idempotent",
+             "latency", "small-1", "small-4", "small-64")
 # What --workloads selects, each run once per round and target: produce (rows produce, consume), idempotent,
-# transactional (transactional, consume_committed), java, latency, small (small-1, small-4, small-64).
-UNITS = ("produce", "idempotent", "transactional", "java", "latency", "small")
+# transactional (transactional, consume_committed), java, java_idempotent, latency, small (small-1, small-4,
+# small-64).  ``java`` sets enable.idempotence=false (as the Kafka figures it is compared with were measured);
+# ``java_idempotent`` is the Java client's own defaults (acks=all, idempotent, up to 5 requests in flight).
+UNITS = ("produce", "idempotent", "transactional", "java", "java_idempotent", "latency", "small")
 # The rows whose MB and broker CPU add up to the issue's "CPU per MB over the confluent-kafka and Java workloads".
 THROUGHPUT = ("produce", "idempotent", "transactional", "consume", "consume_committed", "java")
 # The broker's own account of a Produce request (produce_consume.py's "produce_request_ms" from its metrics): ms in
@@ -54,7 +57,7 @@ THROUGHPUT = ("produce", "idempotent", "transactional", "consume", "consume_comm
 BROKER_PHASES = ("receive", "handle", "wait", "respond", "fsync_mean")
 # Where one request in flight (or the Java producer's 5) meets the disk: (requests in flight, request bytes when the
 # broker does not count its requests: librdkafka's batch.size, the Java producer's, one 100-byte record).
-FLOOR = {"idempotent": (1, 1_000_000), "java": (5, 16384), "latency": (1, 100)}
+FLOOR = {"idempotent": (1, 1_000_000), "java": (5, 16384), "java_idempotent": (5, 16384), "latency": (1, 100)}
 
 
 def disk_floor(request_bytes: int, in_flight: int = 1, directory: str | None = None, seconds: float = 1.0) -> dict:
@@ -156,10 +159,10 @@ def run_unit(unit: str, target: Target, args) -> list[dict]:
     elif unit == "transactional":
         s = _produce_consume(target, confluent + ["--transactional", "1000", "--isolation", "read_committed"])
         rows = [_row("transactional", s["produce"]), _row("consume_committed", s["consume"])]
-    elif unit == "java":
+    elif unit in ("java", "java_idempotent"):
         s = _produce_consume(target, ["--client", "java-4.3.0", "--bytes", str(args.java_bytes), "--topic", topic,
-                                      "--phases", "produce"])
-        rows = [_row("java", s["produce"])]
+                                      "--phases", "produce"] + (["--idempotent"] if unit == "java_idempotent" else []))
+        rows = [_row(unit, s["produce"])]
         rows[0]["others_cores"] = None                 # the Java client is a process of its own: in "others"
     elif unit == "latency":
         rows = [_latency(target, args.latency_seconds)]
@@ -169,7 +172,8 @@ def run_unit(unit: str, target: Target, args) -> list[dict]:
                 if entry[0] == "produce" and "--rate" not in entry and "--no-fsync" not in entry]
         topic = None                                   # small_requests names its own topics
     after = target.counters()
-    if before is not None and after is not None and unit in ("produce", "idempotent", "transactional", "java"):
+    if before is not None and after is not None and unit in ("produce", "idempotent", "transactional", "java",
+                                                             "java_idempotent"):
         requests, fsyncs = after[0] - before[0], after[1] - before[1]
         rows[0].update(produce_requests=requests, fsyncs=fsyncs, fsyncs_per_request=fsyncs / max(1, requests),
                        mean_request_bytes=rows[0]["mb"] * 1e6 / max(1, requests))

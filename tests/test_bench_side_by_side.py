@@ -113,3 +113,21 @@ def test_a_started_trireme_gives_its_produce_requests_and_their_breakdown():
     assert row["produce_requests"] > 0 and row["broker_ms"]["requests"] == row["produce_requests"]
     assert set(BROKER_PHASES) <= set(row["broker_ms"])
     assert row["floor"]["in_flight"] == 1 and row["floor"]["requests"] > 0
+
+
+def test_the_java_rows_differ_only_in_the_clients_idempotence(monkeypatch):
+    import kafka_side_by_side
+    phase = {"bytes": 1e6, "mb_per_s": 10.0, "records_per_s": 1e4, "server_cpu_s": None, "seconds": 0.1,
+             "loadavg_1m": 1.0, "other_processes_cpu_s": None, "errors": 0, "undelivered": 0}
+    argvs = []
+    monkeypatch.setattr(kafka_side_by_side, "_produce_consume",
+                        lambda target, argv: argvs.append(argv) or {"produce": phase})
+    target = Target("kafka", "h:9092", None, None, None)
+    monkeypatch.setattr(target, "delete_topic", lambda topic: None)
+    args = parse(["--bootstrap", "h:9092", "--java-bytes", "1MiB"])
+    plain, = run_unit("java", target, args)
+    idempotent, = run_unit("java_idempotent", target, args)
+    assert (plain["workload"], idempotent["workload"]) == ("java", "java_idempotent")
+    without_topic = [[a for a in argv if not a.startswith("side-java")] for argv in argvs]
+    assert without_topic[1] == without_topic[0] + ["--idempotent"]
+    assert without_topic[0][:2] == ["--client", "java-4.3.0"]
