@@ -17,7 +17,10 @@ producers of at most 10 × 100 B per request).
 Per workload and target it prints the median and range over the rounds of MB/s (records/s, ack p50/p99), broker
 CPU per MB (``utime+stime`` of the broker process), the fsync floor where one request in flight meets the disk
 (``fsync_floor.floor``: a bare write + fdatasync loop of the request size, on the started broker's disk, in the
-same round), and the 1-minute load average; with ``--bootstrap``, each started target's ratio to it, round by round.
+same round), and the 1-minute load average; for the Java runs the broker's peak resident size (VmHWM, reset before
+the run), and for a started broker the restart after kill -9 with 1 GiB in a partition (to ``listening on``, to its
+logs loaded, to the first acknowledged record); with ``--bootstrap``, each started target's ratio to it, round by
+round.
 The last stdout line is a JSON summary.  Nothing is asserted.  See bench/README.md.
 """
 from __future__ import annotations
@@ -27,6 +30,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -39,17 +43,19 @@ import fsync_floor  # noqa: E402
 import produce_consume  # noqa: E402
 import small_requests  # noqa: E402
 from cleaner_isolation import latencies  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 from produce_consume import PhaseClock, Server, ServerStats, create_topic, parse_size, scrape_metrics  # noqa: E402
 
 # The rows, in the order of the issue's table.
 WORKLOADS = ("produce", "idempotent", "transactional", "consume", "consume_committed", "java", "java_idempotent",
-             "latency", "small-1", "small-4", "small-64")
+             "latency", "small-1", "small-4", "small-64", "restart")
 # What --workloads selects, each run once per round and target: produce (rows produce, consume), idempotent,
 # transactional (transactional, consume_committed), java, java_idempotent, latency, small (small-1, small-4,
-# small-64).  ``java`` sets enable.idempotence=false (as the Kafka figures it is compared with were measured);
-# ``java_idempotent`` is the Java client's own defaults (acks=all, idempotent, up to 5 requests in flight).
-UNITS = ("produce", "idempotent", "transactional", "java", "java_idempotent", "latency", "small")
+# small-64), restart (last: it kills the broker).  ``java`` sets enable.idempotence=false (as the Kafka figures it is
+# compared with were measured); ``java_idempotent`` is the Java client's own defaults (acks=all, idempotent, up to 5
+# requests in flight).  Both give the broker's peak resident size during the run; restart only runs on a started broker.
+UNITS = ("produce", "idempotent", "transactional", "java", "java_idempotent", "latency", "small", "restart")
 # The rows whose MB and broker CPU add up to the issue's "CPU per MB over the confluent-kafka and Java workloads".
 THROUGHPUT = ("produce", "idempotent", "transactional", "consume", "consume_committed", "java")
 # The broker's own account of a Produce request (produce_consume.py's "produce_request_ms" from its metrics): ms in
@@ -84,9 +90,25 @@ class Target:
     @classmethod
     def start_trireme(cls, fsync: bool, server_set: list[str]) -> Target:
         temp = tempfile.mkdtemp(prefix="trireme-side-by-side-")
-        server = Server(os.path.join(temp, "data"), fsync, None, server_set + ["trireme.metrics.listen=127.0.0.1:0"])
-        return cls("trireme" if fsync else "trireme-no-fsync", server.bootstrap, server.proc.pid,
-                   server.metrics_url(), temp if fsync else None, server, temp)
+        options = (os.path.join(temp, "data"), fsync, None, server_set + ["trireme.metrics.listen=127.0.0.1:0"])
+        server = Server(*options)
+        target = cls("trireme" if fsync else "trireme-no-fsync", server.bootstrap, server.proc.pid,
+                     server.metrics_url(), temp if fsync else None, server, temp)
+        target.server_options = options
+        return target
+
+    def kill_and_restart(self) -> float:
+        """kill -9 the started broker, then start it again on the same data dir and settings (a new port) → the
+        ``time.perf_counter()`` just before the new process was started."""
+        self.server.proc.kill()
+        self.server.proc.wait()
+        self.server.stop()                             # closes what the dead process's Server held
+        started = time.perf_counter()
+        self.server = Server(*self.server_options)
+        self.bootstrap = self.server.bootstrap
+        self.stats.pid = self.server.proc.pid
+        self.stats.metrics_url = self.server.metrics_url()
+        return started
 
     def counters(self) -> tuple[int, int] | None:
         """(Produce requests, fsyncs) the broker has counted so far (None: it has no metrics endpoint)."""
@@ -160,10 +182,16 @@ def run_unit(unit: str, target: Target, args) -> list[dict]:
         s = _produce_consume(target, confluent + ["--transactional", "1000", "--isolation", "read_committed"])
         rows = [_row("transactional", s["produce"]), _row("consume_committed", s["consume"])]
     elif unit in ("java", "java_idempotent"):
+        reset = reset_peak_rss(target.stats.pid)
         s = _produce_consume(target, ["--client", "java-4.3.0", "--bytes", str(args.java_bytes), "--topic", topic,
                                       "--phases", "produce"] + (["--idempotent"] if unit == "java_idempotent" else []))
         rows = [_row(unit, s["produce"])]
-        rows[0]["others_cores"] = None                 # the Java client is a process of its own: in "others"
+        rows[0].update(others_cores=None,              # the Java client is a process of its own: in "others"
+                       peak_rss_mib=s["produce"]["server_peak_rss_mib"], peak_rss_of_the_run=reset)
+    elif unit == "restart":
+        if target.server is None:
+            return []                                  # only a broker started here can be killed and started
+        rows = [_restart(target, args.restart_bytes, topic)]
     elif unit == "latency":
         rows = [_latency(target, args.latency_seconds)]
         topic = None                                   # "lat" (cleaner_isolation's) stays for the next rounds
@@ -185,6 +213,53 @@ def run_unit(unit: str, target: Target, args) -> list[dict]:
             size = int(row.get("mean_request_bytes") or nominal)
             row["floor"] = disk_floor(size, in_flight, directory=target.floor_dir)
     return rows
+
+
+def reset_peak_rss(pid: int | None) -> bool:
+    """Start the process's peak resident size (VmHWM) afresh from its current one (Linux's ``clear_refs`` 5), so
+    that the next reading is the peak of what follows → False where it cannot be (no pid, another user's process:
+    the reading is then the peak since the process started)."""
+    if pid is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _restart(target: Target, data_bytes: int, topic: str) -> dict:
+    """``data_bytes`` of 1 KiB records into one partition, kill -9, start again: the seconds from the new process's
+    start to its ``listening on`` line, to the end of its log loading (its own log line) and to the acknowledgement of
+    an acks=all record on that partition, and whether it took the offset after the records acknowledged before."""
+    s = _produce_consume(target, ["--bytes", str(data_bytes), "--record-size", "1024", "--topic", topic,
+                                  "--phases", "produce"])
+    records = s["produce"]["records"]
+    partition = os.path.join(target.server.data_dir, "logs", f"{topic}-0")
+    on_disk = sum(os.path.getsize(os.path.join(partition, name)) for name in os.listdir(partition))
+    started = target.kill_and_restart()
+    listening = time.perf_counter() - started
+    offset = _first_ack(target.bootstrap, topic)
+    restart = time.perf_counter() - started
+    cpu = target.stats.cpu_seconds()
+    with open(target.server.log_path, "rb") as f:
+        loaded = re.search(rb"loaded topics=\d+ partitions=\d+ in ([\d.]+)s", f.read())
+    return {"workload": "restart", "restart_s": restart, "listening_s": listening,
+            "loaded_s": float(loaded.group(1)) if loaded else None, "disk_gib": on_disk / 2 ** 30,
+            "records": records, "offset": offset, "server_cpu_s": cpu, "loadavg_1m": os.getloadavg()[0],
+            "others_cores": None, "cpu_system_share": None,
+            "failed": int(offset is None or offset < records)}          # an acknowledged record lost
+
+
+def _first_ack(bootstrap: str, topic: str) -> int | None:
+    """The offset a confluent-kafka producer (acks=all) gets for one record on partition 0 (None: refused)."""
+    got = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    producer.produce(topic, b"after the restart", partition=0,
+                     on_delivery=lambda err, msg: got.append(None if err else msg.offset()))
+    producer.flush(120)
+    return got[0] if got else None
 
 
 def _latency(target: Target, seconds: float) -> dict:
@@ -226,6 +301,10 @@ def spread(values) -> dict | None:
 
 # The figures each row is judged by: throughput rows by MB/s, latency by its percentiles, small requests by records/s.
 def figures(workload: str) -> tuple[str, ...]:
+    if workload == "restart":
+        return ("restart_s", "listening_s", "loaded_s")
+    if workload in ("java", "java_idempotent"):
+        return ("mb_per_s", "cpu_ms_per_mb", "peak_rss_mib")
     if workload == "latency":
         return ("p50_ms", "p99_ms", "cpu_us_per_message")
     if workload.startswith("small-"):
@@ -317,7 +396,9 @@ def _fmt(sp: dict | None, spec: str) -> str:
 
 _LABELS = {"mb_per_s": ("MB/s", ",.0f"), "records_per_s": ("records/s", ",.0f"), "cpu_ms_per_mb": ("CPU ms/MB", ".2f"),
            "cpu_us_per_request": ("CPU us/request", ".0f"), "p50_ms": ("ack p50 ms", ".2f"),
-           "p99_ms": ("p99 ms", ".2f"), "cpu_us_per_message": ("CPU us/message", ".0f")}
+           "p99_ms": ("p99 ms", ".2f"), "cpu_us_per_message": ("CPU us/message", ".0f"),
+           "peak_rss_mib": ("broker peak RSS MiB", ",.0f"), "restart_s": ("restart to first ack s", ".2f"),
+           "listening_s": ("to listening s", ".2f"), "loaded_s": ("logs loaded in s", ".2f")}
 
 
 def _scaled(sp: dict | None, factor: float) -> dict | None:
@@ -364,6 +445,11 @@ def format_run(r: dict) -> str:
     if floor:
         figs += (f"; fsync floor {floor['mb_per_s']:,.0f} MB/s, fdatasync p50 {floor['p50_ms']:.2f} ms, CPU "
                  f"{floor['cpu_ms_per_mb']:.2f} ms/MB ({floor['request_bytes']:,} B x {floor['in_flight']})")
+    if r.get("peak_rss_of_the_run") is False:
+        figs += " (VmHWM since the broker started: it could not be reset)"
+    if r["workload"] == "restart":
+        figs += (f"; {r['disk_gib']:.2f} GiB on disk; the first record after it took offset {r['offset']} "
+                 f"({r['records']:,} acknowledged before the kill)")
     if r.get("broker_ms"):
         figs += "; " + _broker_ms({k: format(r["broker_ms"][k], ".3f") for k in BROKER_PHASES})
     if r.get("produce_requests"):
@@ -384,6 +470,8 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--records", type=int, default=200_000, help="1 KiB records per confluent-kafka produce phase")
     ap.add_argument("--java-bytes", type=parse_size, default=parse_size("256MiB"), help="bytes the Java producer sends")
     ap.add_argument("--latency-seconds", type=float, default=5, help="length of the one-message-at-a-time run")
+    ap.add_argument("--restart-bytes", type=parse_size, default=parse_size("1GiB"),
+                    help="data in the partition when a started broker is killed and restarted")
     ap.add_argument("--workloads", default=",".join(UNITS), help=f"comma list of {', '.join(UNITS)}")
     ap.add_argument("--trireme", default=None,
                     help="Trireme brokers to start: fsync and/or no-fsync (default fsync without --bootstrap, "

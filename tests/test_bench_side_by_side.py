@@ -9,7 +9,8 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 from kafka_side_by_side import (BROKER_PHASES, THROUGHPUT, Target, disk_floor, format_ratio,  # noqa: E402
-                                format_summary, overall_cpu, parse, ratios, run_unit, spread, summarize)
+                                format_summary, overall_cpu, parse, ratios, reset_peak_rss, run_unit, spread,
+                                summarize)
 
 
 def run(rnd: int, target: str, workload: str, mb_per_s: float, cpu_s: float | None = 1.0, mb: float = 100.0,
@@ -115,10 +116,11 @@ def test_a_started_trireme_gives_its_produce_requests_and_their_breakdown():
     assert row["floor"]["in_flight"] == 1 and row["floor"]["requests"] > 0
 
 
-def test_the_java_rows_differ_only_in_the_clients_idempotence(monkeypatch):
+def test_the_java_rows_differ_only_in_the_clients_idempotence_and_give_the_brokers_peak_rss(monkeypatch):
     import kafka_side_by_side
     phase = {"bytes": 1e6, "mb_per_s": 10.0, "records_per_s": 1e4, "server_cpu_s": None, "seconds": 0.1,
-             "loadavg_1m": 1.0, "other_processes_cpu_s": None, "errors": 0, "undelivered": 0}
+             "loadavg_1m": 1.0, "other_processes_cpu_s": None, "errors": 0, "undelivered": 0,
+             "server_peak_rss_mib": 1300.0}
     argvs = []
     monkeypatch.setattr(kafka_side_by_side, "_produce_consume",
                         lambda target, argv: argvs.append(argv) or {"produce": phase})
@@ -131,3 +133,35 @@ def test_the_java_rows_differ_only_in_the_clients_idempotence(monkeypatch):
     without_topic = [[a for a in argv if not a.startswith("side-java")] for argv in argvs]
     assert without_topic[1] == without_topic[0] + ["--idempotent"]
     assert without_topic[0][:2] == ["--client", "java-4.3.0"]
+    assert (plain["peak_rss_mib"], plain["peak_rss_of_the_run"]) == (1300.0, False)   # no pid: peak since start
+
+
+def _vm(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def test_peak_rss_starts_afresh_from_the_current_size():
+    block = bytearray(128 << 20)                   # 128 MiB touched, then freed: the peak stays up
+    block[::4096] = b"x" * len(block[::4096])
+    del block
+    assert _vm("VmHWM") - _vm("VmRSS") > 100 << 10
+    assert reset_peak_rss(os.getpid())
+    assert _vm("VmHWM") - _vm("VmRSS") < 100 << 10
+    assert not reset_peak_rss(None)
+
+
+def test_restart_kills_a_started_trireme_and_times_its_start_on_the_same_data():
+    target = Target.start_trireme(True, [])
+    first = (target.bootstrap, target.stats.pid)
+    try:
+        row, = run_unit("restart", target, parse(["--restart-bytes", "2MiB"]))
+        assert (target.bootstrap, target.stats.pid) != first
+        assert target.server.proc.poll() is None
+    finally:
+        target.stop()
+    assert target.server.proc.returncode == 0      # the restarted broker stopped cleanly
+    assert row["workload"] == "restart" and row["records"] == 2048 and row["offset"] == 2048 and row["failed"] == 0
+    assert 0 < row["listening_s"] <= row["restart_s"] and row["loaded_s"] is not None and row["disk_gib"] > 0
+    assert not os.path.exists(target.temp)
+    assert run_unit("restart", Target("kafka", "h:9092", None, None, None), parse([])) == []   # not ours to kill
