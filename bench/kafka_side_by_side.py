@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/kafka_side_by_side.py [--rounds 3] [--records 200000] [--java-bytes 256MiB]
         [--trireme fsync,no-fsync] [--bootstrap HOST:PORT --server-pid PID [--name kafka]]
-        [--workloads produce,idempotent,transactional,java,latency,small]
+        [--workloads produce,idempotent,transactional,java,java_idempotent,latency,small]
 
 Targets: the Trireme brokers it starts (``--trireme``: ``fsync``, the default, and/or ``no-fsync``, each a fresh
 ``trireme serve`` on a temporary data dir) and at most one running broker (``--bootstrap``, e.g. Apache Kafka started
@@ -10,13 +10,17 @@ outside the project; ``--server-pid`` gives its CPU).  Each round runs every wor
 right after the other (their order reversed every other round), so the same workload's runs on different brokers
 are minutes apart at most.  The workloads reuse the other benchmarks: ``produce_consume.py`` (confluent-kafka 1 KiB
 acks=all linger 5: produce then consume read_uncommitted; idempotent; transactional 1,000 records per transaction
-then consume read_committed; the Java 4.3 producer), ``cleaner_isolation.latencies`` (acks=all, one 100-byte
-message at a time) and ``small_requests.py`` (1, 4 and 64 producers of at most 10 × 100 B per request).
+then consume read_committed; the Java 4.3 producer, not idempotent, and with all its defaults: idempotent),
+``cleaner_isolation.latencies`` (acks=all, one 100-byte message at a time) and ``small_requests.py`` (1, 4 and 64
+producers of at most 10 × 100 B per request).
 
 Per workload and target it prints the median and range over the rounds of MB/s (records/s, ack p50/p99), broker
 CPU per MB (``utime+stime`` of the broker process), the fsync floor where one request in flight meets the disk
-(`fsync_floor`: a bare write + fdatasync loop of the request size, on the started broker's disk, in the same
-round), and the 1-minute load average; with ``--bootstrap``, each started target's ratio to it, round by round.
+(``fsync_floor.floor``: a bare write + fdatasync loop of the request size, on the started broker's disk, in the
+same round), and the 1-minute load average; for the Java runs the broker's peak resident size (VmHWM, reset before
+the run), and for a started broker the restart after kill -9 with 1 GiB in a partition (to ``listening on``, to its
+logs loaded, to the first acknowledged record); with ``--bootstrap``, each started target's ratio to it, round by
+round.
 The last stdout line is a JSON summary.  Nothing is asserted.  See bench/README.md.
 """
 from __future__ import annotations
@@ -26,7 +30,7 @@ import contextlib
 import io
 import json
 import os
-import resource
+import re
 import shutil
 import signal
 import statistics
@@ -35,70 +39,40 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fsync_floor  # noqa: E402
 import produce_consume  # noqa: E402
 import small_requests  # noqa: E402
 from cleaner_isolation import latencies  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 from produce_consume import PhaseClock, Server, ServerStats, create_topic, parse_size, scrape_metrics  # noqa: E402
 
 # The rows, in the order of the issue's table.
-WORKLOADS = ("produce", "idempotent", "transactional", "consume", "consume_committed", "java", "latency",
-             "small-1", "small-4", "small-64")
+WORKLOADS = ("produce", "idempotent", "transactional", "consume", "consume_committed", "java", "java_idempotent",
+             "latency", "small-1", "small-4", "small-64", "restart")
 # What --workloads selects, each run once per round and target: produce (rows produce, consume), idempotent,
-# transactional (transactional, consume_committed), java, latency, small (small-1, small-4, small-64).
-UNITS = ("produce", "idempotent", "transactional", "java", "latency", "small")
+# transactional (transactional, consume_committed), java, java_idempotent, latency, small (small-1, small-4,
+# small-64), restart (last: it kills the broker).  ``java`` sets enable.idempotence=false (as the Kafka figures it is
+# compared with were measured); ``java_idempotent`` is the Java client's own defaults (acks=all, idempotent, up to 5
+# requests in flight).  Both give the broker's peak resident size during the run; restart only runs on a started broker.
+UNITS = ("produce", "idempotent", "transactional", "java", "java_idempotent", "latency", "small", "restart")
 # The rows whose MB and broker CPU add up to the issue's "CPU per MB over the confluent-kafka and Java workloads".
 THROUGHPUT = ("produce", "idempotent", "transactional", "consume", "consume_committed", "java")
+# The broker's own account of a Produce request (produce_consume.py's "produce_request_ms" from its metrics): ms in
+# each phase, and the mean fsync's.
+BROKER_PHASES = ("receive", "handle", "wait", "respond", "fsync_mean")
 # Where one request in flight (or the Java producer's 5) meets the disk: (requests in flight, request bytes when the
 # broker does not count its requests: librdkafka's batch.size, the Java producer's, one 100-byte record).
-FLOOR = {"idempotent": (1, 1_000_000), "java": (5, 16384), "latency": (1, 100)}
+FLOOR = {"idempotent": (1, 1_000_000), "java": (5, 16384), "java_idempotent": (5, 16384), "latency": (1, 100)}
 
 
-def _thread_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_THREAD)
-    return usage.ru_utime + usage.ru_stime
-
-
-def fsync_floor(request_bytes: int, in_flight: int = 1, seconds: float = 1.0, directory: str | None = None,
-                min_rounds: int = 5) -> dict:
+def disk_floor(request_bytes: int, in_flight: int = 1, directory: str | None = None, seconds: float = 1.0) -> dict:
     """What the disk alone allows one connection with ``in_flight`` requests of ``request_bytes`` when each
-    acknowledgement waits for an fdatasync: a bare loop appending the requests in flight (one write) to a file in
-    ``directory`` and calling fdatasync (a group commit of all of them), for ``seconds`` and at least ``min_rounds``
-    rounds.  perf-flush's ``bench/fsync_floor.py`` ``floor()`` is the same loop for one request in flight (its
-    ``size`` is ``in_flight * request_bytes`` here).  The file is a fresh one every 256 MiB, as a log rolls its
-    segments, and deleted.  ``cpu_ms_per_mb``: the loop's own CPU (its thread's user + system time) per MB written,
-    what writing and flushing cost any process before it does anything else."""
-    data = bytes(in_flight * request_bytes)
-    rounds: list[float] = []
-    written = in_file = 0
-    fd = path = None
-    try:
-        cpu = _thread_cpu()
-        start = time.perf_counter()
-        while time.perf_counter() - start < seconds or len(rounds) < min_rounds:
-            if fd is None or in_file >= 256 << 20:
-                if fd is not None:
-                    os.close(fd)
-                    os.unlink(path)
-                fd, path = tempfile.mkstemp(prefix="fsync-floor-", dir=directory)
-                in_file = 0
-            began = time.perf_counter()
-            os.write(fd, data)
-            os.fdatasync(fd)
-            rounds.append(time.perf_counter() - began)
-            written += len(data)
-            in_file += len(data)
-        elapsed = time.perf_counter() - start
-        cpu = _thread_cpu() - cpu
-    finally:
-        if fd is not None:
-            os.close(fd)
-            os.unlink(path)
-    rounds.sort()
-    return {"request_bytes": request_bytes, "in_flight": in_flight, "rounds": len(rounds),
-            "mb_per_s": written / elapsed / 1e6, "cpu_ms_per_mb": cpu / written * 1e9,
-            "p50_ms": produce_consume.percentile(rounds, 0.5) * 1000,
-            "p99_ms": produce_consume.percentile(rounds, 0.99) * 1000}
+    acknowledgement waits for an fdatasync: ``fsync_floor.floor`` (its ``disk`` loop) for ``seconds`` on requests of
+    ``in_flight * request_bytes`` (the requests in flight written and flushed together, a group commit of them) in
+    ``directory`` → its figures, with ``request_bytes`` and ``in_flight``."""
+    return fsync_floor.floor(in_flight * request_bytes, seconds, directory) | {"request_bytes": request_bytes,
+                                                                               "in_flight": in_flight}
 
 
 # --- targets ------------------------------------------------------------------------------------
@@ -116,9 +90,25 @@ class Target:
     @classmethod
     def start_trireme(cls, fsync: bool, server_set: list[str]) -> Target:
         temp = tempfile.mkdtemp(prefix="trireme-side-by-side-")
-        server = Server(os.path.join(temp, "data"), fsync, None, server_set + ["trireme.metrics.listen=127.0.0.1:0"])
-        return cls("trireme" if fsync else "trireme-no-fsync", server.bootstrap, server.proc.pid,
-                   server.metrics_url(), temp if fsync else None, server, temp)
+        options = (os.path.join(temp, "data"), fsync, None, server_set + ["trireme.metrics.listen=127.0.0.1:0"])
+        server = Server(*options)
+        target = cls("trireme" if fsync else "trireme-no-fsync", server.bootstrap, server.proc.pid,
+                     server.metrics_url(), temp if fsync else None, server, temp)
+        target.server_options = options
+        return target
+
+    def kill_and_restart(self) -> float:
+        """kill -9 the started broker, then start it again on the same data dir and settings (a new port) → the
+        ``time.perf_counter()`` just before the new process was started."""
+        self.server.proc.kill()
+        self.server.proc.wait()
+        self.server.stop()                             # closes what the dead process's Server held
+        started = time.perf_counter()
+        self.server = Server(*self.server_options)
+        self.bootstrap = self.server.bootstrap
+        self.stats.pid = self.server.proc.pid
+        self.stats.metrics_url = self.server.metrics_url()
+        return started
 
     def counters(self) -> tuple[int, int] | None:
         """(Produce requests, fsyncs) the broker has counted so far (None: it has no metrics endpoint)."""
@@ -148,7 +138,9 @@ def _produce_consume(target: Target, argv: list[str]) -> dict:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = produce_consume.main(argv + ["--bootstrap", target.bootstrap]
-                                    + (["--server-pid", str(target.stats.pid)] if target.stats.pid else []))
+                                    + (["--server-pid", str(target.stats.pid)] if target.stats.pid else [])
+                                    + (["--metrics-url", target.stats.metrics_url] if target.stats.metrics_url
+                                       else []))
     if code != 0:
         raise SystemExit(f"produce_consume.py {' '.join(argv)} failed on {target.name}:\n{out.getvalue()}")
     return json.loads(out.getvalue().strip().splitlines()[-1])
@@ -170,6 +162,7 @@ def _row(workload: str, phase: dict) -> dict:
     return {"workload": workload, "mb_per_s": phase["mb_per_s"], "records_per_s": phase["records_per_s"],
             "mb": mb, "server_cpu_s": cpu, "cpu_ms_per_mb": None if cpu is None else cpu / mb * 1000,
             **_machine(phase, phase["other_processes_cpu_s"]),
+            "broker_ms": phase.get("produce_request_ms"),
             "failed": (phase["errors"] + phase["undelivered"] if "undelivered" in phase      # produce: counts
                        else len(phase["errors"]))}                                            # consume: messages
 
@@ -188,11 +181,17 @@ def run_unit(unit: str, target: Target, args) -> list[dict]:
     elif unit == "transactional":
         s = _produce_consume(target, confluent + ["--transactional", "1000", "--isolation", "read_committed"])
         rows = [_row("transactional", s["produce"]), _row("consume_committed", s["consume"])]
-    elif unit == "java":
+    elif unit in ("java", "java_idempotent"):
+        reset = reset_peak_rss(target.stats.pid)
         s = _produce_consume(target, ["--client", "java-4.3.0", "--bytes", str(args.java_bytes), "--topic", topic,
-                                      "--phases", "produce"])
-        rows = [_row("java", s["produce"])]
-        rows[0]["others_cores"] = None                 # the Java client is a process of its own: in "others"
+                                      "--phases", "produce"] + (["--idempotent"] if unit == "java_idempotent" else []))
+        rows = [_row(unit, s["produce"])]
+        rows[0].update(others_cores=None,              # the Java client is a process of its own: in "others"
+                       peak_rss_mib=s["produce"]["server_peak_rss_mib"], peak_rss_of_the_run=reset)
+    elif unit == "restart":
+        if target.server is None:
+            return []                                  # only a broker started here can be killed and started
+        rows = [_restart(target, args.restart_bytes, topic)]
     elif unit == "latency":
         rows = [_latency(target, args.latency_seconds)]
         topic = None                                   # "lat" (cleaner_isolation's) stays for the next rounds
@@ -201,7 +200,8 @@ def run_unit(unit: str, target: Target, args) -> list[dict]:
                 if entry[0] == "produce" and "--rate" not in entry and "--no-fsync" not in entry]
         topic = None                                   # small_requests names its own topics
     after = target.counters()
-    if before is not None and after is not None and unit in ("produce", "idempotent", "transactional", "java"):
+    if before is not None and after is not None and unit in ("produce", "idempotent", "transactional", "java",
+                                                             "java_idempotent"):
         requests, fsyncs = after[0] - before[0], after[1] - before[1]
         rows[0].update(produce_requests=requests, fsyncs=fsyncs, fsyncs_per_request=fsyncs / max(1, requests),
                        mean_request_bytes=rows[0]["mb"] * 1e6 / max(1, requests))
@@ -211,8 +211,55 @@ def run_unit(unit: str, target: Target, args) -> list[dict]:
         if row["workload"] in FLOOR and target.floor_dir is not None:
             in_flight, nominal = FLOOR[row["workload"]]
             size = int(row.get("mean_request_bytes") or nominal)
-            row["floor"] = fsync_floor(size, in_flight, directory=target.floor_dir)
+            row["floor"] = disk_floor(size, in_flight, directory=target.floor_dir)
     return rows
+
+
+def reset_peak_rss(pid: int | None) -> bool:
+    """Start the process's peak resident size (VmHWM) afresh from its current one (Linux's ``clear_refs`` 5), so
+    that the next reading is the peak of what follows → False where it cannot be (no pid, another user's process:
+    the reading is then the peak since the process started)."""
+    if pid is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _restart(target: Target, data_bytes: int, topic: str) -> dict:
+    """``data_bytes`` of 1 KiB records into one partition, kill -9, start again: the seconds from the new process's
+    start to its ``listening on`` line, to the end of its log loading (its own log line) and to the acknowledgement of
+    an acks=all record on that partition, and whether it took the offset after the records acknowledged before."""
+    s = _produce_consume(target, ["--bytes", str(data_bytes), "--record-size", "1024", "--topic", topic,
+                                  "--phases", "produce"])
+    records = s["produce"]["records"]
+    partition = os.path.join(target.server.data_dir, "logs", f"{topic}-0")
+    on_disk = sum(os.path.getsize(os.path.join(partition, name)) for name in os.listdir(partition))
+    started = target.kill_and_restart()
+    listening = time.perf_counter() - started
+    offset = _first_ack(target.bootstrap, topic)
+    restart = time.perf_counter() - started
+    cpu = target.stats.cpu_seconds()
+    with open(target.server.log_path, "rb") as f:
+        loaded = re.search(rb"loaded topics=\d+ partitions=\d+ in ([\d.]+)s", f.read())
+    return {"workload": "restart", "restart_s": restart, "listening_s": listening,
+            "loaded_s": float(loaded.group(1)) if loaded else None, "disk_gib": on_disk / 2 ** 30,
+            "records": records, "offset": offset, "server_cpu_s": cpu, "loadavg_1m": os.getloadavg()[0],
+            "others_cores": None, "cpu_system_share": None,
+            "failed": int(offset is None or offset < records)}          # an acknowledged record lost
+
+
+def _first_ack(bootstrap: str, topic: str) -> int | None:
+    """The offset a confluent-kafka producer (acks=all) gets for one record on partition 0 (None: refused)."""
+    got = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    producer.produce(topic, b"after the restart", partition=0,
+                     on_delivery=lambda err, msg: got.append(None if err else msg.offset()))
+    producer.flush(120)
+    return got[0] if got else None
 
 
 def _latency(target: Target, seconds: float) -> dict:
@@ -254,6 +301,10 @@ def spread(values) -> dict | None:
 
 # The figures each row is judged by: throughput rows by MB/s, latency by its percentiles, small requests by records/s.
 def figures(workload: str) -> tuple[str, ...]:
+    if workload == "restart":
+        return ("restart_s", "listening_s", "loaded_s")
+    if workload in ("java", "java_idempotent"):
+        return ("mb_per_s", "cpu_ms_per_mb", "peak_rss_mib")
     if workload == "latency":
         return ("p50_ms", "p99_ms", "cpu_us_per_message")
     if workload.startswith("small-"):
@@ -276,6 +327,9 @@ def summarize(runs: list[dict]) -> list[dict]:
                      **{f: spread(r.get(f) for r in mine)
                         for f in ("cpu_system_share", "mean_request_bytes", "fsyncs_per_request", "loadavg_1m",
                                   "others_cores")}}
+            phases = [r["broker_ms"] for r in mine if r.get("broker_ms")]
+            if phases:
+                entry["broker_ms"] = {k: spread(p.get(k) for p in phases) for k in BROKER_PHASES}
             floors = [r["floor"] for r in mine if r.get("floor")]
             if floors:
                 entry["floor"] = {"request_bytes": round(statistics.median(f["request_bytes"] for f in floors)),
@@ -342,11 +396,18 @@ def _fmt(sp: dict | None, spec: str) -> str:
 
 _LABELS = {"mb_per_s": ("MB/s", ",.0f"), "records_per_s": ("records/s", ",.0f"), "cpu_ms_per_mb": ("CPU ms/MB", ".2f"),
            "cpu_us_per_request": ("CPU us/request", ".0f"), "p50_ms": ("ack p50 ms", ".2f"),
-           "p99_ms": ("p99 ms", ".2f"), "cpu_us_per_message": ("CPU us/message", ".0f")}
+           "p99_ms": ("p99 ms", ".2f"), "cpu_us_per_message": ("CPU us/message", ".0f"),
+           "peak_rss_mib": ("broker peak RSS MiB", ",.0f"), "restart_s": ("restart to first ack s", ".2f"),
+           "listening_s": ("to listening s", ".2f"), "loaded_s": ("logs loaded in s", ".2f")}
 
 
 def _scaled(sp: dict | None, factor: float) -> dict | None:
     return None if sp is None else {k: v * factor if k != "n" else v for k, v in sp.items()}
+
+
+def _broker_ms(text: dict) -> str:
+    return (f"broker ms per Produce request: receive {text['receive']}, handle {text['handle']}, wait for the flush "
+            f"{text['wait']}, respond {text['respond']}, mean fsync {text['fsync_mean']}")
 
 
 def format_summary(entry: dict) -> str:
@@ -355,6 +416,8 @@ def format_summary(entry: dict) -> str:
         parts.append(f"KiB per Produce request {_fmt(_scaled(entry['mean_request_bytes'], 1 / 1024), ',.1f')}, "
                      f"fsyncs per request "
                      f"{_fmt(entry['fsyncs_per_request'], '.2f')}")
+    if entry.get("broker_ms"):
+        parts.append(_broker_ms({k: _fmt(sp, ".3f") for k, sp in entry["broker_ms"].items()}))
     floor = entry.get("floor")
     if floor:
         size = floor["request_bytes"]
@@ -382,6 +445,13 @@ def format_run(r: dict) -> str:
     if floor:
         figs += (f"; fsync floor {floor['mb_per_s']:,.0f} MB/s, fdatasync p50 {floor['p50_ms']:.2f} ms, CPU "
                  f"{floor['cpu_ms_per_mb']:.2f} ms/MB ({floor['request_bytes']:,} B x {floor['in_flight']})")
+    if r.get("peak_rss_of_the_run") is False:
+        figs += " (VmHWM since the broker started: it could not be reset)"
+    if r["workload"] == "restart":
+        figs += (f"; {r['disk_gib']:.2f} GiB on disk; the first record after it took offset {r['offset']} "
+                 f"({r['records']:,} acknowledged before the kill)")
+    if r.get("broker_ms"):
+        figs += "; " + _broker_ms({k: format(r["broker_ms"][k], ".3f") for k in BROKER_PHASES})
     if r.get("produce_requests"):
         figs += (f"; {r['produce_requests']:,} Produce requests of {r['mean_request_bytes'] / 1024:,.1f} KiB, "
                  f"{r['fsyncs']:,} fsyncs")
@@ -400,6 +470,8 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--records", type=int, default=200_000, help="1 KiB records per confluent-kafka produce phase")
     ap.add_argument("--java-bytes", type=parse_size, default=parse_size("256MiB"), help="bytes the Java producer sends")
     ap.add_argument("--latency-seconds", type=float, default=5, help="length of the one-message-at-a-time run")
+    ap.add_argument("--restart-bytes", type=parse_size, default=parse_size("1GiB"),
+                    help="data in the partition when a started broker is killed and restarted")
     ap.add_argument("--workloads", default=",".join(UNITS), help=f"comma list of {', '.join(UNITS)}")
     ap.add_argument("--trireme", default=None,
                     help="Trireme brokers to start: fsync and/or no-fsync (default fsync without --bootstrap, "

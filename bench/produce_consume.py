@@ -3,7 +3,7 @@
     .venv/bin/python bench/produce_consume.py [--bytes 1GiB] [--record-size 1024] [--partitions 1]
         [--acks all] [--linger-ms 5] [--compression none] [--idempotent] [--transactional N]
         [--isolation read_uncommitted|read_committed] [--abort-every K] [--fsync/--no-fsync]
-        [--bootstrap HOST:PORT [--server-pid PID]]
+        [--bootstrap HOST:PORT [--server-pid PID] [--metrics-url URL]]
 
 Without --bootstrap it starts ``python -m trireme serve`` on a fresh temporary data dir (deleted
 afterwards), creates the topic, produces --bytes of records, then consumes them all back with
@@ -745,6 +745,8 @@ def main(argv=None) -> int:
     ap.add_argument("--bootstrap", default=None,
                     help="use a running broker instead of starting one (--fsync is then up to it)")
     ap.add_argument("--server-pid", type=int, default=None, help="with --bootstrap: pid for CPU/RSS figures")
+    ap.add_argument("--metrics-url", default=None,
+                    help="with --bootstrap: a Trireme's metrics endpoint, for the broker's per-request breakdown")
     ap.add_argument("--topic", default=None, help="topic name (default: a fresh bench-XXXX)")
     ap.add_argument("--phases", default="produce,consume",
                     help="comma list of produce,consume (consume alone reads an existing --topic)")
@@ -780,6 +782,7 @@ def main(argv=None) -> int:
         if args.bootstrap:
             bootstrap = args.bootstrap
             stats = ServerStats(args.server_pid)
+            stats.metrics_url = args.metrics_url
         else:
             if args.data_dir:
                 data_dir = args.data_dir

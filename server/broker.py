@@ -17,7 +17,7 @@ import time
 import trio
 
 from trireme.state.features import TRANSACTION_VERSION, FeatureLevels
-from trireme.state.log import AbortedTxn, PartitionLog
+from trireme.state.log import AbortedTxn, PartitionLog, release_files
 from trireme.state.producer_ids import ProducerIdManager
 from trireme.state.producer_state import ProducerStateError, ProducerStateManager
 from trireme.state.storage import FileStorage, Storage, out_of_space
@@ -31,7 +31,7 @@ from .config import TOPIC_DEFAULT_PROPERTIES, Config
 from .data_dir import DataDirLock
 from .groups import GroupService
 from .limits import Limits, out_of_descriptors
-from .log_cleaner import LogCleaner
+from .log_cleaner import LogCleaner, release_pause
 from .local_peer import LocalPeer
 from .metrics import Metrics
 from .quotas import ClientQuotaManager
@@ -153,6 +153,8 @@ class Broker:
         directory unusable or in use) is a StartupError naming it; what was opened by then is closed again."""
         self.data_dir_lock: DataDirLock | None = None
         self.partitions: dict[tuple[str, int], Partition] = {}
+        self._retired_logs: list[PartitionLog] = []      # logs with segments to release (run_segment_release)
+        self._retired_wakeup: trio.Event | None = None
         try:
             self._start(config, storage, listen or f"{config.listen_host}:{config.listen_port}",
                         stop_requested or (lambda: False))
@@ -248,6 +250,7 @@ class Broker:
             self.storage, f"logs/{topic.name}-{index}",
             **log_settings(cfg), now_ms=now_ms(), unsafe_no_fsync=not self.fsync,
             ack_before_flush=self.ack_before_flush, write_behind=True)
+        plog.on_retired = lambda: self._segments_retired(plog)
         directory = f"logs/{topic.name}-{index}"
         producers, start = self._load_producer_snapshot(plog, directory)
         for header in plog.iter_batch_headers(start):
@@ -687,6 +690,27 @@ class Broker:
                 if deleted:
                     log.info("retention deleted segments=%d partition=%s-%d", deleted, p.topic.name, p.index)
 
+    def _segments_retired(self, plog: PartitionLog) -> None:
+        """A log moved its start past whole segments (retention, DeleteRecords, a coordinator's compaction): their
+        blocks are freed by run_segment_release, off the event loop."""
+        self._retired_logs.append(plog)
+        if self._retired_wakeup is not None:
+            self._retired_wakeup.set()
+
+    async def run_segment_release(self) -> None:
+        """Free the blocks of segments that went below their log's start, a few MiB at a time in a worker thread
+        (PartitionLog.take_retired / release_files): a 1 GiB segment's last close would otherwise stall the event
+        loop, and freeing it all at once every other file's fsync."""
+        while True:
+            self._retired_wakeup = trio.Event()
+            while self._retired_logs:
+                logs, self._retired_logs = self._retired_logs, []
+                for plog in logs:
+                    writable, handles = plog.take_retired()
+                    if writable or handles:
+                        await trio.to_thread.run_sync(release_files, writable, handles, release_pause)
+            await self._retired_wakeup.wait()
+
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """The broker's background tasks; started before the listener."""
         async with trio.open_nursery() as nursery:
@@ -694,6 +718,7 @@ class Broker:
             if self.ack_before_flush and self.flush_interval_ms < 9223372036854775807:
                 nursery.start_soon(self.run_interval_flusher)
             nursery.start_soon(self.run_retention)
+            nursery.start_soon(self.run_segment_release)
             nursery.start_soon(self.run_storage_retry)
             await nursery.start(self.groups.run)
             await nursery.start(self.transactions.run)

@@ -63,7 +63,7 @@ THROTTLE_CHECK_INTERVAL_S = 0.3
 # nice 19 (keep_from_starving).
 STARVED_CPU_SHARE = 0.1
 STARVED_WINDOW_S = 5.0
-# The pause between two cuts when the old segments' blocks are freed after a swap (_release_pause).
+# The pause between two cuts when a segment's blocks are freed (release_pause).
 RELEASE_PAUSE_S = 0.01
 
 
@@ -357,7 +357,7 @@ class LogCleaner:
                     if self._gone(partition):
                         return True
                     swap.commit()
-                    await trio.to_thread.run_sync(swap.close_old, _release_pause)
+                    await trio.to_thread.run_sync(swap.close_old, release_pause)
             except OSError as e:                     # as a failed flush: start-up recovery puts the files right
                 self.failures += 1
                 stats.last_error = str(e)[:200]
@@ -492,9 +492,10 @@ async def keep_from_starving(pid: int) -> None:
         last = now
 
 
-def _release_pause() -> None:
-    """Between two cuts of a cleaned-away segment (PartitionLog's close_old, in a worker thread): at 4 MiB a cut,
-    the blocks of 1 GiB go in about 2.6 s instead of at once, and the broker's own fsyncs meanwhile wait less."""
+def release_pause() -> None:
+    """Between two cuts of a segment file being freed (state/log.py's release_files, in a worker thread, after a
+    cleaning's swap or for segments gone below the log start): at 4 MiB a cut, the blocks of 1 GiB go in about 2.6
+    s instead of at once, and the broker's own fsyncs meanwhile wait less."""
     time.sleep(RELEASE_PAUSE_S)
 
 

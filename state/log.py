@@ -394,6 +394,10 @@ class PartitionLog:
         self._deleted = False
         self._cleaner_checkpoint = 0  # the first dirty offset: below it the log was cleaned (state/cleaner.py)
         self._cleaning: object | None = None  # the plan being cleaned, if any
+        # Segments gone below the log start at runtime (retention, DeleteRecords): unlinked, their blocks not yet
+        # freed: (writable handles of their log files, their other open handles) for take_retired.
+        self._retired: tuple[list, list] = ([], [])
+        self.on_retired: Callable[[], object] | None = None   # told when _retired gains something
 
     def configure(self, *, segment_bytes: int, retention_ms: int, retention_bytes: int,
                   segment_ms: int = _INT64_MAX, segment_jitter_ms: int = 0) -> None:
@@ -1229,7 +1233,30 @@ class PartitionLog:
             if seg.txn_pending:
                 self._txn_pending.remove(seg)
                 seg.txn_pending = False
-            self._remove_files(seg)
+            self._retire(seg)
+        if self._retired[0] or self._retired[1]:
+            if self.on_retired is not None:
+                self.on_retired()
+
+    def _retire(self, seg: _Segment) -> None:
+        """A segment gone below the log start at runtime: its files are unlinked now (cheap while one is open) and
+        its blocks freed later by ``release_files(*take_retired())`` off the owning thread, as Kafka deletes
+        segments asynchronously: the last close of a large unlinked file frees its blocks and page cache, tens to
+        hundreds of milliseconds for a big segment.  A crash before that leaves nothing: the files are gone."""
+        seg.deleted = True
+        writable, handles = self._retired
+        try:
+            writable.append(self._storage.open_append(seg.path))
+        except OSError:
+            pass                 # freed at its last close instead, at once
+        handles.extend(h for h in (seg.handle, seg.txn_handle) if h is not None)
+        for path in (seg.path, seg.index_path, seg.time_index_path, seg.txn_index_path):
+            self._storage.remove(path, missing_ok=True)
+
+    def take_retired(self) -> tuple[list, list]:
+        """The retired segments' files not yet released (see ``_retire``), for ``release_files`` in any thread."""
+        retired, self._retired = self._retired, ([], [])
+        return retired
 
     def _remove_files(self, seg: _Segment) -> None:
         seg.deleted = True
@@ -1541,6 +1568,7 @@ class PartitionLog:
         if self._closed:
             return
         self._closed = True
+        release_files(*self.take_retired())
         for seg in self._segments:
             for handle in (seg.handle, seg.txn_handle):
                 if handle is not None:
@@ -1595,21 +1623,28 @@ class CleaningFinish:
         return self.log._commit_finish(self)
 
     def close_old(self, pause: Callable[[], object] | None = None) -> None:
-        """Close the swapped-out segments' files (unlinked already): any thread, after ``commit``.  With ``pause``,
-        each old log file is first cut down RELEASE_STEP_BYTES at a time, ``pause()`` between the cuts: freeing a
-        whole segment's blocks (and, on a filesystem mounted with ``discard``, trimming them) at once holds up
-        the fsyncs of every other file for tens of milliseconds; a step at a time, each holds them up little."""
+        """Close the swapped-out segments' files (unlinked already): any thread, after ``commit``; ``pause``: see
+        ``release_files``."""
         releasing, self.releasing = self.releasing, []
-        for handle in releasing:
-            try:
-                size = handle.size
-                while pause is not None and size > RELEASE_STEP_BYTES:
-                    size -= RELEASE_STEP_BYTES
-                    handle.truncate(size)
-                    pause()
-            except OSError:
-                pass                    # best effort: the last close below frees the rest
-            handle.close()
         closing, self.closing = self.closing, []
-        for handle in closing:
-            handle.close()
+        release_files(releasing, closing, pause)
+
+
+def release_files(writable: list, handles: list, pause: Callable[[], object] | None = None) -> None:
+    """Free the blocks of unlinked segment files and close them (any thread): ``writable``, writable handles of
+    their log files, are first cut down RELEASE_STEP_BYTES at a time with ``pause()`` between the cuts (when
+    given), then closed, then ``handles``.  Freeing a whole large segment's blocks at once (and, on a filesystem
+    mounted with ``discard``, trimming them) holds up the fsyncs of every other file for tens of milliseconds; a
+    step at a time, each holds them up little."""
+    for handle in writable:
+        try:
+            size = handle.size
+            while pause is not None and size > RELEASE_STEP_BYTES:
+                size -= RELEASE_STEP_BYTES
+                handle.truncate(size)
+                pause()
+        except OSError:
+            pass                    # best effort: the last close below frees the rest
+        handle.close()
+    for handle in handles:
+        handle.close()

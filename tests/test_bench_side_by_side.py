@@ -1,5 +1,5 @@
 """bench/kafka_side_by_side.py's pure parts: the spread over rounds, ratios from the same round's runs, the combined CPU
-per MB, its options, and the fsync floor's loop (its figures only: no timing asserted)."""
+per MB, its options, and the fsync floor it takes from bench/fsync_floor.py (its figures only: no timing asserted)."""
 from __future__ import annotations
 
 import os
@@ -8,8 +8,9 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-from kafka_side_by_side import (THROUGHPUT, format_ratio, format_summary, fsync_floor, overall_cpu,  # noqa: E402
-                                parse, ratios, spread, summarize)
+from kafka_side_by_side import (BROKER_PHASES, THROUGHPUT, Target, disk_floor, format_ratio,  # noqa: E402
+                                format_summary, overall_cpu, parse, ratios, reset_peak_rss, run_unit, spread,
+                                summarize)
 
 
 def run(rnd: int, target: str, workload: str, mb_per_s: float, cpu_s: float | None = 1.0, mb: float = 100.0,
@@ -28,7 +29,7 @@ def test_spread_is_median_and_range_of_the_values_present():
 
 def test_summary_follows_the_issues_rows_and_keeps_the_floor_of_the_rounds():
     floor = {"request_bytes": 1_000_000, "in_flight": 1, "mb_per_s": 300.0, "p50_ms": 3.0, "p99_ms": 9.0,
-             "cpu_ms_per_mb": 0.5, "rounds": 50}
+             "cpu_ms_per_mb": 0.5, "requests": 50}
     runs = [run(1, "trireme", "idempotent", 150.0, floor=floor), run(1, "trireme", "produce", 400.0),
             run(2, "trireme", "produce", 600.0), run(2, "trireme", "idempotent", 170.0,
                                                      floor=dict(floor, mb_per_s=500.0)),
@@ -82,9 +83,85 @@ def test_targets_default_to_a_started_trireme_and_none_beside_a_bootstrap():
             parse(bad)
 
 
-def test_fsync_floor_appends_the_requests_in_flight_and_leaves_nothing_behind(tmp_path):
-    floor = fsync_floor(4096, in_flight=3, seconds=0, directory=str(tmp_path), min_rounds=5)
-    assert floor["rounds"] == 5
-    assert (floor["request_bytes"], floor["in_flight"]) == (4096, 3)
-    assert floor["mb_per_s"] > 0 and 0 < floor["p50_ms"] <= floor["p99_ms"] and floor["cpu_ms_per_mb"] >= 0
+def test_fsync_floor_is_fsync_floor_py_s_loop_on_the_requests_in_flight_together(tmp_path):
+    floor = disk_floor(4096, in_flight=3, directory=str(tmp_path), seconds=0.05)
+    assert (floor["request_bytes"], floor["in_flight"], floor["size"]) == (4096, 3, 3 * 4096)
+    assert floor["requests"] > 0
+    assert floor["mb_per_s"] == floor["requests"] * 3 * 4096 / 1e6 / floor["seconds"]
+    assert 0 < floor["p50_ms"] <= floor["p99_ms"] and floor["fdatasync_p50_ms"] is not None
     assert list(tmp_path.iterdir()) == []
+
+
+def test_summary_keeps_the_brokers_account_of_a_produce_request():
+    phases = {"receive": 0.05, "handle": 0.2, "wait": 1.0, "respond": 0.01, "fsync_mean": 0.8, "requests": 10}
+    runs = [run(1, "trireme", "idempotent", 150.0, broker_ms=phases),
+            run(2, "trireme", "idempotent", 170.0, broker_ms=dict(phases, wait=3.0)),
+            run(3, "trireme", "idempotent", 160.0, broker_ms=None)]           # a broker without metrics
+    entry, = summarize(runs)
+    assert entry["broker_ms"]["wait"] == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 2}
+    assert ("broker ms per Produce request: receive 0.050 [0.050-0.050], handle 0.200 [0.200-0.200], wait for the "
+            "flush 2.000 [1.000-3.000]") in format_summary(entry)
+
+
+def test_a_started_trireme_gives_its_produce_requests_and_their_breakdown():
+    target = Target.start_trireme(True, [])
+    try:
+        rows = run_unit("idempotent", target, parse(["--records", "2000"]))
+    finally:
+        target.stop()
+    row, = rows
+    assert row["workload"] == "idempotent" and row["failed"] == 0
+    assert row["produce_requests"] > 0 and row["broker_ms"]["requests"] == row["produce_requests"]
+    assert set(BROKER_PHASES) <= set(row["broker_ms"])
+    assert row["floor"]["in_flight"] == 1 and row["floor"]["requests"] > 0
+
+
+def test_the_java_rows_differ_only_in_the_clients_idempotence_and_give_the_brokers_peak_rss(monkeypatch):
+    import kafka_side_by_side
+    phase = {"bytes": 1e6, "mb_per_s": 10.0, "records_per_s": 1e4, "server_cpu_s": None, "seconds": 0.1,
+             "loadavg_1m": 1.0, "other_processes_cpu_s": None, "errors": 0, "undelivered": 0,
+             "server_peak_rss_mib": 1300.0}
+    argvs = []
+    monkeypatch.setattr(kafka_side_by_side, "_produce_consume",
+                        lambda target, argv: argvs.append(argv) or {"produce": phase})
+    target = Target("kafka", "h:9092", None, None, None)
+    monkeypatch.setattr(target, "delete_topic", lambda topic: None)
+    args = parse(["--bootstrap", "h:9092", "--java-bytes", "1MiB"])
+    plain, = run_unit("java", target, args)
+    idempotent, = run_unit("java_idempotent", target, args)
+    assert (plain["workload"], idempotent["workload"]) == ("java", "java_idempotent")
+    without_topic = [[a for a in argv if not a.startswith("side-java")] for argv in argvs]
+    assert without_topic[1] == without_topic[0] + ["--idempotent"]
+    assert without_topic[0][:2] == ["--client", "java-4.3.0"]
+    assert (plain["peak_rss_mib"], plain["peak_rss_of_the_run"]) == (1300.0, False)   # no pid: peak since start
+
+
+def _vm(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def test_peak_rss_starts_afresh_from_the_current_size():
+    block = bytearray(128 << 20)                   # 128 MiB touched, then freed: the peak stays up
+    block[::4096] = b"x" * len(block[::4096])
+    del block
+    assert _vm("VmHWM") - _vm("VmRSS") > 100 << 10
+    assert reset_peak_rss(os.getpid())
+    assert _vm("VmHWM") - _vm("VmRSS") < 100 << 10
+    assert not reset_peak_rss(None)
+
+
+def test_restart_kills_a_started_trireme_and_times_its_start_on_the_same_data():
+    target = Target.start_trireme(True, [])
+    first = (target.bootstrap, target.stats.pid)
+    try:
+        row, = run_unit("restart", target, parse(["--restart-bytes", "2MiB"]))
+        assert (target.bootstrap, target.stats.pid) != first
+        assert target.server.proc.poll() is None
+    finally:
+        target.stop()
+    assert target.server.proc.returncode == 0      # the restarted broker stopped cleanly
+    assert row["workload"] == "restart" and row["records"] == 2048 and row["offset"] == 2048 and row["failed"] == 0
+    assert 0 < row["listening_s"] <= row["restart_s"] and row["loaded_s"] is not None and row["disk_gib"] > 0
+    assert not os.path.exists(target.temp)
+    assert run_unit("restart", Target("kafka", "h:9092", None, None, None), parse([])) == []   # not ours to kill

@@ -770,6 +770,40 @@ def test_delete_records(storage):
     assert append(log, make_batch([b"z"])) == (20, 20, -1)
 
 
+def test_segments_below_the_log_start_are_unlinked_at_once_and_released_later(storage, monkeypatch):
+    """Retention and DeleteRecords unlink the segments' files at once (a restart finds nothing of them) and tell
+    on_retired; their blocks are freed by release_files(*take_retired()) in steps, or by close()."""
+    import trireme.state.log as log_mod
+    monkeypatch.setattr(log_mod, "RELEASE_STEP_BYTES", 128)
+    log = open_log(storage, segment_bytes=1_000, retention_ms=10_000)
+    told = []
+    log.on_retired = lambda: told.append(1)
+    fill(log, 30, ts0=1_000)
+    log.sync()
+    bases = log.segment_base_offsets
+    log.delete_records(bases[1])
+    assert told == [1]
+    assert not any(n.startswith(f"{bases[0]:020d}") for n in storage.list(DIR))
+    writable, handles = log.take_retired()
+    assert len(writable) == 1 and writable[0].size > 128 and handles
+    assert log.take_retired() == ([], [])
+    size, cuts = writable[0].size, []
+    log_mod.release_files(writable, handles, lambda: cuts.append(writable[0].size))
+    assert cuts == list(range(size - 128, 0, -128)) and len(cuts) == -(-size // 128) - 1
+    with pytest.raises(OSError):
+        handles[0].read(0, 1)                         # closed
+    assert log.apply_retention(now_ms=10**9) > 0     # retention: the same way
+    assert len(told) == 2
+    retired = log._retired
+    assert retired[0] and retired[1]
+    log.close()                                      # what was not taken yet is released by close
+    assert log._retired == ([], [])
+    with pytest.raises(OSError):
+        retired[1][0].read(0, 1)
+    log = open_log(storage, segment_bytes=1_000)
+    assert log.segment_base_offsets == bases[-1:]
+
+
 def test_checkpoint_survives_crash_and_resurrected_segments_are_dropped():
     storage = MemoryStorage()
     log = open_log(storage, segment_bytes=1_000)
