@@ -1,6 +1,6 @@
-"""Segments that go below the log start (DeleteRecords, retention) against a real Trireme process: their files are
-gone from the data directory at once, and the broker lets go of them (their blocks freed off the event loop) soon
-after."""
+"""Segments that go below the log start (DeleteRecords, retention) or with their topic, against a real Trireme
+process: their files are gone from the data directory at once, and the broker lets go of them (their blocks freed
+off the event loop) soon after."""
 from __future__ import annotations
 
 import os
@@ -32,7 +32,7 @@ def _deleted_files_held(server) -> list[str]:
 
 
 @pytest.mark.server_config({"log.retention.check.interval.ms": 200})
-@pytest.mark.parametrize("how", ["delete_records", "retention"])
+@pytest.mark.parametrize("how", ["delete_records", "retention", "delete_topic"])
 def test_segments_below_the_log_start_are_removed_and_let_go(server, how):
     topic = unique_topic("release")
     configs = {"segment.bytes": str(1 << 20)}
@@ -54,6 +54,9 @@ def test_segments_below_the_log_start_are_removed_and_let_go(server, how):
         assert fut.result(timeout=OP_TIMEOUT_S).low_watermark == 9900
         after = sorted(n for n in os.listdir(directory) if n.endswith(".log"))    # gone at once
         assert len(after) <= 2 and after[-1] == before[-1]
+    elif how == "delete_topic":
+        admin.delete_topics([topic])[topic].result(timeout=OP_TIMEOUT_S)
+        assert not os.path.exists(directory)                                      # gone at once
     else:
         wait_until(lambda: len([n for n in os.listdir(directory) if n.endswith(".log")]) <= 2, timeout=60,
                    what="retention.bytes removing the old segments")

@@ -1575,12 +1575,18 @@ class PartitionLog:
                     handle.close()
 
     def delete(self) -> None:
-        """Remove the log's files and directory (topic deletion)."""
+        """Remove the log's files and directory (topic deletion).  With an ``on_retired`` listener the segments'
+        blocks are left for it to free (``take_retired``, as for retention), else they are freed here."""
         self._deleted = True
-        for seg in self._segments:
-            seg.deleted = True
-        self.close()
+        if not self._closed:
+            self._closed = True
+            for seg in self._segments:
+                self._retire(seg)
         self.remove_files(self._storage, self._directory)
+        if self.on_retired is not None:
+            self.on_retired()
+        else:
+            release_files(*self.take_retired())
 
     @staticmethod
     def remove_files(storage: Storage, directory: str) -> None:
