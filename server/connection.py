@@ -462,10 +462,10 @@ class Connection:
         await limits.room_for_answer(ANSWER_TO_REQUEST * len(frame), self.response_bytes)
 
     def _burst_read(self) -> None:
-        """A request read after a send of several answers: the client may be sending as many again, one by one,
-        to keep its window of requests in flight full (the Java producer does); while it does, and if its last
-        burst came whole within BURST_WINDOW_S, the flusher waits for the rest of it, so that one fsync covers
-        the whole burst (Broker.gather_burst)."""
+        """A produce request read after a send of several produce answers: the client may be sending as many
+        again, one by one, to keep its window of requests in flight full (the Java producer does); while it does,
+        and if its last burst came whole within BURST_WINDOW_S, the flusher waits for the rest of it, so that one
+        fsync covers the whole burst (Broker.gather_burst)."""
         self._burst_seen += 1
         if self._burst_seen == 1:
             self._burst_started = time.perf_counter()
@@ -499,7 +499,7 @@ class Connection:
             if frame is None:
                 return reader.eof_reason
             self.requests += 1
-            if self._burst_expected:
+            if self._burst_expected and frame[:2] == b"\x00\x00":       # Produce (API key 0)
                 self._burst_read()
             charged = reader.charged
             self.request_bytes += charged
@@ -780,21 +780,23 @@ class Connection:
     def _sent(self, batch: list[_Outgoing], ready: float) -> None:
         """``batch`` was sent (it was ready to send at ``ready``): metrics, and its budget bytes are free."""
         sent = time.perf_counter()
-        if len(batch) > 1:              # a burst may follow (_burst_read)
-            self.broker.burst_ends(self)
-            self._burst_expected = len(batch)
-            self._burst_seen = 0
-        size = 0
+        size = produced = 0
         metrics = self.broker.metrics
         for item in batch:
             size += item.size
             if item.api is not None:
+                if item.api == "Produce":
+                    produced += 1
                 metrics.observe_phase(item.api, "respond", item.encode_seconds + sent - ready)
                 if item.received is not None:
                     metrics.observe_latency(item.api, sent - item.received)
         self.outstanding -= len(batch)
         self.response_bytes -= size
         self.limits.responses.release(size)
+        if produced > 1:                # a burst of produce requests may follow (_burst_read)
+            self.broker.burst_ends(self)
+            self._burst_expected = produced
+            self._burst_seen = 0
 
     async def _send_vectored(self, buffers: list) -> None:
         """Send header pieces and stored record bytes with sendmsg, without joining them first.  What the socket

@@ -107,7 +107,7 @@ def test_the_connection_reports_a_burst_after_a_send_of_several_answers(monkeypa
     now = [10.0]
     monkeypatch.setattr(C.time, "perf_counter", lambda: now[0])
     conn = _connection()
-    conn._burst_expected = 3                   # what Connection._sent sets after sending 3 answers at once
+    conn._burst_expected = 3                   # what Connection._sent sets after sending 3 produce answers at once
     conn._burst_read()
     assert conn.broker.events == ["begins"]
     now[0] += C.BURST_WINDOW_S / 2
@@ -131,3 +131,19 @@ def test_a_slow_burst_is_not_waited_for_next_time(monkeypatch):
     assert conn.broker.events == ["begins", "ends"]     # not waited for; timed again
     conn._burst_read()
     assert conn.bursts_gathered                          # this one came at once: waited for next time
+
+
+def test_only_a_send_of_several_produce_answers_starts_a_burst():
+    metrics = types.SimpleNamespace(observe_phase=lambda *a: None, observe_latency=lambda *a: None)
+    broker = _Broker()
+    broker.metrics = metrics
+    conn = types.SimpleNamespace(broker=broker, _burst_expected=0, _burst_seen=5, outstanding=10, response_bytes=100,
+                                 limits=types.SimpleNamespace(responses=types.SimpleNamespace(release=lambda n: None)))
+    sent = types.MethodType(C.Connection._sent, conn)
+
+    def answer(api):
+        return C._Outgoing([b"x" * 10], 10, api, 0.0, None)
+    sent([answer("Produce"), answer("Fetch"), answer(None)], 0.0)
+    assert (conn._burst_expected, broker.events) == (0, [])         # one produce answer: nothing to follow
+    sent([answer("Produce"), answer("Fetch"), answer("Produce")], 0.0)
+    assert (conn._burst_expected, conn._burst_seen, broker.events) == (2, 0, ["ends"])
