@@ -612,9 +612,9 @@ class Broker:
                 callback()
 
     def burst_begins(self, connection) -> None:
-        """``connection`` reads the first request of a burst (server/connection.py, Connection._burst_read): a client
-        that got several answers at once sends as many requests again, one by one; the next flush round waits for
-        the rest of it (:meth:`gather_burst`).  Only where answers wait for the flush."""
+        """``connection`` reads the first produce request of a burst (server/connection.py, Connection._burst_read): a
+        client that got several produce answers at once sends as many requests again, one by one; the next flush round
+        waits for the rest of it (:meth:`gather_burst`).  Only where answers wait for the flush."""
         if self.fsync and not self.ack_before_flush:
             self._bursts.add(connection)
 

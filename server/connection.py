@@ -341,7 +341,8 @@ class Connection:
         self.reader_scope = trio.CancelScope()
         self.requests = 0
         self.outstanding = 0            # requests read whose answer is not written yet
-        # A burst (Broker.gather_burst): after a send of several answers, how many and the requests read since.
+        # A burst (Broker.gather_burst): after a send of several produce answers, how many, and the produce requests
+        # read since.
         self._burst_expected = 0
         self._burst_seen = 0
         self._burst_started = 0.0
