@@ -56,6 +56,9 @@ MAX_PARTITIONS_PER_TOPIC = 10000
 STORAGE_RETRY_FIRST_S = 0.5
 STORAGE_RETRY_MAX_S = 5.0
 STORAGE_RETRY_FREE_BYTES = 1 << 20
+# How long a flush round waits, at most, for the rest of a client's burst of requests (gather_burst).  trio's timers
+# wake at millisecond steps, so this is about the least that can be asked; a burst that comes whole ends it sooner.
+BURST_WAIT_S = 0.001
 
 
 def _check_partition_count(count: int) -> None:
@@ -208,6 +211,8 @@ class Broker:
         self.flush_interval_ms = config["log.flush.interval.ms"]
         self._dirty: set[Partition] = set()
         self._dirty_event = trio.Event()
+        self._bursts: set = set()               # connections in a burst a flush round waits for (gather_burst)
+        self._bursts_over: trio.Event | None = None
         self._hw_event = trio.Event()
         self._wake_callbacks: set = set()       # call_on_next_wake
         self._full_event = trio.Event()         # set when a partition goes offline for want of space
@@ -606,6 +611,34 @@ class Broker:
             for callback in callbacks:
                 callback()
 
+    def burst_begins(self, connection) -> None:
+        """``connection`` reads the first produce request of a burst (server/connection.py, Connection._burst_read): a
+        client that got several produce answers at once sends as many requests again, one by one; the next flush round
+        waits for the rest of it (:meth:`gather_burst`).  Only where answers wait for the flush."""
+        if self.fsync and not self.ack_before_flush:
+            self._bursts.add(connection)
+
+    def burst_ends(self, connection) -> None:
+        """``connection``'s burst came whole (or the connection is gone)."""
+        if connection in self._bursts:
+            self._bursts.discard(connection)
+            if not self._bursts and self._bursts_over is not None:
+                self._bursts_over.set()
+
+    async def gather_burst(self) -> None:
+        """Before a flush round: wait until every burst under way came whole, or BURST_WAIT_S passed, so that one
+        fsync covers each burst instead of its first request alone and then the rest.  (A client that keeps 5
+        requests in flight, answered 1 and 4 at a time, would otherwise alternate rounds of 1 and 4 requests.)  A
+        connection whose burst is not whole by then is not waited for again until one comes within
+        server/connection.py's BURST_WINDOW_S."""
+        self._bursts_over = trio.Event()
+        with trio.move_on_after(BURST_WAIT_S):
+            await self._bursts_over.wait()
+        self._bursts_over = None
+        for connection in self._bursts:
+            connection.bursts_gathered = False
+        self._bursts.clear()
+
     async def run_interval_flusher(self) -> None:
         """With Kafka's flush policy: every log.flush.interval.ms, flush whatever is not durable yet."""
         while True:
@@ -631,6 +664,8 @@ class Broker:
     async def _flush_rounds(self, worker: WorkerThread, fan_out: ThreadFanOut) -> None:
         while True:
             await self._dirty_event.wait()
+            if self._bursts:
+                await self.gather_burst()
             self._dirty_event = trio.Event()
             batch = [(p, p.log.flush_begin()) for p in self._dirty]
             self._dirty.clear()
