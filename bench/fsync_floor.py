@@ -19,9 +19,9 @@ fdatasync.  Two bare loops, both decoding nothing:
   answer came: the same plus the request's trip through the kernel, what the broker's path cannot go below.
 
 ``disk-reserved`` and ``disk-written`` are the ``disk`` loop on a file whose blocks come otherwise: the broker's own
-append file (``FileStorage``: blocks reserved ahead of its end, the size kept), and a file written with zeros and
-fdatasynced beforehand (not timed), written over inside its size, so that an fdatasync has no file system metadata to
-commit (what a preallocated, zero-filled segment would give).  ``--busy N`` keeps N processes spinning in ``poll()``
+append file (``FileStorage``: a write of 256 KiB or more reserves blocks ahead of its end, the size kept), and a file
+written with zeros and fdatasynced beforehand (not timed), written over inside its size, so that an fdatasync has no
+file system metadata to commit (what a preallocated, zero-filled segment would give).  ``--busy N`` keeps N processes spinning in ``poll()``
 throughout, as librdkafka's broker thread does while its one request is in flight.
 
 And the same one request in flight against a broker (a fresh ``trireme serve`` on a data dir in ``--dir``, fsync as
@@ -83,7 +83,7 @@ _SIZE = struct.Struct(">i")
 class _AppendFile:
     """A file appended to and fdatasynced; replaced by a fresh one once it holds FILE_BYTES.  ``kind`` says how its
     blocks come (docs/performance.md, "The cost of an fsync"): ``grow``, the file grows with each write; ``reserved``,
-    the broker's own append file (``FileStorage``: blocks reserved ahead of the end, the size kept); ``written``, the
+    the broker's own append file (``FileStorage``: large writes reserve blocks ahead, the size kept); ``written``, the
     writes go over blocks written (zeros) and fdatasynced before, inside the file's size, WRITTEN_BYTES a file, their
     preparation not timed: an fdatasync then has no file system metadata to commit."""
 
