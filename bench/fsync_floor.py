@@ -3,6 +3,8 @@ fdatasynced before the next one is sent.
 
     .venv/bin/python bench/fsync_floor.py [--sizes 16KiB,64KiB,1MiB] [--seconds 5] [--rounds 3]
         [--modes disk,server,broker,librdkafka] [--dir /tmp] [--no-fsync] [--bootstrap HOST:PORT --server-pid PID]
+        [--busy N]
+    .venv/bin/python bench/fsync_floor.py --modes disk,disk-reserved,disk-written --busy 1   # what an fsync costs
     .venv/bin/python bench/fsync_floor.py --modes librdkafka,broker --sizes 100 --no-fsync   # one small message
 
 A client that keeps one request in flight (librdkafka with idempotence on, a single acks=all message at a time)
@@ -15,6 +17,12 @@ fdatasync.  Two bare loops, both decoding nothing:
 - ``server``: a bare server process (one thread, blocking calls) reads a size-prefixed frame from a loopback socket
   into a reused buffer, appends it, fdatasyncs and answers 8 bytes; this process sends the next frame once the
   answer came: the same plus the request's trip through the kernel, what the broker's path cannot go below.
+
+``disk-reserved`` and ``disk-written`` are the ``disk`` loop on a file whose blocks come otherwise: the broker's own
+append file (``FileStorage``: a write of 256 KiB or more reserves blocks ahead of its end, the size kept), and a file
+written with zeros and fdatasynced beforehand (not timed), written over inside its size, so that an fdatasync has no
+file system metadata to commit (what a preallocated, zero-filled segment would give).  ``--busy N`` keeps N processes spinning in ``poll()``
+throughout, as librdkafka's broker thread does while its one request is in flight.
 
 And the same one request in flight against a broker (a fresh ``trireme serve`` on a data dir in ``--dir``, fsync as
 the flag says, or any ``--bootstrap`` broker: Apache Kafka too), on a topic of one partition:
@@ -54,10 +62,12 @@ from produce_consume import (ServerStats, broker, create_topic, parse_size, perc
                              scrape_metrics)
 from request_cost import PRODUCE_VERSION, produce_frame, whole_frames  # noqa: E402
 
+from trireme.state.storage import FileStorage  # noqa: E402
 from trireme.wire.codec import message  # noqa: E402
 from trireme.wire.headers import decode_response_header  # noqa: E402
 
-MODES = ("disk", "server", "broker", "librdkafka")
+MODES = ("disk", "disk-reserved", "disk-written", "server", "broker", "librdkafka")
+DISK_MODES = {"disk": "grow", "disk-reserved": "reserved", "disk-written": "written"}
 BROKER_MODES = ("broker", "librdkafka")
 BATCH_OVERHEAD = 61             # a record batch's header
 RECORD_OVERHEAD = 12            # a record's own fields around a value of up to 1 KiB (no key, no headers)
@@ -66,44 +76,75 @@ LIBRDKAFKA_MAX = 1_000_000      # librdkafka's message.max.bytes: one message of
 # files would flatter the floor: on this VM a write into a file that keeps growing costs about 3x one into a file
 # whose predecessor was just deleted (its page cache pages are reused at once; docs/performance.md, issue 23).
 FILE_BYTES = 1 << 30
+WRITTEN_BYTES = 256 << 20       # the ``disk-written`` loop's files: written once (zeros) before the loop writes over them
 _SIZE = struct.Struct(">i")
 
 
 class _AppendFile:
-    """A file appended to and fdatasynced; replaced by a fresh one once it holds FILE_BYTES."""
+    """A file appended to and fdatasynced; replaced by a fresh one once it holds FILE_BYTES.  ``kind`` says how its
+    blocks come (docs/performance.md, "The cost of an fsync"): ``grow``, the file grows with each write; ``reserved``,
+    the broker's own append file (``FileStorage``: large writes reserve blocks ahead, the size kept); ``written``, the
+    writes go over blocks written (zeros) and fdatasynced before, inside the file's size, WRITTEN_BYTES a file, their
+    preparation not timed: an fdatasync then has no file system metadata to commit."""
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, kind: str = "grow"):
         self.directory = directory
+        self.kind = kind
         self.fd = -1
+        self.file = None
         self.size = 0
+        self.untimed = 0.0          # seconds of preparation since the caller last took them
         self._open()
 
     def _open(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            os.unlink(self.path)
+        self.close()
         fd, self.path = tempfile.mkstemp(prefix="fsync-floor-", dir=self.directory)
         os.close(fd)
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        if self.kind == "reserved":
+            self.file = FileStorage(self.directory).open_append(os.path.basename(self.path))
+        else:
+            self.fd = os.open(self.path, os.O_WRONLY | (os.O_APPEND if self.kind == "grow" else 0))
+        if self.kind == "written":
+            started = time.perf_counter()
+            zeros = bytes(8 << 20)
+            for pos in range(0, WRITTEN_BYTES, len(zeros)):
+                os.pwrite(self.fd, zeros, pos)
+            os.fdatasync(self.fd)
+            self.untimed += time.perf_counter() - started
         self.size = 0
 
     def append(self, data, fsync: bool) -> float:
         """Write ``data`` (all of it) and fdatasync → the seconds the fdatasync took (0 without it)."""
-        if self.size >= FILE_BYTES:
+        if self.size + (len(data) if self.kind == "written" else 0) > (
+                WRITTEN_BYTES if self.kind == "written" else FILE_BYTES) or self.size >= FILE_BYTES:
             self._open()
         with memoryview(data) as view:
-            done = 0
-            while done < len(view):
-                done += os.write(self.fd, view[done:])
+            if self.file is not None:
+                self.file.write(view)
+            else:
+                done = 0
+                while done < len(view):
+                    done += (os.pwrite(self.fd, view[done:], self.size + done) if self.kind == "written"
+                             else os.write(self.fd, view[done:]))
         self.size += len(data)
         if not fsync:
             return 0.0
         started = time.perf_counter()
-        os.fdatasync(self.fd)
+        if self.file is not None:
+            self.file.sync()
+        else:
+            os.fdatasync(self.fd)
         return time.perf_counter() - started
 
     def close(self) -> None:
-        os.close(self.fd)
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+        elif self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        else:
+            return
         os.unlink(self.path)
 
 
@@ -122,6 +163,8 @@ def _summary(size: int, seconds: float, latencies: list[float], syncs: list[floa
             "p50_ms": _ms(percentile(latencies, 0.50)), "p99_ms": _ms(percentile(latencies, 0.99)),
             "max_ms": _ms(latencies[-1] if latencies else None),
             "fdatasync_p50_ms": _ms(percentile(syncs, 0.50)) if syncs else None,
+            "fdatasync_p90_ms": _ms(percentile(syncs, 0.90)) if syncs else None,
+            "fdatasync_mean_ms": _ms(statistics.fmean(syncs)) if syncs else None,
             "cpu_ms_per_mb": cpu * 1000 / mb if cpu is not None and mb else None,
             "cpu_us_per_request": cpu * 1e6 / count if cpu is not None and count else None,
             "loadavg_1m": os.getloadavg()[0]}
@@ -131,26 +174,31 @@ def _ms(seconds):
     return None if seconds is None else seconds * 1000
 
 
-def floor(size: int, seconds: float = 5.0, directory: str | None = None, fsync: bool = True) -> dict:
+def floor(size: int, seconds: float = 5.0, directory: str | None = None, fsync: bool = True,
+          kind: str = "grow") -> dict:
     """The ``disk`` loop for ``seconds``: write ``size`` bytes and fdatasync, one after the other, on a file in
-    ``directory`` (default: the temporary directory, where the benchmarks' brokers keep their data) → its figures
-    (``mb_per_s``, ``requests_per_s``, ``p50_ms``, ...)."""
+    ``directory`` (default: the temporary directory, where the benchmarks' brokers keep their data), its blocks as
+    ``kind`` says (see _AppendFile) → its figures (``mb_per_s``, ``requests_per_s``, ``p50_ms``, ...)."""
     data = os.urandom(size)
-    out = _AppendFile(directory or tempfile.gettempdir())
+    out = _AppendFile(directory or tempfile.gettempdir(), kind)
     latencies: list[float] = []
     syncs: list[float] = []
     try:
+        out.untimed = 0.0
         cpu0 = _cpu()
         started = now = time.perf_counter()
         end = started + seconds
         while now < end:
             synced = out.append(data, fsync)
             after = time.perf_counter()
-            latencies.append(after - now)
+            untimed, out.untimed = out.untimed, 0.0
+            started += untimed
+            end += untimed
+            latencies.append(after - now - untimed)
             if fsync:
                 syncs.append(synced)
             now = after
-        cpu = _cpu() - cpu0
+        cpu = _cpu() - cpu0     # a ``disk-written`` file's preparation included
         return _summary(size, now - started, latencies, syncs, cpu)
     finally:
         out.close()
@@ -383,6 +431,9 @@ def main(argv=None) -> int:
     ap.add_argument("--server-pid", type=int, default=None, help="with --bootstrap: its pid, for its CPU")
     ap.add_argument("--server-set", action="append", default=[], metavar="NAME=VALUE",
                     help="a setting of the started broker")
+    ap.add_argument("--busy", type=int, default=0, metavar="N",
+                    help="N processes that spin in poll() with a zero timeout throughout, as librdkafka's broker thread "
+                         "does while its one request is in flight: the loops with the cores taken")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serve:
@@ -395,6 +446,10 @@ def main(argv=None) -> int:
             ap.error(f"unknown mode {mode!r} ({', '.join(MODES)})")
     runs: dict[tuple[str, int], list[dict]] = {(m, s): [] for m in modes for s in sizes}
     with contextlib.ExitStack() as stack:
+        for _ in range(args.busy):
+            spinner = subprocess.Popen([sys.executable, "-c", "import select\np = select.poll()\nwhile True: p.poll(0)"])
+            stack.callback(spinner.wait)
+            stack.callback(spinner.kill)
         target = stack.enter_context(_broker(args)) if set(modes) & set(BROKER_MODES) else None
         for round_ in range(args.rounds):
             for size in sizes:
@@ -410,31 +465,32 @@ def main(argv=None) -> int:
         c["mode"] = mode
         summary.append(c)
         get = lambda key: [r[key] for r in rs]     # noqa: E731
-        print(f"  {mode:10} {size:>8} B: {_range(get('mb_per_s'))} MB/s, {_range(get('requests_per_s'))} req/s, "
+        print(f"  {mode:13} {size:>8} B: {_range(get('mb_per_s'))} MB/s, {_range(get('requests_per_s'))} req/s, "
               f"p50 {_range(get('p50_ms'))} ms, p99 {_range(get('p99_ms'))} ms, "
               f"CPU {_range(get('cpu_ms_per_mb'))} ms/MB"
               + (f" = {_range(get('cpu_us_per_request'))} µs/request" if mode in BROKER_MODES else "")
               + f", load {_range(get('loadavg_1m'))}")
     print(json.dumps({"config": {"sizes": sizes, "seconds": args.seconds, "rounds": args.rounds, "modes": modes,
-                                 "dir": args.dir, "fsync": args.fsync, "bootstrap": args.bootstrap},
+                                 "dir": args.dir, "fsync": args.fsync, "bootstrap": args.bootstrap, "busy": args.busy},
                       "floor": summary}))
     return 0
 
 
 def _run(mode: str, size: int, args, target, runs: dict, round_: int) -> None:
-    if mode == "disk":
-        r = floor(size, args.seconds, args.dir, args.fsync)
+    if mode in DISK_MODES:
+        r = floor(size, args.seconds, args.dir, args.fsync, DISK_MODES[mode])
     elif mode == "server":
         r = server_floor(size, args.seconds, args.dir, args.fsync)
     elif mode == "librdkafka" and size > LIBRDKAFKA_MAX:
-        print(f"round {round_ + 1} {mode:10} {size:>8} B: skipped (over librdkafka's message.max.bytes)")
+        print(f"round {round_ + 1} {mode:13} {size:>8} B: skipped (over librdkafka's message.max.bytes)")
         return
     else:
         r = (broker_loop if mode == "broker" else librdkafka_loop)(size, args.seconds, *target)
     runs[(mode, size)].append(r)
-    print(f"round {round_ + 1} {mode:10} {size:>8} B: {r['mb_per_s']:7.1f} MB/s "
+    print(f"round {round_ + 1} {mode:13} {size:>8} B: {r['mb_per_s']:7.1f} MB/s "
           f"{r['requests_per_s']:7.0f} req/s  p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms"
-          + (f"  fdatasync p50 {r['fdatasync_p50_ms']:.3f} ms" if r["fdatasync_p50_ms"] else "")
+          + (f"  fdatasync p50 {r['fdatasync_p50_ms']:.3f} p90 {r['fdatasync_p90_ms']:.3f} mean "
+             f"{r['fdatasync_mean_ms']:.3f} ms" if r["fdatasync_p50_ms"] else "")
           + (f"  CPU {r['cpu_ms_per_mb']:.2f} ms/MB" if r["cpu_ms_per_mb"] is not None else "")
           + (f" {r['cpu_us_per_request']:.0f} µs/request" if mode in BROKER_MODES and r["cpu_us_per_request"] else "")
           + f"  load {r['loadavg_1m']:.1f}"

@@ -40,3 +40,20 @@ def test_broker_phases_count_only_the_requests_between_the_scrapes():
     assert broker_phases(before, after) == {
         "broker_us": {"receive": 10.0, "handle": 50.0, "wait": 500.0, "respond": 20.0}, "fsyncs_per_request": 1.0}
     assert broker_phases(None, after) == {} and broker_phases(after, after) == {}
+
+
+def test_disk_loops_on_reserved_and_written_files_with_a_busy_process(tmp_path, capsys, monkeypatch):
+    """The disk loop through the broker's append file and over blocks written beforehand (whose preparation is not
+    timed: the loop still ran its seconds), beside a spinning process that is gone afterwards; no file is left."""
+    import fsync_floor
+    monkeypatch.setattr(fsync_floor, "WRITTEN_BYTES", 1 << 20)      # a new prepared file every 16 requests
+    r = floor(65536, 0.2, str(tmp_path), kind="written")
+    assert r["requests"] > 16 and 0.2 <= r["seconds"] < 1
+    assert 0 < r["fdatasync_p50_ms"] <= r["fdatasync_p90_ms"] <= r["max_ms"] and r["fdatasync_mean_ms"] > 0
+    assert main(["--modes", "disk,disk-reserved,disk-written", "--sizes", "4KiB", "--seconds", "0.2", "--rounds", "1",
+                 "--dir", str(tmp_path), "--busy", "1"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["config"]["busy"] == 1
+    assert {r["mode"] for r in summary["floor"]} == {"disk", "disk-reserved", "disk-written"}
+    assert all(r["requests_per_s"]["median"] > 0 for r in summary["floor"])
+    assert os.listdir(tmp_path) == []
