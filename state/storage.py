@@ -13,14 +13,11 @@ from abc import ABC, abstractmethod
 _IOV_MAX = 1024       # buffers per pwritev call (Linux's UIO_MAXIOV)
 TEMP_SUFFIX = ".tmp"  # `write_atomic` stages data in `path + TEMP_SUFFIX`; leftovers may be removed
 
-# A large write into an append file reserves disk blocks ahead of the file's end (fallocate with FALLOC_FL_KEEP_SIZE:
-# the size, the content and what a crash leaves stay as without it): writes into reserved blocks skip the file
-# system's block reservation page by page (on ext4 here a 1 MiB write took ~0.11 ms so, against ~0.19).  At most 1/8
-# of the file's size and PREALLOCATE_MAX ahead (none under 8 MiB), given back when the file is closed.  Only a write of
-# RESERVE_MIN_WRITE or more reserves: a stream of small writes into reserved blocks costs each fdatasync more (16 KiB:
-# p50 0.21 against 0.16 ms; the reserved extent is split and converted at every fsync).  docs/performance.md, "The
-# cost of an fsync (issue 23)".
-RESERVE_MIN_WRITE = 256 << 10
+# An append file reserves disk blocks ahead of its end, past the size (fallocate with FALLOC_FL_KEEP_SIZE): a write
+# into reserved blocks skips the file system's block reservation (on ext4 here, a 1 MiB write took ~0.11 ms instead of
+# ~0.19), while the size, the content and what a crash leaves stay as without it.  At most 1/8 of the file's size and
+# PREALLOCATE_MAX ahead (none under 8 MiB), given back when the file is closed (docs/performance.md, "The cost of an
+# fsync").
 PREALLOCATE_MAX = 16 << 20
 _PREALLOCATE_UNIT = 1 << 20
 _FALLOC_FL_KEEP_SIZE = 1
@@ -345,12 +342,11 @@ class _FileAppendFile(_FileHandle, AppendFile):
 
     @property
     def reserved(self) -> int:
-        """The end of the disk blocks reserved for this file (its size when none are reserved past it)."""
+        """Where the disk blocks reserved ahead of the end end (the size when none are)."""
         return max(self._reserved, self._size)
 
     def _reserve(self, fd: int, end: int) -> None:
-        """Reserve blocks beyond `end` before a write fills them up to it; a failure (no space, no support) only means
-        none."""
+        """Reserve blocks past `end` before a write reaches it; a failure (no space, no support) only means none."""
         ahead = min(PREALLOCATE_MAX, end // 8) // _PREALLOCATE_UNIT * _PREALLOCATE_UNIT
         if not ahead:
             return
@@ -375,7 +371,7 @@ class _FileAppendFile(_FileHandle, AppendFile):
         first = 0
         fd = self._pin()
         try:
-            if total >= RESERVE_MIN_WRITE and 0 <= self._reserved < pos + total:
+            if 0 <= self._reserved < pos + total:
                 self._reserve(fd, pos + total)
             while first < len(views):
                 n = os.pwritev(fd, views[first:first + _IOV_MAX], pos + done)

@@ -339,9 +339,8 @@ def _reserves_blocks(directory) -> bool:
 
 
 def test_file_append_reserves_blocks_ahead_without_changing_size_or_content(tmp_path):
-    """Past 8 MiB a large write (RESERVE_MIN_WRITE or more) reserves blocks beyond the file's end (at most 1/8 of its
-    size, PREALLOCATE_MAX); its size, its content and the file's length on disk stay what was written; closing it
-    gives the blocks back."""
+    """Past 8 MiB an append file reserves blocks beyond its end (at most 1/8 of its size, PREALLOCATE_MAX); its size,
+    its content and the file's length on disk stay what was written; closing it gives the blocks back."""
     if not _reserves_blocks(tmp_path):
         pytest.skip("the file system reserves no blocks ahead (fallocate FALLOC_FL_KEEP_SIZE unsupported)")
     s = FileStorage(tmp_path)
@@ -366,18 +365,6 @@ def test_file_append_reserves_blocks_ahead_without_changing_size_or_content(tmp_
     st = os.stat(tmp_path / "seg")
     assert st.st_size == 10 << 20 and st.st_blocks * 512 < (10 << 20) + (1 << 20)
     assert s.read("seg", 0, 1 << 20) == chunk and s.read("seg", 9 << 20, 2 << 20) == chunk
-
-
-def test_file_append_small_writes_reserve_nothing(tmp_path):
-    """Writes under RESERVE_MIN_WRITE never reserve blocks, however large the file (a small write into reserved
-    blocks costs its fdatasync more)."""
-    s = FileStorage(tmp_path)
-    f = s.open_append("seg")
-    small = b"s" * (storage_mod.RESERVE_MIN_WRITE - 1)
-    while f.size < 12 << 20:
-        f.write_vectored([small[:10], small[10:]])
-    assert f.reserved == f.size == os.stat(tmp_path / "seg").st_size
-    f.close()
 
 
 def test_file_append_failed_write_gives_back_reserved_blocks(tmp_path, monkeypatch):
