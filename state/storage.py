@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import os
 import posixpath
@@ -12,21 +11,6 @@ from abc import ABC, abstractmethod
 
 _IOV_MAX = 1024       # buffers per pwritev call (Linux's UIO_MAXIOV)
 TEMP_SUFFIX = ".tmp"  # `write_atomic` stages data in `path + TEMP_SUFFIX`; leftovers may be removed
-
-# An append file reserves disk blocks ahead of its end, past the size (fallocate with FALLOC_FL_KEEP_SIZE): a write
-# into reserved blocks skips the file system's block reservation (on ext4 here, a 1 MiB write took ~0.11 ms instead of
-# ~0.19), while the size, the content and what a crash leaves stay as without it.  At most 1/8 of the file's size and
-# PREALLOCATE_MAX ahead (none under 8 MiB), given back when the file is closed (docs/performance.md, "The cost of an
-# fsync").
-PREALLOCATE_MAX = 16 << 20
-_PREALLOCATE_UNIT = 1 << 20
-_FALLOC_FL_KEEP_SIZE = 1
-try:
-    _fallocate = ctypes.CDLL(None, use_errno=True).fallocate
-    _fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-    _fallocate.restype = ctypes.c_int
-except (OSError, AttributeError):   # not Linux: files grow as they are written
-    _fallocate = None
 
 # Errors that mean "out of descriptors (or kernel memory for them)", not a broken disk: never sticky,
 # never a reason to take a log offline; retried once descriptors are free.
@@ -334,29 +318,10 @@ class _FileAppendFile(_FileHandle, AppendFile):
         AppendFile.__init__(self)
         _FileHandle.__init__(self, storage, path, flags, fd)
         self._size = os.fstat(fd).st_size
-        self._reserved = self._size if _fallocate is not None else -1   # end of the blocks reserved; -1: never
 
     @property
     def size(self) -> int:
         return self._size
-
-    @property
-    def reserved(self) -> int:
-        """Where the disk blocks reserved ahead of the end end (the size when none are)."""
-        return max(self._reserved, self._size)
-
-    def _reserve(self, fd: int, end: int) -> None:
-        """Reserve blocks past `end` before a write reaches it; a failure (no space, no support) only means none."""
-        ahead = min(PREALLOCATE_MAX, end // 8) // _PREALLOCATE_UNIT * _PREALLOCATE_UNIT
-        if not ahead:
-            return
-        start = max(self._reserved, self._size)
-        if _fallocate(fd, _FALLOC_FL_KEEP_SIZE, start, end + ahead - start) == 0:
-            self._reserved = end + ahead
-        elif ctypes.get_errno() in (errno.EOPNOTSUPP, errno.ENOSYS):
-            self._reserved = -1
-        else:
-            self._reserved = end + ahead      # out of space, say: the writes tell; tried again past this point
 
     def write(self, buf: bytes | bytearray | memoryview) -> None:
         self.write_vectored([buf])
@@ -371,8 +336,6 @@ class _FileAppendFile(_FileHandle, AppendFile):
         first = 0
         fd = self._pin()
         try:
-            if 0 <= self._reserved < pos + total:
-                self._reserve(fd, pos + total)
             while first < len(views):
                 n = os.pwritev(fd, views[first:first + _IOV_MAX], pos + done)
                 done += n
@@ -386,7 +349,6 @@ class _FileAppendFile(_FileHandle, AppendFile):
                 os.ftruncate(fd, pos)
             except OSError:
                 pass
-            self._reserved = min(self._reserved, pos)      # the cut gave the reserved blocks back
             raise
         finally:
             self._unpin()
@@ -402,20 +364,6 @@ class _FileAppendFile(_FileHandle, AppendFile):
         finally:
             self._unpin()
         self._size = n
-        self._reserved = min(self._reserved, n)            # blocks past the end are freed by the cut
-
-    def close(self) -> None:
-        """Give back the blocks reserved past the end (a cut to the size, if the file still ends there), then close."""
-        if self._reserved > self._size:
-            with contextlib.suppress(OSError):
-                fd = self._pin()
-                try:
-                    if os.fstat(fd).st_size == self._size:
-                        os.ftruncate(fd, self._size)
-                finally:
-                    self._unpin()
-            self._reserved = min(self._reserved, self._size)
-        super().close()
 
     def _fsync(self) -> None:
         fd = self._pin()

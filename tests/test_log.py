@@ -743,31 +743,6 @@ def test_flush_in_worker_thread_while_appending(tmp_path):
     assert [h.base_offset for h in log.iter_batch_headers()] == list(range(done))
 
 
-def test_recovery_after_a_crash_with_blocks_reserved_past_the_end(tmp_path):
-    """FileStorage reserves disk blocks past a growing segment's end (fallocate, the size kept): a crash that leaves
-    them (no close) leaves no trailing zeros to recover from. Every flushed batch is found, each segment's file
-    ends at its last batch, and appends go on at the log end."""
-    storage = FileStorage(tmp_path)
-    log = PartitionLog.open(storage, DIR, segment_bytes=12 << 20, now_ms=0)
-    big = [value(i, 1 << 20) for i in range(30)]        # ~1 MiB batches: 11 per segment
-    for v in big:
-        append(log, make_batch([v]))
-    log.sync()
-    active = log._segments[-1]
-    assert any(seg.handle.reserved > seg.size for seg in log._segments)    # blocks were reserved
-    on_disk = [storage.size(seg.path) for seg in log._segments]
-    del log                                             # the crash: nothing closed, the reservations stay
-    log = PartitionLog.open(storage, DIR, segment_bytes=12 << 20, now_ms=0)
-    assert [seg.size for seg in log._segments] == on_disk           # each file ends at its last batch: none cut
-    assert log.log_end_offset == 30 and log.high_watermark == 30
-    assert len(log.segment_base_offsets) == 3 and log.segment_base_offsets[-1] == active.base_offset
-    assert values_of(read_all(log, 0)) == big
-    append(log, make_batch([b"after"]))
-    log.sync()
-    assert values_of(log.read(30, 1 << 20, 31)) == [b"after"]
-    log.close()
-
-
 # --- retention and delete_records ----------------------------------------------------------------
 
 

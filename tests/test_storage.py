@@ -8,7 +8,6 @@ import resource
 
 import pytest
 
-from trireme.state import storage as storage_mod
 from trireme.state.storage import AppendFile, FileStorage, MemoryStorage
 
 
@@ -324,66 +323,3 @@ def test_file_storage_out_of_descriptors_gives_back_idle_ones(tmp_path):
         for f in files:
             f.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-
-def _reserves_blocks(directory) -> bool:
-    """Whether this file system gives FileStorage's append files blocks ahead of their end (Linux fallocate)."""
-    s = FileStorage(directory)
-    f = s.open_append("probe")
-    try:
-        f.write(bytes(9 << 20))
-        return f.reserved > f.size
-    finally:
-        f.close()
-        s.remove("probe")
-
-
-def test_file_append_reserves_blocks_ahead_without_changing_size_or_content(tmp_path):
-    """Past 8 MiB an append file reserves blocks beyond its end (at most 1/8 of its size, PREALLOCATE_MAX); its size,
-    its content and the file's length on disk stay what was written; closing it gives the blocks back."""
-    if not _reserves_blocks(tmp_path):
-        pytest.skip("the file system reserves no blocks ahead (fallocate FALLOC_FL_KEEP_SIZE unsupported)")
-    s = FileStorage(tmp_path)
-    f = s.open_append("seg")
-    chunk = bytes(range(256)) * 4096                      # 1 MiB
-    for _ in range(7):
-        f.write(chunk)
-    assert f.reserved == f.size == 7 << 20                # a small file grows as it is written
-    for _ in range(3):
-        f.write(chunk)
-    assert f.size == os.stat(tmp_path / "seg").st_size == 10 << 20
-    assert f.size < f.reserved <= f.size + max(f.size // 8, storage_mod.PREALLOCATE_MAX)
-    assert os.stat(tmp_path / "seg").st_blocks * 512 >= f.reserved    # the blocks are the file's
-    f.sync()
-    assert f.read((10 << 20) - 5, 10) == chunk[-5:]       # nothing reads past the end
-    f.truncate(3 << 20)
-    assert f.reserved == f.size == os.stat(tmp_path / "seg").st_size == 3 << 20
-    for _ in range(7):
-        f.write(chunk)
-    assert f.reserved > f.size == 10 << 20
-    f.close()
-    st = os.stat(tmp_path / "seg")
-    assert st.st_size == 10 << 20 and st.st_blocks * 512 < (10 << 20) + (1 << 20)
-    assert s.read("seg", 0, 1 << 20) == chunk and s.read("seg", 9 << 20, 2 << 20) == chunk
-
-
-def test_file_append_failed_write_gives_back_reserved_blocks(tmp_path, monkeypatch):
-    """A write that fails is cut back to the logical end: the reservation is gone with it, and the next write
-    reserves again."""
-    if not _reserves_blocks(tmp_path):
-        pytest.skip("the file system reserves no blocks ahead (fallocate FALLOC_FL_KEEP_SIZE unsupported)")
-    s = FileStorage(tmp_path)
-    f = s.open_append("seg")
-    f.write(bytes(9 << 20))
-    assert f.reserved > f.size
-
-    def fail(*args):
-        raise OSError(errno.ENOSPC, "no space")
-    monkeypatch.setattr(os, "pwritev", fail)
-    with pytest.raises(OSError):
-        f.write(b"x" * 100)
-    monkeypatch.undo()
-    assert f.reserved == f.size == os.stat(tmp_path / "seg").st_size == 9 << 20
-    f.write(b"y" * (1 << 20))
-    assert f.reserved > f.size == 10 << 20
-    f.close()
