@@ -18,8 +18,10 @@ fdatasync.  Two bare loops, both decoding nothing:
   into a reused buffer, appends it, fdatasyncs and answers 8 bytes; this process sends the next frame once the
   answer came: the same plus the request's trip through the kernel, what the broker's path cannot go below.
 
-``disk-reserved`` and ``disk-written`` are the ``disk`` loop on a file whose blocks come otherwise: the broker's own
-append file (``FileStorage``: a write of 256 KiB or more reserves blocks ahead of its end, the size kept), and a file
+``disk-reserved`` and ``disk-written`` are the ``disk`` loop on a file whose blocks come otherwise: blocks reserved
+ahead of the file's end before a write reaches them (``fallocate`` with ``FALLOC_FL_KEEP_SIZE``, RESERVE_AHEAD at a
+time, the size kept: what Kafka's ``log.preallocate`` gives on Linux, and what the broker's append file did for a
+while, docs/performance.md "The cost of an fsync"), and a file
 written with zeros and fdatasynced beforehand (not timed), written over inside its size, so that an fdatasync has no
 file system metadata to commit (what a preallocated, zero-filled segment would give).  ``--busy N`` keeps N processes spinning in ``poll()``
 throughout, as librdkafka's broker thread does while its one request is in flight.
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import resource
@@ -62,7 +65,6 @@ from produce_consume import (ServerStats, broker, create_topic, parse_size, perc
                              scrape_metrics)
 from request_cost import PRODUCE_VERSION, produce_frame, whole_frames  # noqa: E402
 
-from trireme.state.storage import FileStorage  # noqa: E402
 from trireme.wire.codec import message  # noqa: E402
 from trireme.wire.headers import decode_response_header  # noqa: E402
 
@@ -78,12 +80,16 @@ LIBRDKAFKA_MAX = 1_000_000      # librdkafka's message.max.bytes: one message of
 FILE_BYTES = 1 << 30
 WRITTEN_BYTES = 256 << 20       # the ``disk-written`` loop's files: written once (zeros) before the loop writes over them
 _SIZE = struct.Struct(">i")
+RESERVE_AHEAD = 16 << 20      # the ``reserved`` loop's blocks reserved ahead of the end
+_FALLOC_FL_KEEP_SIZE = 1
+_fallocate = ctypes.CDLL(None, use_errno=True).fallocate
+_fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
 
 
 class _AppendFile:
     """A file appended to and fdatasynced; replaced by a fresh one once it holds FILE_BYTES.  ``kind`` says how its
     blocks come (docs/performance.md, "The cost of an fsync"): ``grow``, the file grows with each write; ``reserved``,
-    the broker's own append file (``FileStorage``: large writes reserve blocks ahead, the size kept); ``written``, the
+    blocks are reserved RESERVE_AHEAD ahead of the end before a write reaches them (the size kept); ``written``, the
     writes go over blocks written (zeros) and fdatasynced before, inside the file's size, WRITTEN_BYTES a file, their
     preparation not timed: an fdatasync then has no file system metadata to commit."""
 
@@ -91,7 +97,6 @@ class _AppendFile:
         self.directory = directory
         self.kind = kind
         self.fd = -1
-        self.file = None
         self.size = 0
         self.untimed = 0.0          # seconds of preparation since the caller last took them
         self._open()
@@ -100,10 +105,8 @@ class _AppendFile:
         self.close()
         fd, self.path = tempfile.mkstemp(prefix="fsync-floor-", dir=self.directory)
         os.close(fd)
-        if self.kind == "reserved":
-            self.file = FileStorage(self.directory).open_append(os.path.basename(self.path))
-        else:
-            self.fd = os.open(self.path, os.O_WRONLY | (os.O_APPEND if self.kind == "grow" else 0))
+        self.fd = os.open(self.path, os.O_WRONLY | (os.O_APPEND if self.kind in ("grow", "reserved") else 0))
+        self.reserved = 0
         if self.kind == "written":
             started = time.perf_counter()
             zeros = bytes(8 << 20)
@@ -118,29 +121,23 @@ class _AppendFile:
         if self.size + (len(data) if self.kind == "written" else 0) > (
                 WRITTEN_BYTES if self.kind == "written" else FILE_BYTES) or self.size >= FILE_BYTES:
             self._open()
+        if self.kind == "reserved" and self.size + len(data) > self.reserved:
+            self.reserved = self.size + len(data) + RESERVE_AHEAD
+            _fallocate(self.fd, _FALLOC_FL_KEEP_SIZE, self.size, self.reserved - self.size)
         with memoryview(data) as view:
-            if self.file is not None:
-                self.file.write(view)
-            else:
-                done = 0
-                while done < len(view):
-                    done += (os.pwrite(self.fd, view[done:], self.size + done) if self.kind == "written"
-                             else os.write(self.fd, view[done:]))
+            done = 0
+            while done < len(view):
+                done += (os.pwrite(self.fd, view[done:], self.size + done) if self.kind == "written"
+                         else os.write(self.fd, view[done:]))
         self.size += len(data)
         if not fsync:
             return 0.0
         started = time.perf_counter()
-        if self.file is not None:
-            self.file.sync()
-        else:
-            os.fdatasync(self.fd)
+        os.fdatasync(self.fd)
         return time.perf_counter() - started
 
     def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            self.file = None
-        elif self.fd >= 0:
+        if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
         else:
