@@ -238,6 +238,19 @@ def cleaned_lines(log_path: str, name: str) -> dict:
     return out
 
 
+def released_lines(log_path: str) -> list[tuple[float, float]]:
+    """The intervals (wall ms) of the broker's ``released segments: ... bytes=N in S s`` lines of 1 MiB or more: the
+    old segments' blocks being freed after a swap, off the event loop."""
+    out = []
+    with open(log_path, errors="replace") as f:
+        for line in f:
+            m = re.search(r"released segments: files=\d+ bytes=(\d+) in ([\d.]+)s", line)
+            if m and int(m.group(1)) >= 1 << 20:
+                end = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp() * 1000
+                out.append((end - float(m.group(2)) * 1000, end))
+    return out
+
+
 def fmt(d: dict) -> str:
     def f(x):
         return "-" if x is None else f"{x:.1f}"
@@ -314,7 +327,9 @@ def one_round(args) -> dict:
             if size != state["last_size"]:
                 state["last_size"], state["last_change"] = size, now
                 state["shrunk"] = state["shrunk"] or size < before * 0.9
-            return (state["shrunk"] and now - state["last_change"] >= 5) or t > args.max_clean_seconds
+            # ... and the old segments' blocks freed (the broker's "released segments" line, after the swap)
+            return (state["shrunk"] and now - state["last_change"] >= 5 and released_lines(server.log_path)) \
+                or t > args.max_clean_seconds
 
         cleaning = probe.run(cleaned)
         cpu2 = stats.cpu_seconds()
@@ -326,11 +341,16 @@ def one_round(args) -> dict:
         if cpu0 is not None and cpu2 is not None:
             print(f"server CPU: idle phase {cpu1 - cpu0:.1f} s, cleaning phase {cpu2 - cpu1:.1f} s")
         own = cleaned_lines(server.log_path, "dirty-0")
+        freed = released_lines(server.log_path)
+        own["released"] = freed
         if own["cleanings"]:
+            own["intervals"] = own["intervals"] + freed
             print(f"broker log: {own['cleanings']} cleanings of dirty-0 read {own['read'] / 2**20:.1f} MiB, wrote "
                   f"{own['written'] / 2**20:.1f} MiB in {own['seconds']:.1f} s ({own['mb_per_s']:.1f} MB/s)")
             during = probe.within(own["intervals"])
-            print(f"while the cleaner ran (probe records produced inside its cleanings):\n"
+            if freed:
+                print(f"old segments freed afterwards in {', '.join(f'{(b - a) / 1000:.1f}' for a, b in freed)} s")
+            print(f"while the cleaner ran or freed the old segments (probe records produced in those intervals):\n"
                   f"          produce {fmt(during['produce'])}\n          fetch   {fmt(during['fetch'])}")
             if "slowest_produce_at" in during:
                 at = during["slowest_produce_at"]

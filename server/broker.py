@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import threading
 import time
 
 import trio
@@ -31,7 +32,7 @@ from .config import TOPIC_DEFAULT_PROPERTIES, Config
 from .data_dir import DataDirLock
 from .groups import GroupService
 from .limits import Limits, out_of_descriptors
-from .log_cleaner import LogCleaner, release_pause
+from .log_cleaner import LogCleaner, set_when_cancelled
 from .local_peer import LocalPeer
 from .metrics import Metrics
 from .quotas import ClientQuotaManager
@@ -56,6 +57,9 @@ MAX_PARTITIONS_PER_TOPIC = 10000
 STORAGE_RETRY_FIRST_S = 0.5
 STORAGE_RETRY_MAX_S = 5.0
 STORAGE_RETRY_FREE_BYTES = 1 << 20
+# The pause between two cuts of a dropped segment's file (run_segment_release): at RELEASE_STEP_BYTES (4 MiB) a cut,
+# 1 GiB of blocks goes in about 13 s rather than at once, and the broker's own fsyncs seldom meet a cut.
+RELEASE_PAUSE_S = 0.05
 # How long a flush round waits, at most, for the rest of a client's burst of requests (gather_burst).  trio's timers
 # wake at millisecond steps, so this is about the least that can be asked; a burst that comes whole ends it sooner.
 BURST_WAIT_S = 0.001
@@ -156,8 +160,8 @@ class Broker:
         directory unusable or in use) is a StartupError naming it; what was opened by then is closed again."""
         self.data_dir_lock: DataDirLock | None = None
         self.partitions: dict[tuple[str, int], Partition] = {}
-        self._retired_logs: list[PartitionLog] = []      # logs with segments to release (run_segment_release)
-        self._retired_wakeup: trio.Event | None = None
+        self._to_release: list[tuple[list, list]] = []   # dropped segments' files to free (run_segment_release)
+        self._release_wakeup: trio.Event | None = None
         try:
             self._start(config, storage, listen or f"{config.listen_host}:{config.listen_port}",
                         stop_requested or (lambda: False))
@@ -255,7 +259,7 @@ class Broker:
             self.storage, f"logs/{topic.name}-{index}",
             **log_settings(cfg), now_ms=now_ms(), unsafe_no_fsync=not self.fsync,
             ack_before_flush=self.ack_before_flush, write_behind=True)
-        plog.on_retired = lambda: self._segments_retired(plog)
+        plog.on_retired = lambda: self.release_later(*plog.take_retired())
         directory = f"logs/{topic.name}-{index}"
         producers, start = self._load_producer_snapshot(plog, directory)
         for header in plog.iter_batch_headers(start):
@@ -725,26 +729,33 @@ class Broker:
                 if deleted:
                     log.info("retention deleted segments=%d partition=%s-%d", deleted, p.topic.name, p.index)
 
-    def _segments_retired(self, plog: PartitionLog) -> None:
-        """A log moved its start past whole segments (retention, DeleteRecords, a coordinator's compaction): their
-        blocks are freed by run_segment_release, off the event loop."""
-        self._retired_logs.append(plog)
-        if self._retired_wakeup is not None:
-            self._retired_wakeup.set()
+    def release_later(self, writable: list, handles: list) -> None:
+        """Segment files dropped from a log (unlinked already: retention, DeleteRecords, a coordinator's compaction,
+        topic deletion, a cleaning's swap) whose blocks run_segment_release frees, off the event loop."""
+        if writable or handles:
+            self._to_release.append((writable, handles))
+            if self._release_wakeup is not None:
+                self._release_wakeup.set()
 
     async def run_segment_release(self) -> None:
-        """Free the blocks of segments that went below their log's start, a few MiB at a time in a worker thread
-        (PartitionLog.take_retired / release_files): a 1 GiB segment's last close would otherwise stall the event
-        loop, and freeing it all at once every other file's fsync."""
-        while True:
-            self._retired_wakeup = trio.Event()
-            while self._retired_logs:
-                logs, self._retired_logs = self._retired_logs, []
-                for plog in logs:
-                    writable, handles = plog.take_retired()
-                    if writable or handles:
-                        await trio.to_thread.run_sync(release_files, writable, handles, release_pause)
-            await self._retired_wakeup.wait()
+        """Free the blocks of dropped segment files RELEASE_STEP_BYTES at a time, RELEASE_PAUSE_S apart, in a worker
+        thread (state/log.py's release_files): a 1 GiB segment's last close would otherwise stall the event loop,
+        and freeing it all at once (and, on a filesystem mounted with ``discard``, trimming it) every other file's
+        fsync, the acknowledgements' included.  A shutdown ends the pauses (the rest goes at once)."""
+        hurry = threading.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(set_when_cancelled, hurry)
+            while True:
+                self._release_wakeup = trio.Event()
+                while self._to_release:
+                    writable, handles = self._to_release.pop(0)
+                    started = time.perf_counter()
+                    freed = await trio.to_thread.run_sync(release_files, writable, handles,
+                                                          lambda: hurry.wait(RELEASE_PAUSE_S))
+                    if writable:
+                        log.info("released segments: files=%d bytes=%d in %.3fs", len(writable), freed,
+                                 time.perf_counter() - started)
+                await self._release_wakeup.wait()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """The broker's background tasks; started before the listener."""
@@ -763,6 +774,8 @@ class Broker:
 
     def close(self) -> None:
         """Final flush of everything and close the files."""
+        while self._to_release:                         # what run_segment_release did not get to: at once
+            release_files(*self._to_release.pop(0))
         for p in self.partitions.values():
             try:
                 if p.storage_error is None:

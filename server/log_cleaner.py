@@ -13,7 +13,7 @@ Where the cleaning runs: in a child process when the log is on disk (FileStorage
 holds the GIL against the event loop for a switch interval at a time, and produce latency during a cleaning rose
 several-fold (docs/operations.md, "Compaction", has the numbers), while in a child process it stays as when idle.  The child runs at idle priority (SCHED_IDLE: any other thread that
 wakes up preempts it) and is moved to nice 19 if it starves (``keep_from_starving``), and after a swap the old
-segments' blocks are freed a few MiB at a time (``close_old``), so neither the cleaning's CPU nor its freeing of
+segments' blocks are freed a few MiB at a time by the broker's ``run_segment_release``, so neither the cleaning's CPU nor its freeing of
 disk blocks holds up requests.
 The child only reads rolled, immutable segments and writes files under temporary names; the swap by rename
 (``begin_finish``: its renames, unlinks, fsyncs and the new segments' indexes) runs in a worker thread, and only the
@@ -63,8 +63,6 @@ THROTTLE_CHECK_INTERVAL_S = 0.3
 # nice 19 (keep_from_starving).
 STARVED_CPU_SHARE = 0.1
 STARVED_WINDOW_S = 5.0
-# The pause between two cuts when a segment's blocks are freed (release_pause).
-RELEASE_PAUSE_S = 0.01
 
 
 class CleaningAborted(Exception):
@@ -137,8 +135,8 @@ class CleanerCore:
 
     def begin_finish(self, partition, result):
         """The swap in steps: → an object whose ``files()`` runs in a worker thread (renames, unlinks, fsyncs,
-        index loading), whose ``commit()`` swaps the segment list on the event loop, and whose ``close_old()``
-        closes the old segments' (unlinked) files in a worker thread again: that frees their blocks."""
+        index loading), whose ``commit()`` swaps the segment list on the event loop, and whose ``take_old()``
+        gives the old segments' (unlinked) files to free (Broker.release_later)."""
         return partition.log.begin_finish(result)
 
 
@@ -357,7 +355,7 @@ class LogCleaner:
                     if self._gone(partition):
                         return True
                     swap.commit()
-                    await trio.to_thread.run_sync(swap.close_old, release_pause)
+                    self.broker.release_later(*swap.take_old())
             except OSError as e:                     # as a failed flush: start-up recovery puts the files right
                 self.failures += 1
                 stats.last_error = str(e)[:200]
@@ -402,7 +400,7 @@ class LogCleaner:
             worker = WorkerThread("log-cleaner")
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_set_when_cancelled, abort)
+                nursery.start_soon(set_when_cancelled, abort)
                 try:
                     outcome = (True, await worker.run(clean, self.broker.storage, plan, throttle))
                 except Exception as e:          # raised below, not as the nursery's exception group
@@ -492,13 +490,6 @@ async def keep_from_starving(pid: int) -> None:
         last = now
 
 
-def release_pause() -> None:
-    """Between two cuts of a segment file being freed (state/log.py's release_files, in a worker thread, after a
-    cleaning's swap or for segments gone below the log start): at 4 MiB a cut, the blocks of 1 GiB go in about 2.6
-    s instead of at once, and the broker's own fsyncs meanwhile wait less."""
-    time.sleep(RELEASE_PAUSE_S)
-
-
 def _read_answer(pipe) -> tuple[bool, Any]:
     try:
         return pickle.loads(pipe.read())
@@ -518,9 +509,9 @@ def _send_and_close(pipe, data: bytes) -> None:
             pass
 
 
-async def _set_when_cancelled(event: threading.Event) -> None:
-    """Sets ``event`` when cancelled: the thread-isolated cleaning's throttle callback then raises CleaningAborted
-    (when the cleaning ended first, setting it does nothing)."""
+async def set_when_cancelled(event: threading.Event) -> None:
+    """Sets ``event`` when cancelled, for a worker thread to see (a thread-isolated cleaning's throttle callback then
+    raises CleaningAborted; the broker's segment release stops pausing)."""
     try:
         await trio.sleep_forever()
     finally:

@@ -26,7 +26,7 @@ CLEANER_CHECKPOINT_NAME = "cleaner-offset.checkpoint"  # the first dirty offset 
 CLEANED_SUFFIX = ".cleaned"  # a cleaned segment's files as the cleaner writes them
 SWAP_SUFFIX = ".swap"        # ... and while they replace the old segments (a committed swap)
 SEGMENT_KINDS = ("log", "index", "timeindex", "txnindex")
-RELEASE_STEP_BYTES = 4 << 20  # a cleaned-away segment's blocks are freed this many bytes at a time (close_old)
+RELEASE_STEP_BYTES = 4 << 20  # a dropped segment's blocks are freed this many bytes at a time (release_files)
 
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
@@ -1628,23 +1628,29 @@ class CleaningFinish:
         """The swap in memory (owning thread) → how many groups were swapped in."""
         return self.log._commit_finish(self)
 
+    def take_old(self) -> tuple[list, list]:
+        """After ``commit``: the swapped-out segments' files (unlinked already), for ``release_files`` in any
+        thread: (writable handles of their log files, their other open handles)."""
+        old = (self.releasing, self.closing)
+        self.releasing, self.closing = [], []
+        return old
+
     def close_old(self, pause: Callable[[], object] | None = None) -> None:
-        """Close the swapped-out segments' files (unlinked already): any thread, after ``commit``; ``pause``: see
-        ``release_files``."""
-        releasing, self.releasing = self.releasing, []
-        closing, self.closing = self.closing, []
-        release_files(releasing, closing, pause)
+        """``release_files(*take_old(), pause)``: any thread, after ``commit``."""
+        release_files(*self.take_old(), pause)
 
 
-def release_files(writable: list, handles: list, pause: Callable[[], object] | None = None) -> None:
+def release_files(writable: list, handles: list, pause: Callable[[], object] | None = None) -> int:
     """Free the blocks of unlinked segment files and close them (any thread): ``writable``, writable handles of
     their log files, are first cut down RELEASE_STEP_BYTES at a time with ``pause()`` between the cuts (when
     given), then closed, then ``handles``.  Freeing a whole large segment's blocks at once (and, on a filesystem
     mounted with ``discard``, trimming them) holds up the fsyncs of every other file for tens of milliseconds; a
-    step at a time, each holds them up little."""
+    step at a time, each holds them up little.  → the bytes of ``writable`` (as they were)."""
+    freed = 0
     for handle in writable:
         try:
             size = handle.size
+            freed += size
             while pause is not None and size > RELEASE_STEP_BYTES:
                 size -= RELEASE_STEP_BYTES
                 handle.truncate(size)
@@ -1654,3 +1660,4 @@ def release_files(writable: list, handles: list, pause: Callable[[], object] | N
         handle.close()
     for handle in handles:
         handle.close()
+    return freed

@@ -135,8 +135,8 @@ class _StubFinish:
     def files(self) -> None:
         pass
 
-    def close_old(self, pause=None) -> None:
-        pass
+    def take_old(self) -> tuple[list, list]:
+        return [], []
 
 
 def endless_clean(storage, plan: Plan, throttle) -> Result:
