@@ -135,8 +135,8 @@ class CleanerCore:
 
     def begin_finish(self, partition, result):
         """The swap in steps: → an object whose ``files()`` runs in a worker thread (renames, unlinks, fsyncs,
-        index loading), whose ``commit()`` swaps the segment list on the event loop, and whose ``take_old()``
-        gives the old segments' (unlinked) files to free (Broker.release_later)."""
+        index loading) and whose ``commit()`` swaps the segment list on the event loop and retires the old segments
+        (their blocks freed as retention's are: Broker.release_later)."""
         return partition.log.begin_finish(result)
 
 
@@ -354,8 +354,7 @@ class LogCleaner:
                         raise
                     if self._gone(partition):
                         return True
-                    swap.commit()
-                    self.broker.release_later(*swap.take_old())
+                    swap.commit()               # the old segments' blocks: freed by the broker's release task
             except OSError as e:                     # as a failed flush: start-up recovery puts the files right
                 self.failures += 1
                 stats.last_error = str(e)[:200]

@@ -1234,9 +1234,7 @@ class PartitionLog:
                 self._txn_pending.remove(seg)
                 seg.txn_pending = False
             self._retire(seg)
-        if self._retired[0] or self._retired[1]:
-            if self.on_retired is not None:
-                self.on_retired()
+        self._notify_retired()
 
     def _retire(self, seg: _Segment) -> None:
         """A segment gone below the log start at runtime: its files are unlinked now (cheap while one is open) and
@@ -1245,13 +1243,28 @@ class PartitionLog:
         hundreds of milliseconds for a big segment.  A crash before that leaves nothing: the files are gone."""
         seg.deleted = True
         writable, handles = self._retired
-        try:
-            writable.append(self._storage.open_append(seg.path))
-        except OSError:
-            pass                 # freed at its last close instead, at once
+        writable.extend(self._unlink_segment(seg))
         handles.extend(h for h in (seg.handle, seg.txn_handle) if h is not None)
+
+    def _unlink_segment(self, seg: _Segment) -> list:
+        """Remove a segment's files (any thread) → a writable handle of its log file, opened first, for
+        ``release_files`` to free its blocks in steps (none if it could not be opened: the last close frees them)."""
+        try:
+            writable = [self._storage.open_append(seg.path)]
+        except OSError:
+            writable = []
         for path in (seg.path, seg.index_path, seg.time_index_path, seg.txn_index_path):
             self._storage.remove(path, missing_ok=True)
+        return writable
+
+    def _notify_retired(self) -> None:
+        """Retired segments are waiting: the ``on_retired`` listener frees them (take_retired), or, with none, this
+        thread does at once."""
+        if self._retired[0] or self._retired[1]:
+            if self.on_retired is not None:
+                self.on_retired()
+            else:
+                release_files(*self.take_retired())
 
     def take_retired(self) -> tuple[list, list]:
         """The retired segments' files not yet released (see ``_retire``), for ``release_files`` in any thread."""
@@ -1398,17 +1411,15 @@ class PartitionLog:
         as ``begin_finish`` → its ``files()`` → its ``commit()`` on this thread."""
         finish = self.begin_finish(result)
         finish.files()
-        swapped = finish.commit()
-        finish.close_old()
-        return swapped
+        return finish.commit()
 
     def begin_finish(self, result) -> "CleaningFinish":
         """The swap of ``finish_cleaning`` in three steps, so that its file work (renames, unlinks, fsyncs, the new
         segments' indexes) may run in a worker thread: this call (owning thread, cheap) checks each group against
         the segments now and opens the old segments' files (reads keep using them once unlinked); ``files()`` (any
         thread, once) does the file work in the crash-safe order; ``commit()`` (owning thread) swaps the segment
-        list in memory; ``close_old()`` (any thread) closes the old segments' files: the last close of an unlinked
-        file frees its blocks and page cache, tens of milliseconds for a large segment.  Until ``commit`` the log reads the old segments; the log stays marked as being cleaned
+        list in memory and retires the old segments' files as retention does (``_notify_retired``: their blocks are
+        freed off this thread).  Until ``commit`` the log reads the old segments; the log stays marked as being cleaned
         (retention and cleaning leave it alone) and must not be closed meanwhile."""
         self._check_open()
         groups, dropped = [], []
@@ -1451,8 +1462,11 @@ class PartitionLog:
             if tuple(self._segments[i:i + len(old)]) != old:
                 raise OSError(errno.EIO, f"the segments of {self._directory} from offset {group.base_offset} "
                               "changed while their cleaned replacement was swapped in")
-            self._swap_in_memory(i, list(old), new, group, finish.closing)
+            self._swap_in_memory(i, list(old), new, group, self._retired[1])
+        self._retired[0].extend(finish.releasing)
+        finish.releasing = []
         self._cleaner_checkpoint = finish.checkpoint
+        self._notify_retired()
         return len(finish.new)
 
     def _write_cleaner_checkpoint(self, first_dirty: int, gaps_below: int) -> None:
@@ -1473,9 +1487,7 @@ class PartitionLog:
         self._sync_dir()
         # 2. The old segments go.
         for seg in old:       # unlinked only: their open files serve reads until the swap in memory
-            releasing.append(storage.open_append(seg.path))
-            for path in (seg.path, seg.index_path, seg.time_index_path, seg.txn_index_path):
-                storage.remove(path, missing_ok=True)
+            releasing.extend(self._unlink_segment(seg))
         self._sync_dir()
         # 3. .swap -> final names, the index files durably before the log file: so once <base>.log.swap is gone,
         # no index .swap file of this swap is left, and at start-up any such file belongs to an uncommitted one.
@@ -1583,10 +1595,7 @@ class PartitionLog:
             for seg in self._segments:
                 self._retire(seg)
         self.remove_files(self._storage, self._directory)
-        if self.on_retired is not None:
-            self.on_retired()
-        else:
-            release_files(*self.take_retired())
+        self._notify_retired()
 
     @staticmethod
     def remove_files(storage: Storage, directory: str) -> None:
@@ -1609,16 +1618,14 @@ class PartitionLog:
 class CleaningFinish:
     """The swap of one cleaning's result, in steps (``PartitionLog.begin_finish``)."""
 
-    __slots__ = ("log", "result", "groups", "dropped", "checkpoint", "checkpoint_before", "new", "closing",
-                 "releasing")
+    __slots__ = ("log", "result", "groups", "dropped", "checkpoint", "checkpoint_before", "new", "releasing")
 
     def __init__(self, log: "PartitionLog", result, groups, dropped, checkpoint: int) -> None:
         self.log, self.result, self.groups, self.dropped = log, result, groups, dropped
         self.checkpoint = checkpoint
         self.checkpoint_before = log._cleaner_checkpoint
         self.new: list[_Segment] = []
-        self.closing: list = []         # the old segments' open files, once swapped out
-        self.releasing: list = []       # the old log files, writable: cut down bit by bit before the last close
+        self.releasing: list = []       # the old log files, writable (files()): retired by commit()
 
     def files(self) -> None:
         """The renames, unlinks and fsyncs, and the new segments' indexes: any thread."""
@@ -1628,16 +1635,6 @@ class CleaningFinish:
         """The swap in memory (owning thread) → how many groups were swapped in."""
         return self.log._commit_finish(self)
 
-    def take_old(self) -> tuple[list, list]:
-        """After ``commit``: the swapped-out segments' files (unlinked already), for ``release_files`` in any
-        thread: (writable handles of their log files, their other open handles)."""
-        old = (self.releasing, self.closing)
-        self.releasing, self.closing = [], []
-        return old
-
-    def close_old(self, pause: Callable[[], object] | None = None) -> None:
-        """``release_files(*take_old(), pause)``: any thread, after ``commit``."""
-        release_files(*self.take_old(), pause)
 
 
 def release_files(writable: list, handles: list, pause: Callable[[], object] | None = None) -> int:

@@ -135,9 +135,6 @@ class _StubFinish:
     def files(self) -> None:
         pass
 
-    def take_old(self) -> tuple[list, list]:
-        return [], []
-
 
 def endless_clean(storage, plan: Plan, throttle) -> Result:
     """A cleaning that never ends by itself: only its throttle callback (an abort) or a kill ends it."""

@@ -879,8 +879,9 @@ def test_removed_abort_marker_takes_its_index_entry_with_it():
 
 
 def test_old_segments_are_cut_down_step_by_step_then_closed(tmp_path, monkeypatch):
-    """close_old(pause) frees a cleaned-away log file RELEASE_STEP_BYTES at a time, pause() between the cuts, and
-    leaves no descriptor of a deleted file open; without pause it closes at once."""
+    """The swap's commit retires the old segments as retention does (on_retired, take_retired); release_files(pause)
+    frees a cleaned-away log file RELEASE_STEP_BYTES at a time, pause() between the cuts, and leaves no descriptor of
+    a deleted file open."""
     import math
     import os
 
@@ -892,13 +893,16 @@ def test_old_segments_are_cut_down_step_by_step_then_closed(tmp_path, monkeypatc
     w.roll()
     w.data([(b"t", b"t")])
     plan = w.log.cleanable(10_000, None, EAGER)
+    told = []
+    w.log.on_retired = lambda: told.append(1)
     finish = w.log.begin_finish(cleaner.clean(w.log.storage, plan))
     finish.files()
-    assert finish.commit() > 0
-    sizes = [h.size for h in finish.releasing]
+    assert finish.commit() > 0 and told == [1]
+    writable, handles = w.log.take_retired()
+    sizes = [h.size for h in writable]
     assert len(sizes) >= 2 and set(sizes) <= {ref.size for ref in plan.segments}
     cuts = []
-    finish.close_old(lambda: cuts.append(1))
+    log_mod.release_files(writable, handles, lambda: cuts.append(1))
     assert len(cuts) == sum(math.ceil(s / 256) - 1 for s in sizes)
     fd_dir = "/proc/self/fd"
     if os.path.isdir(fd_dir):
