@@ -23,7 +23,7 @@ import tempfile
 import time
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from produce_consume import create_topic, produce_waiting
 
 # trireme serve with the cleaner's isolation from $TRIREME_BENCH_ISOLATION (the broker itself picks "process").
 LAUNCH = """
@@ -64,19 +64,13 @@ def start(work: str, data: str, port: int, isolation: str, enable: bool):
 
 
 def fill(bootstrap: str, mb: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for topic, config in (("big", {"cleanup.policy": "compact", "segment.bytes": str(8 << 20)}), ("lat", {})):
-        admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(30)
+    create_topic(bootstrap, "big", 1, configs={"cleanup.policy": "compact", "segment.bytes": str(8 << 20)})
+    create_topic(bootstrap, "lat", 1)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": 1, "batch.size": 1 << 20,
                          "queue.buffering.max.kbytes": 1 << 20})
     value = os.urandom(200)
     for i in range(mb * 1024 * 1024 // 220):
-        while True:
-            try:
-                producer.produce("big", key=b"k%d" % (i % 50000), value=value)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_waiting(producer, "big", key=b"k%d" % (i % 50000), value=value)
         if i % 10000 == 0:
             producer.poll(0)
     producer.flush(300)

@@ -61,17 +61,12 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
-    NewTopic,
     ResourceType,
 )
-from produce_consume import Server, ServerStats, make_payloads, parse_size, percentile
+from produce_consume import (Server, ServerStats, create_topic, make_payloads, parse_size, percentile,
+                             produce_waiting)
 
 DAY_MS = 86_400_000
-
-
-def create_topic(bootstrap: str, topic: str, config: dict[str, str]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1, config=config)], operation_timeout=30)[topic].result(30)
 
 
 def set_topic_config(bootstrap: str, topic: str, name: str, value: str) -> None:
@@ -97,12 +92,7 @@ def load(bootstrap: str, topic: str, total: int, record_size: int, keys: int) ->
     start = time.monotonic()
     for i in range(n):
         key = b"key-%d" % rnd.randrange(keys)
-        while True:
-            try:
-                p.produce(topic, payloads[i % len(payloads)], key, partition=0, on_delivery=report)
-                break
-            except BufferError:
-                p.poll(0.05)
+        produce_waiting(p, topic, payloads[i % len(payloads)], key, partition=0, on_delivery=report)
         if i % 1000 == 0:
             p.poll(0)
     p.flush(600)
@@ -298,9 +288,10 @@ def one_round(args) -> dict:
         stats = ServerStats(server.proc.pid)
         metrics_url = server.metrics_url()
         bootstrap = server.bootstrap
-        create_topic(bootstrap, "dirty", {"cleanup.policy": "compact", "segment.bytes": str(args.segment_bytes),
-                                          "min.compaction.lag.ms": str(DAY_MS)})
-        create_topic(bootstrap, "probe", {})
+        create_topic(bootstrap, "dirty", 1, configs={"cleanup.policy": "compact",
+                                                     "segment.bytes": str(args.segment_bytes),
+                                                     "min.compaction.lag.ms": str(DAY_MS)})
+        create_topic(bootstrap, "probe", 1)
         loaded = load(bootstrap, "dirty", args.bytes, args.record_size, args.keys)
         print(f"load: {loaded['records']} records, {args.bytes / 2**20:.0f} MiB in {loaded['seconds']:.1f} s "
               f"({loaded['mb_per_s']:.1f} MB/s), {loaded['failed']} failed")

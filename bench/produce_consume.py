@@ -319,6 +319,16 @@ def make_payloads(record_size: int) -> list[bytes]:
     return pool
 
 
+def produce_waiting(producer, *args, **kwargs) -> None:
+    """``producer.produce(*args, **kwargs)``, serving callbacks and retrying while its local queue is full."""
+    while True:
+        try:
+            producer.produce(*args, **kwargs)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
 def percentile(sorted_values, q: float):
     if not sorted_values:
         return None
@@ -326,9 +336,11 @@ def percentile(sorted_values, q: float):
     return sorted_values[i]
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, client_props: dict | None = None) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int, client_props: dict | None = None,
+                 configs: dict[str, str] | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, **(client_props or {})})
-    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)],
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
+                                            config=configs or {})],
                                   operation_timeout=30, request_timeout=30)
     for future in futures.values():
         try:
