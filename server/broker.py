@@ -35,6 +35,7 @@ from .limits import Limits, out_of_descriptors
 from .log_cleaner import LogCleaner, set_when_cancelled
 from .local_peer import LocalPeer
 from .metrics import Metrics
+from .postgresql.engine import DatabaseUnavailable, PartitionAppend, PostgresEngine, load_partition, rows_of
 from .quotas import ClientQuotaManager
 from .security import Security
 from .startup import StartupError, StartupInterrupted, os_reason
@@ -63,6 +64,9 @@ RELEASE_PAUSE_S = 0.05
 # How long a flush round waits, at most, for the rest of a client's burst of requests (gather_burst).  trio's timers
 # wake at millisecond steps, so this is about the least that can be asked; a burst that comes whole ends it sooner.
 BURST_WAIT_S = 0.001
+# With the PostgreSQL engine, a commit round takes at most this many bytes of each partition (the rest goes in the
+# next round): one transaction stays bounded whatever backlog an outage left.
+ROUND_BYTES = 8 << 20
 
 
 def _check_partition_count(count: int) -> None:
@@ -95,11 +99,15 @@ class Partition:
     producers: ProducerStateManager
     config: PartitionConfig
     storage_error: str | None = None       # set when a write or an fsync failed: the partition is offline
-    storage_full: bool = False             # ... for want of space: back online once its failed write succeeds
+    storage_retrying: bool = False         # ... for want of space or of the database: back online once a retry succeeds
     directory: str = ""
     snapshot_offset: int | None = None     # the producer state snapshot start-up began from (None: none)
     snapshot_size: int = 0                 # the log's size when the last snapshot was taken
     runtime: object = None                 # the coordinator runtime whose internal log this is: it appends here
+    # With the PostgreSQL engine: the leader epoch this broker leads the partition's row with (its commits are
+    # fenced by it), and whether the row may not exist yet (created while this broker runs).
+    database_epoch: int = 0
+    database_new: bool = False
 
     @property
     def leader_epoch(self) -> int:
@@ -165,6 +173,9 @@ class Broker:
         try:
             self._start(config, storage, listen or f"{config.listen_host}:{config.listen_port}",
                         stop_requested or (lambda: False))
+        except DatabaseUnavailable as e:
+            self._abandon_start()
+            raise StartupError(f"cannot load the partitions from {config['trireme.storage']}: {e}") from None
         except OSError as e:
             self._abandon_start()
             raise StartupError(f"cannot load data directory {config.data_dir}: {os_reason(e)}"
@@ -193,6 +204,9 @@ class Broker:
             log.info("loading data directory %s", os.path.abspath(config.data_dir))
             storage = FileStorage(config.data_dir, max_open_files=self.limits.max_open_files)
         self.storage = storage
+        self.engine: PostgresEngine | None = None
+        if str(config["trireme.storage"]).lower() == "postgresql":
+            self.engine = self._start_engine(config)
         self.metrics = Metrics()
         self.security = Security(config)
         self.quotas = ClientQuotaManager(config, self.security.client_quotas, self.metrics)
@@ -207,14 +221,18 @@ class Broker:
             raise StartupError(f"data directory {config.data_dir}: {e}") from None
         self.node_id = self.meta.node_id
         self.cluster_id = self.meta.cluster_id
-        self.fsync = bool(config["trireme.fsync.enable"])
+        if self.engine is not None:
+            self.cluster_id = self.engine.start(self.meta.cluster_id)
+        # With the PostgreSQL engine every answer waits for its commit (the flush round's transaction).
+        self.fsync = bool(config["trireme.fsync.enable"]) or self.engine is not None
         # Kafka's flush policy, when either property is set: acknowledge after the write, fsync on the interval.
-        self.ack_before_flush = self.fsync and any(name in config.values for name in (
+        self.ack_before_flush = self.fsync and self.engine is None and any(name in config.values for name in (
             "log.flush.interval.messages", "log.flush.interval.ms"))
         self.flush_interval_messages = config["log.flush.interval.messages"]
         self.flush_interval_ms = config["log.flush.interval.ms"]
         self._dirty: set[Partition] = set()
         self._dirty_event = trio.Event()
+        self._deleted_in_database: list = []   # deleted partitions the next commit round removes (PostgreSQL engine)
         self._bursts: set = set()               # connections in a burst a flush round waits for (gather_burst)
         self._bursts_over: trio.Event | None = None
         self._hw_event = trio.Event()
@@ -252,15 +270,35 @@ class Broker:
 
     # --- partitions --------------------------------------------------------------------------
 
-    def _open_partition(self, topic: Topic, index: int, config: dict[str, str] | None = None) -> Partition:
-        """Open (recovering) a partition's log, rebuild its producer state from the batch headers."""
+    def _start_engine(self, config: Config) -> PostgresEngine:
+        dsn = config["trireme.storage.postgresql.dsn"]
+        if not dsn:
+            raise StartupError("trireme.storage=postgresql needs trireme.storage.postgresql.dsn")
+        ignored = [name for name in ("trireme.fsync.enable", "log.flush.interval.messages", "log.flush.interval.ms")
+                   if name in config.values]
+        if ignored:
+            log.warning("%s: no effect with trireme.storage=postgresql (answers wait for the database's commit)",
+                        ", ".join(ignored))
+        return PostgresEngine(dsn, config["node.id"])
+
+    def _open_partition(self, topic: Topic, index: int, config: dict[str, str] | None = None, *,
+                        new: bool = False) -> Partition:
+        """Open (recovering) a partition's log, rebuild its producer state from the batch headers.  With the
+        PostgreSQL engine the log is a cache, rebuilt from the database's rows unless the partition is ``new``."""
         cfg = config or self.topic_config(topic)
+        directory = f"logs/{topic.name}-{index}"
+        if self.engine is not None and self.storage.exists(directory):
+            PartitionLog.remove_files(self.storage, directory)
         plog = PartitionLog.open(
-            self.storage, f"logs/{topic.name}-{index}",
-            **log_settings(cfg), now_ms=now_ms(), unsafe_no_fsync=not self.fsync,
+            self.storage, directory,
+            **log_settings(cfg), now_ms=now_ms(), unsafe_no_fsync=not self.fsync or self.engine is not None,
             ack_before_flush=self.ack_before_flush, write_behind=True)
         plog.on_retired = lambda: self.release_later(*plog.take_retired())
-        directory = f"logs/{topic.name}-{index}"
+        database_epoch = 0
+        if self.engine is not None:
+            plog.on_log_start_moved = lambda: self._log_start_moved(topic.name, index)
+            if not new:
+                database_epoch = load_partition(self.engine, (topic.topic_id, index), plog, now_ms())
         producers, start = self._load_producer_snapshot(plog, directory)
         for header in plog.iter_batch_headers(start):
             if not header.is_control:
@@ -275,7 +313,8 @@ class Broker:
                 plog.add_aborted_txn(AbortedTxn(header.producer_id, first_offset, header.base_offset,
                                                 header.base_offset + 1 if unstable is None else unstable))
         partition = Partition(topic, index, plog, producers, PartitionConfig.of(cfg), directory=directory,
-                              snapshot_offset=start, snapshot_size=plog.size_bytes)
+                              snapshot_offset=start, snapshot_size=plog.size_bytes, database_epoch=database_epoch,
+                              database_new=new and self.engine is not None)
         self.partitions[(topic.name, index)] = partition
         return partition
 
@@ -302,7 +341,7 @@ class Broker:
     def _snapshot_bytes(self, p: Partition) -> tuple[str, bytes] | None:
         """A snapshot of ``p``'s producer state, if everything it covers is durable (log end = high watermark),
         so that a crash never leaves a snapshot ahead of the log or of its aborted-transaction index."""
-        if p.storage_error or p.log.log_end_offset != p.log.durable_offset:
+        if p.storage_error or p.log.log_end_offset != p.log.durable_offset or self.engine is not None:
             return None
         p.snapshot_size = p.log.size_bytes
         return f"{p.directory}/{PRODUCER_SNAPSHOT}", p.producers.snapshot()
@@ -372,7 +411,7 @@ class Broker:
         try:
             for index in indexes:
                 self._remove_partition_files(topic.name, index)
-                opened.append(self._open_partition(topic, index))
+                opened.append(self._open_partition(topic, index, new=True))
         except OSError as e:
             for p in opened:
                 del self.partitions[(topic.name, p.index)]
@@ -437,6 +476,9 @@ class Broker:
             partition = self.partitions.pop((name, index), None)
             if partition is not None:
                 self._dirty.discard(partition)
+                if self.engine is not None:
+                    self._deleted_in_database.append((topic.topic_id, index))
+                    self._dirty_event.set()
                 try:
                     partition.log.delete()
                 except OSError as e:
@@ -518,7 +560,7 @@ class Broker:
                 self._out_of_space(partition, error)
             return                              # offline already (retrying, or until restart)
         partition.storage_error = repr(error)
-        partition.storage_full = False
+        partition.storage_retrying = False
         log.error("storage error, partition %s-%d is offline until restart: %r",
                   partition.topic.name, partition.index, error)
         self._wake_waiters()
@@ -534,7 +576,7 @@ class Broker:
         writes.  What was acknowledged is durable already; what was appended but not yet durable was not
         acknowledged, is kept, and becomes durable (and visible) with the retry."""
         partition.storage_error = f"disk full: {error.strerror or error!r}"
-        partition.storage_full = True
+        partition.storage_retrying = True
         log.error("partition %s-%d is offline: disk full (%s); writes refused with KAFKA_STORAGE_ERROR and retried "
                   "until space returns", partition.topic.name, partition.index, error.strerror or repr(error))
         self._full_event.set()
@@ -547,17 +589,22 @@ class Broker:
             await self._full_event.wait()
             self._full_event = trio.Event()
             delay = STORAGE_RETRY_FIRST_S
-            while any(p.storage_full for p in self.partitions.values()):
+            while any(p.storage_retrying for p in self.partitions.values()):
                 await trio.sleep(delay)
-                for p in [p for p in self.partitions.values() if p.storage_full]:
+                for p in [p for p in self.partitions.values() if p.storage_retrying]:
                     await self._retry_full(p)
                 delay = min(delay * 2, STORAGE_RETRY_MAX_S)
 
     async def _retry_full(self, p: Partition) -> None:
         """One retry of a full partition's write, once there is free space: flush what it holds; on success the
-        partition is back online and its coordinator, if any, resumes."""
+        partition is back online and its coordinator, if any, resumes.  With the PostgreSQL engine the next commit
+        round is the retry (_commit_round brings the partition back)."""
         if self.partitions.get((p.topic.name, p.index)) is not p:
             return                              # deleted meanwhile
+        if self.engine is not None:
+            self._dirty.add(p)
+            self._dirty_event.set()
+            return
         free = self.storage.available_bytes(p.directory)
         if free is not None and free < STORAGE_RETRY_FREE_BYTES:
             return
@@ -565,19 +612,22 @@ class Broker:
         try:
             await trio.to_thread.run_sync(p.log.flush, target)
         except OSError as e:
-            if p.storage_full and not out_of_space(e) and not out_of_descriptors(e) \
+            if p.storage_retrying and not out_of_space(e) and not out_of_descriptors(e) \
                     and self.partitions.get((p.topic.name, p.index)) is p:
                 self.storage_failed(p, e)       # offline until restart (logged once there)
             return
-        if not p.storage_full or self.partitions.get((p.topic.name, p.index)) is not p:
+        if not p.storage_retrying or self.partitions.get((p.topic.name, p.index)) is not p:
             return                              # failed otherwise, or deleted, meanwhile
         p.log.flush_done(target)
-        p.storage_full = False
+        self._back_online(p)
+        self._wake_waiters()
+
+    def _back_online(self, p: Partition) -> None:
+        p.storage_retrying = False
         p.storage_error = None
         log.warning("partition %s-%d is back online: its writes succeed again", p.topic.name, p.index)
         if p.runtime is not None:
             p.runtime.storage_recovered()
-        self._wake_waiters()
 
     def durable_or_lost(self, partition: Partition, offset: int) -> bool:
         """Whether :meth:`wait_durable` would return at once: ``offset`` is durable, or never will be."""
@@ -673,6 +723,9 @@ class Broker:
             self._dirty_event = trio.Event()
             batch = [(p, p.log.flush_begin()) for p in self._dirty]
             self._dirty.clear()
+            if self.engine is not None:
+                await self._commit_round(worker, batch)
+                continue
             started = time.perf_counter()
             failures, worker_seconds = await worker.run(self._flush_all, batch, fan_out)
             self.metrics.observe_fsync(time.perf_counter() - started, worker_seconds, len(batch))
@@ -696,6 +749,71 @@ class Broker:
                 log.warning("out of file descriptors: %d partition(s) not flushed, retrying", len(self._dirty))
                 await trio.sleep(0.1)
                 self._dirty_event.set()
+
+    async def _commit_round(self, worker: WorkerThread, batch) -> None:
+        """A flush round with the PostgreSQL engine: one database transaction commits every partition's batches
+        since its last commit (at most ROUND_BYTES of each: the rest goes in the next round), then their high
+        watermarks move.  The database unreachable: every partition of the round is offline until a retry commits
+        (run_storage_retry, as for a full disk), with nothing acknowledged lost and nothing appended dropped."""
+        appends = []
+        for p, _target in batch:
+            if self.partitions.get((p.topic.name, p.index)) is not p:
+                continue                        # deleted meanwhile
+            start = p.log.durable_offset
+            rows, end = rows_of(p.log, start, p.log.log_end_offset, ROUND_BYTES)
+            appends.append((p, PartitionAppend((p.topic.topic_id, p.index), p.database_epoch, start, end,
+                                               p.log.log_start_offset, rows, p.database_new)))
+        deleted, self._deleted_in_database = self._deleted_in_database, []
+        started = time.perf_counter()
+        try:
+            refused = await worker.run(self.engine.commit, [a for _, a in appends], deleted)
+        except DatabaseUnavailable as e:
+            self._deleted_in_database[:0] = deleted
+            self._database_unavailable([p for p, _ in appends], e)
+            return
+        self.metrics.observe_fsync(time.perf_counter() - started, time.perf_counter() - started, len(appends))
+        for p, a in appends:
+            row = refused.get(a.key)
+            if row is None:
+                p.database_new = False
+                p.log.flush_done(a.end_offset)
+            elif row.leader_id == self.node_id and row.leader_epoch == a.leader_epoch \
+                    and a.from_offset < row.log_end_offset <= p.log.log_end_offset:
+                p.log.flush_done(row.log_end_offset)    # a commit whose answer was lost did commit
+            else:
+                self.storage_failed(p, OSError(
+                    f"fenced: the database has partition {p.topic.name}-{p.index} led by node {row.leader_id} at "
+                    f"leader epoch {row.leader_epoch} (this broker led it at {a.leader_epoch})"))
+                continue
+            if p.storage_retrying:
+                self._back_online(p)
+            if p.log.durable_offset < p.log.log_end_offset:
+                self._dirty.add(p)
+        self._wake_waiters()
+        if self._dirty:
+            self._dirty_event.set()
+
+    def _database_unavailable(self, partitions: list[Partition], error: DatabaseUnavailable) -> None:
+        """A commit failed: its partitions go offline (appends refused with KAFKA_STORAGE_ERROR, waiters answered)
+        and run_storage_retry retries them with a backoff until a commit succeeds."""
+        newly = [p for p in partitions if p.storage_error is None]
+        for p in newly:
+            p.storage_error = f"database unavailable: {error}"
+            p.storage_retrying = True
+        if newly:
+            log.error("%d partition(s) offline: %s; writes refused with KAFKA_STORAGE_ERROR and retried until the "
+                      "database answers", len(newly), error)
+        self._dirty.update(partitions)
+        self._full_event.set()
+        self._wake_waiters()
+
+    def _log_start_moved(self, topic: str, index: int) -> None:
+        """With the PostgreSQL engine: a partition's log start moved (retention, DeleteRecords, a coordinator's
+        compaction): the next commit round moves its row's and deletes the rows below it."""
+        p = self.partitions.get((topic, index))
+        if p is not None:
+            self._dirty.add(p)
+            self._dirty_event.set()
 
     def _write_snapshots(self, snapshots) -> None:
         for path, data in snapshots:
@@ -786,6 +904,8 @@ class Broker:
                 p.log.close()
             except OSError as e:
                 log.error("final flush of %s-%d failed: %r", p.topic.name, p.index, e)
+        if self.engine is not None:
+            self.engine.close()
         if self.data_dir_lock is not None:
             self.data_dir_lock.release()        # after the last write: the next broker may start
 

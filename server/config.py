@@ -216,6 +216,13 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
         "", "SCRAM users created when the data directory is new (no ACL, user or quota stored yet), in kafka-storage "
             "format --add-scram's form (SCRAM-SHA-512=[name=admin,password=...]), several separated by ';'.  Ignored "
             "afterwards."),
+    "trireme.storage": (
+        "local", "Where partition logs are durable: local (segments in the data directory, fsynced) or postgresql "
+                 "(rows in the database trireme.storage.postgresql.dsn names; the data directory holds a cache).  "
+                 "See docs/operations.md."),
+    "trireme.storage.postgresql.dsn": (
+        "", "With trireme.storage=postgresql: the database, as a libpq connection string or "
+            "postgresql://user:password@host:port/dbname URL."),
     "trireme.fsync.enable": (True, "fsync before answering acks=1/all produce requests. false trades "
                                    "crash safety of acknowledged data for speed (Kafka's own default)."),
     "trireme.fsync.threads": (4, "How many partitions a group commit fsyncs at once (1-64; 1: one after "
@@ -341,6 +348,7 @@ FLOAT_RANGES = {"log.cleaner.io.max.bytes.per.second": (1.0, float("inf")),
                 "log.cleaner.min.cleanable.ratio": (0.0, 1.0)}
 # String properties with a fixed set of values (any case; kept upper case).
 CHOICES = {"trireme.log.level": ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL"),
+           "trireme.storage": ("LOCAL", "POSTGRESQL"),
            "ssl.client.auth": ("NONE", "REQUESTED", "REQUIRED"),
            "security.inter.broker.protocol": SECURITY_PROTOCOLS}
 # Kafka's other forms of a property in other units, most precise first: (name, factor to the property's unit).
@@ -374,7 +382,7 @@ def read_by_sasl(name: str) -> bool:
     return prop == "sasl.jaas.config" or (prop.startswith("sasl.") and prop in PROPERTIES)
 # Properties whose values are secrets: DescribeConfigs answers them as Kafka answers its PASSWORD configs (value
 # null, is_sensitive), and nothing logs them.
-SENSITIVE_PROPERTIES = frozenset({"trireme.storage.add.scram", "sasl.jaas.config", "ssl.keystore.key", "ssl.key.password",
+SENSITIVE_PROPERTIES = frozenset({"trireme.storage.add.scram", "trireme.storage.postgresql.dsn", "sasl.jaas.config", "ssl.keystore.key", "ssl.key.password",
                                   "ssl.keystore.password", "ssl.truststore.password", "ssl.keystore.certificate.chain",
                                   "ssl.truststore.certificates"})
 # String properties that hold a comma list of TOPIC-PARTITION (see :func:`partition_list`).

@@ -219,7 +219,7 @@ class StatusPage:
             name = _e(topic) + (' <span class="tag">internal</span>' if p.topic.is_internal else "")
             if p.storage_error:
                 name += f' <span class="tag bad" title="{_e(p.storage_error)}">' \
-                        f'{"offline: disk full" if p.storage_full else "offline"}</span>'
+                        f'{"offline: retrying" if p.storage_retrying else "offline"}</span>'
             rows.append([name, _e(index), _e(p.log.log_start_offset), _e(hw), _e(lso), held,
                          f'<span title="{_e(p.log.size_bytes)} bytes">{_e(_size(p.log.size_bytes))}</span>',
                          _e(len(p.producers)), self._compaction(p, ratios.get((topic, index)), now)])

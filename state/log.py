@@ -398,6 +398,7 @@ class PartitionLog:
         # freed: (writable handles of their log files, their other open handles) for take_retired.
         self._retired: tuple[list, list] = ([], [])
         self.on_retired: Callable[[], object] | None = None   # told when _retired gains something
+        self.on_log_start_moved: Callable[[], object] | None = None   # told when the log start offset moves
 
     def configure(self, *, segment_bytes: int, retention_ms: int, retention_bytes: int,
                   segment_ms: int = _INT64_MAX, segment_jitter_ms: int = 0) -> None:
@@ -706,12 +707,14 @@ class PartitionLog:
     # --- append ---
 
     def append(self, buf: bytearray | memoryview, batches: Sequence[tuple[int, object]], now_ms: int,
-               log_append_time: bool = False) -> tuple[int, int, int]:
+               log_append_time: bool = False, *, keep_offsets: bool = False) -> tuple[int, int, int]:
         """Assign offsets to validated, contiguous v2 batches in `buf` and write them; no fsync.
 
         Rewrites each batch's base offset in place (and with `log_append_time` its timestamp
         type and max timestamp, recomputing the CRC). Returns (first offset, last offset,
-        log append time or -1).
+        log append time or -1).  With `keep_offsets` the batches keep the offsets they carry (a copy of a log
+        kept elsewhere, as Kafka's appendAsFollower): the first must not be below the log end, and offsets may
+        leave gaps, as a cleaned log's do.
         """
         self._check_open()
         if not batches:
@@ -725,8 +728,14 @@ class PartitionLog:
             end = pos + header.batch_length + LOG_OVERHEAD
             count += header.last_offset_delta + 1
         total = end - first_pos
-        base_offset = self.log_end_offset
-        last_offset = base_offset + count - 1
+        if keep_offsets:
+            base_offset = batches[0][1].base_offset
+            last_offset = batches[-1][1].base_offset + batches[-1][1].last_offset_delta
+            if base_offset < self.log_end_offset:
+                raise ValueError(f"batch at {base_offset} is below the log end {self.log_end_offset}")
+        else:
+            base_offset = self.log_end_offset
+            last_offset = base_offset + count - 1
 
         seg = self._segments[-1]
         if seg.size > 0 and (seg.size + total > self.segment_bytes or last_offset - seg.base_offset > _INT32_MAX
@@ -734,12 +743,13 @@ class PartitionLog:
             seg = self._roll(now_ms)
 
         view = memoryview(buf)
-        offset = base_offset
-        for pos, header in batches:
-            _INT64.pack_into(view, pos, offset)
-            if log_append_time:
-                set_log_append_time(view, pos, now_ms)
-            offset += header.last_offset_delta + 1
+        if not keep_offsets:
+            offset = base_offset
+            for pos, header in batches:
+                _INT64.pack_into(view, pos, offset)
+                if log_append_time:
+                    set_log_append_time(view, pos, now_ms)
+                offset += header.last_offset_delta + 1
 
         if self._write_behind and (seg.tail or total < WRITE_BEHIND_MAX):
             if not seg.tail:
@@ -761,6 +771,8 @@ class PartitionLog:
         offset = base_offset
         for pos, header in batches:
             size = header.batch_length + LOG_OVERHEAD
+            if keep_offsets:
+                offset = header.base_offset
             next_offset = offset + header.last_offset_delta + 1
             seg.track(file_pos, offset, next_offset, now_ms if log_append_time else header.max_timestamp, size)
             file_pos += size
@@ -1221,6 +1233,8 @@ class PartitionLog:
         data = f"0\n{offset}\n".encode("ascii")
         self._storage.write_atomic(self._path(CHECKPOINT_NAME), data, durable=not self._unsafe)
         self._log_start = offset
+        if self.on_log_start_moved is not None:
+            self.on_log_start_moved()
         while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
             seg = self._segments.pop(0)
             self._bases.pop(0)
@@ -1234,6 +1248,29 @@ class PartitionLog:
                 self._txn_pending.remove(seg)
                 seg.txn_pending = False
             self._retire(seg)
+        self._notify_retired()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and start the log empty at `offset` (Kafka's truncateFullyAndStartAt: a copy of a log
+        kept elsewhere whose start is past everything here).  The new log start is checkpointed first; the old
+        segments are retired as retention's are."""
+        self._check_open()
+        if self._cleaning is not None:
+            raise ValueError("cannot truncate a log while it is being cleaned")
+        self._storage.write_atomic(self._path(CHECKPOINT_NAME), f"0\n{offset}\n".encode("ascii"),
+                                   durable=not self._unsafe)
+        for seg in self._segments:
+            self._retire(seg)
+        fresh = _Segment(offset, self._segment_path(offset))
+        fresh.handle = self._storage.open_append(fresh.path)
+        fresh.handle.truncate(0)
+        self._segments, self._bases = [fresh], [offset]
+        self._log_start = self._hw = offset
+        self._unpersisted = []
+        self._aborted, self._aborted_last, self._aborted_floor = [], array("q"), array("q")
+        self._txn_pending = []
+        self._plans.clear()
+        self._dir_generation += 1
         self._notify_retired()
 
     def _retire(self, seg: _Segment) -> None:

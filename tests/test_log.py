@@ -1469,3 +1469,50 @@ def test_write_behind_writes_large_batches_at_once_unless_small_ones_are_pending
     assert _segment_file_bytes(storage, log) == log.size_bytes
     log.close()
     assert values_of(read_all(open_log(storage))) == first + small + second
+
+
+# --- a copy of a log kept elsewhere (the PostgreSQL engine's cache) ---------------------------------------------
+
+
+def test_appending_with_kept_offsets_copies_another_logs_batches_gaps_included(storage):
+    """keep_offsets: the batches keep the offsets they carry, gaps (a cleaned log's) stay gaps, reads find them by
+    offset, and the log end follows the last batch; a batch below the log end is refused and changes nothing."""
+    source = PartitionLog.open(storage, "source", now_ms=0, **WRITE_BEHIND)
+    for i in range(4):
+        append(source, make_batch([b"v%d" % i, b"w%d" % i]))
+    source.sync()
+    copied = bytearray(read_all(source))
+    hs = headers(copied)
+    gap = bytearray(b"".join(bytes(copied[p:p + h.size]) for p, h in (hs[0], hs[2], hs[3])))
+    copy = PartitionLog.open(storage, "copy", now_ms=0, **WRITE_BEHIND)
+    first, last, _ = copy.append(gap, headers(gap), 5_000, keep_offsets=True)
+    assert (first, last, copy.log_end_offset) == (0, 7, 8)
+    copy.sync()
+    assert [h.base_offset for _, h in headers(read_all(copy))] == [0, 4, 6]
+    assert [h.base_offset for _, h in headers(copy.read(2, 1 << 20, 8))] == [4, 6]
+    assert values_of(read_all(copy)) == [b"v0", b"w0", b"v2", b"w2", b"v3", b"w3"]
+    again = bytearray(copied[hs[1][0]:hs[1][0] + hs[1][1].size])
+    with pytest.raises(ValueError):
+        copy.append(again, headers(again), 5_000, keep_offsets=True)
+    assert copy.log_end_offset == 8
+
+
+def test_truncate_fully_and_start_at_empties_the_log_and_starts_it_at_the_offset(storage):
+    """Everything goes; the log is empty from the new start (checkpointed: a reopen keeps it), and appends go on
+    from there."""
+    log = PartitionLog.open(storage, "p", now_ms=0, segment_bytes=200, **WRITE_BEHIND)
+    for i in range(6):
+        append(log, make_batch([b"x" * 60]))
+    log.add_aborted_txn(AbortedTxn(7, 1, 2, 1))
+    log.sync()
+    assert len(log.segment_base_offsets) > 1
+    log.truncate_fully_and_start_at(40)
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (40, 40, 40)
+    assert log.segment_base_offsets == [40] and log.aborted_txns(0, 100) == []
+    assert append(log, make_batch([b"after"]))[0] == 40
+    log.sync()
+    log.close()
+    reopened = PartitionLog.open(storage, "p", now_ms=0, **WRITE_BEHIND)
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (40, 41)
+    assert values_of(read_all(reopened)) == [b"after"]
+    assert sorted(n for n in storage.list("p") if n.endswith(".log")) == [f"{40:020d}.log"]

@@ -89,13 +89,13 @@ def test_full_disk_refuses_writes_then_the_retry_brings_the_partition_back(size,
         storage.full = True
         error, _ = await _produce(b, [b"refused" + b"x" * size])
         assert error == E.KAFKA_STORAGE_ERROR.code
-        assert p.storage_full and p.storage_error
+        assert p.storage_retrying and p.storage_error
         await trio.sleep(0.3)               # many retries while the disk stays full
-        assert p.storage_full
+        assert p.storage_retrying
         assert (await _produce(b, [b"while-full"]))[0] == E.KAFKA_STORAGE_ERROR.code     # refused, not queued
         assert _values(p) == [b"acked-%d" % i for i in range(3)]
         storage.full = False
-        await _until(lambda: not p.storage_full, "the partition back online")
+        await _until(lambda: not p.storage_retrying, "the partition back online")
         assert p.storage_error is None
         assert await _produce(b, [b"after"]) == (0, p.log.log_end_offset - 1)
     run_with_broker(broker, body)
@@ -118,9 +118,9 @@ def test_a_failed_fsync_stays_offline_until_restart():
         assert (await _produce(b, [b"a"]))[0] == 0
         storage.fail_next_sync()
         assert (await _produce(b, [b"b"]))[0] == E.KAFKA_STORAGE_ERROR.code
-        assert p.storage_error and not p.storage_full
+        assert p.storage_error and not p.storage_retrying
         await trio.sleep(0.3)
-        assert p.storage_error and not p.storage_full
+        assert p.storage_error and not p.storage_retrying
         assert (await _produce(b, [b"c"]))[0] == E.KAFKA_STORAGE_ERROR.code
     run_with_broker(broker, body)
 
@@ -142,7 +142,7 @@ def test_transaction_coordinator_comes_back_and_resumes_the_prepared_transaction
         storage.full = True
         ended = await txn.end_txn("x", init.producer_id, init.producer_epoch, True)
         assert ended.error == E.COORDINATOR_NOT_AVAILABLE.code
-        assert state.storage_full
+        assert state.storage_retrying
         assert (await txn.init_producer_id("y", 60000)).error == E.COORDINATOR_NOT_AVAILABLE.code
         storage.full = False
         await _until(lambda: txn.coordinator.transactions["x"].state is TxnState.COMPLETE_COMMIT,
@@ -179,7 +179,7 @@ def test_a_marker_refused_by_a_full_data_partition_is_written_once_space_returns
         ended = await txn.end_txn("x", init.producer_id, init.producer_epoch, True)
         assert ended.error == 0                                                          # PREPARE is durable
         await trio.sleep(0.3)                                                            # markers refused meanwhile
-        assert p.storage_full and txn.coordinator.transactions["x"].state is TxnState.PREPARE_COMMIT
+        assert p.storage_retrying and txn.coordinator.transactions["x"].state is TxnState.PREPARE_COMMIT
         release.set()
         await _until(lambda: txn.coordinator.transactions["x"].state is TxnState.COMPLETE_COMMIT,
                      "the transaction completed")
@@ -262,7 +262,7 @@ def test_segment_rolls_and_their_indexes_recover_and_survive_a_restart():
         storage.full = True
         assert (await _produce(b, [b"full-" + b"x" * 100]))[0] == E.KAFKA_STORAGE_ERROR.code
         storage.full = False
-        await _until(lambda: not p.storage_full, "t-0 back online")
+        await _until(lambda: not p.storage_retrying, "t-0 back online")
         for i in range(5):
             value = b"after-%d-" % i + b"x" * 100
             assert (await _produce(b, [value]))[0] == 0
@@ -290,7 +290,7 @@ def test_coordinator_compaction_at_start_up_on_a_full_disk_waits_for_space():
     storage.full = True
     broker = Broker(Config(data_dir="<memory:diskfull>"), storage)
     state = broker.transactions.partition
-    assert state.storage_full
+    assert state.storage_retrying
 
     async def body(b):
         assert (await b.transactions.init_producer_id("x", 60000)).error == E.COORDINATOR_NOT_AVAILABLE.code
@@ -319,7 +319,7 @@ def test_group_coordinator_refuses_offset_commits_while_full_and_takes_them_afte
         assert await commit(b, 1) == 0
         storage.full = True
         assert await commit(b, 2) == E.NOT_COORDINATOR.code       # retriable: the client finds the coordinator again
-        assert b.groups.partition.storage_full
+        assert b.groups.partition.storage_retrying
         storage.full = False
         await _until(lambda: not b.groups.partition.storage_error, "__consumer_offsets back online")
         assert await commit(b, 3) == 0
@@ -416,8 +416,8 @@ def test_a_complete_record_refused_while_full_is_written_once_space_returns():
         assert (await txn.end_txn("x", init.producer_id, init.producer_epoch, True)).error == 0
         storage.full = True
         assert (await txn.init_producer_id("y", 60000)).error == E.COORDINATOR_NOT_AVAILABLE.code
-        assert state.storage_full
-        await _until(lambda: p.storage_full, "the marker found t-0 full")
+        assert state.storage_retrying
+        await _until(lambda: p.storage_retrying, "the marker found t-0 full")
         storage.full = False
         await _until(lambda: "x" in txn._not_durable, "the COMPLETE record refused")
         assert any(h.is_control for h in p.log.iter_batch_headers())       # the marker is written

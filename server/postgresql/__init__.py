@@ -1,0 +1,1 @@
+"""The PostgreSQL storage engine (``trireme.storage=postgresql``): partition logs durable as rows in the database."""

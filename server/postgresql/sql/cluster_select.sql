@@ -1,0 +1,1 @@
+SELECT cluster_id, schema_version FROM trireme_cluster;
