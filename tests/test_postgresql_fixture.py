@@ -63,7 +63,7 @@ def test_an_immediate_restart_keeps_what_was_committed_and_nothing_else():
             psycopg.connect(pg.dsn, connect_timeout=5)
         open_txn.close()
         pg.start()
-        assert (pg.port, pg.dsn.rsplit("@", 1)[1]) == (port, f"127.0.0.1:{port}/trireme")
+        assert pg.port == port and f"@127.0.0.1:{port}/" in pg.dsn
         assert pg.pid != pid
         with psycopg.connect(pg.dsn) as conn:
             assert conn.execute("SELECT count(*), min(v), max(v) FROM t").fetchone() == (1000, 1, 1000)
