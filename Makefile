@@ -4,7 +4,8 @@
 #   make clients  - every stock client the compat tests drive: kcat, the
 #                   Apache Kafka Java clients 3.9.0 / 4.3.0 (+ compiled
 #                   harness), kafkajs; chromium + chromedriver for the
-#                   status page's browser test.  Cached under .cache/ and
+#                   status page's browser test; Debian's postgresql (the server
+#                   binaries the tests' throwaway databases run).  Cached under .cache/ and
 #                   compat_tests/js/node_modules; a warm run needs no network.
 #   make serve    - run a broker on 127.0.0.1:9092 with data in ./data
 #   make test     - venv + clients, then the whole test suite (2 workers),
@@ -51,7 +52,7 @@ JS_STAMP      := $(JS_DIR)/node_modules/.trireme-installed
 
 # Modules the test suite imports; used to accept an already-complete venv
 # when pip cannot reach the index (offline re-runs).
-VENV_IMPORTS := trio, re2, crc32c, cramjam, kafka, pytest, xdist, pytest_timeout, hypothesis, confluent_kafka, aiokafka, lz4, zstandard, snappy, trireme.server
+VENV_IMPORTS := trio, re2, crc32c, cramjam, kafka, pytest, xdist, pytest_timeout, hypothesis, confluent_kafka, aiokafka, lz4, zstandard, snappy, psycopg, trireme.server
 
 .PHONY: venv clients sysdeps java-clients js-clients serve test test-spark spark-venv compat clean-clients fuzz fuzz-auth
 
@@ -77,7 +78,9 @@ $(VENV_STAMP): pyproject.toml
 clients: sysdeps java-clients js-clients
 	@echo "clients ready: kcat=$$(command -v kcat) java=$(JAVA_VERSIONS) kafkajs=$$(node -p 'require("./$(JS_DIR)/node_modules/kafkajs/package.json").version')"
 
-# System packages: installed with apt only when missing and we are root.
+# System packages: installed with apt only when missing and we are root.  PostgreSQL (for the tests'
+# throwaway servers, trireme/postgresql.py) counts as present when a server's initdb and postgres are
+# under /usr/lib/postgresql/*/bin, where Debian puts them (psql on PATH is not what the tests use).
 # `apt-get update` runs at most once per invocation.  Always re-checked
 # (cheap); the other client targets depend on it order-only.
 sysdeps:
@@ -88,6 +91,7 @@ sysdeps:
 	command -v npm >/dev/null 2>&1 || pkgs="$$pkgs npm"; \
 	command -v chromium >/dev/null 2>&1 || pkgs="$$pkgs chromium"; \
 	command -v chromedriver >/dev/null 2>&1 || pkgs="$$pkgs chromium-driver"; \
+	ls /usr/lib/postgresql/*/bin/initdb /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || pkgs="$$pkgs postgresql"; \
 	if [ -n "$$pkgs" ]; then \
 	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	        echo "installing:$$pkgs" >&2; \
@@ -99,7 +103,7 @@ sysdeps:
 	    fi; \
 	fi
 	@kcat -V >/dev/null && javac -version >/dev/null 2>&1 && node --version >/dev/null && npm --version >/dev/null \
-	    && chromedriver --version >/dev/null
+	    && chromedriver --version >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null
 
 java-clients: $(JAVA_STAMPS)
 
