@@ -45,11 +45,27 @@ def test_every_rule_backs_a_test():
 def test_quick_run_against_an_external_trireme(server, tmp_path):
     """Every cell of the quick run is filled and none failed; what needs the broker's process or a restart
     command is reported not applicable, with its reason."""
-    done = run_compat("--bootstrap", server.bootstrap, "--name", "external-trireme", "--quick",
-                      "--out", str(tmp_path))
+    check_quick_run(server.bootstrap, tmp_path)
+
+
+def test_quick_run_on_postgresql(postgres_database, tmp_path):
+    """The same quick run against a broker whose partition logs are durable in PostgreSQL
+    (trireme.storage=postgresql): every cell as on the local engine."""
+    server = ServerProcess(tmp_path / "broker", config={"trireme.storage": "postgresql",
+                                                         "trireme.storage.postgresql.dsn": postgres_database})
+    server.start()
+    try:
+        check_quick_run(server.bootstrap, tmp_path / "report")
+        assert "offline" not in server.log_text()           # no commit failed or was fenced
+    finally:
+        server.stop()
+
+
+def check_quick_run(bootstrap: str, out: Path) -> None:
+    done = run_compat("--bootstrap", bootstrap, "--name", "external-trireme", "--quick", "--out", str(out))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    report = json.loads((tmp_path / "external-trireme.json").read_text())
-    assert report["run"]["bootstrap"] == server.bootstrap and report["run"]["is_trireme"] is True
+    report = json.loads((out / "external-trireme.json").read_text())
+    assert report["run"]["bootstrap"] == bootstrap and report["run"]["is_trireme"] is True
     assert report["run"]["mode"] == "quick"
     assert list(report["cells"]) == list(matrix.CLIENTS)
     outcomes = {(c, f): cell["outcome"] for c, row in report["cells"].items() for f, cell in row.items()}
@@ -60,7 +76,7 @@ def test_quick_run_against_an_external_trireme(server, tmp_path):
     spark = report["cells"]["spark"]["produce"]
     assert spark["outcome"] == "n/a" and "TRIREME_CAPTURE_DIR" in spark["message"], spark
     assert sum(o == "pass" for o in outcomes.values()) >= 40
-    text = (tmp_path / "external-trireme.md").read_text()
+    text = (out / "external-trireme.md").read_text()
     assert text.startswith(matrix.GENERATED_BEGIN) and "| kafkajs 2." in text
 
 
