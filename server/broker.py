@@ -27,6 +27,7 @@ from trireme.wire import error_codes as E
 from trireme.wire import records
 
 from .clock import now_ms
+from .cluster import LocalCluster
 from .cluster_metadata import CLUSTER_METADATA_TOPIC, ClusterMetadataService
 from .config import TOPIC_DEFAULT_PROPERTIES, Config
 from .data_dir import DataDirLock
@@ -248,6 +249,7 @@ class Broker:
                 self._open_partition(topic, index)
         log.info("loaded topics=%d partitions=%d in %.3fs", len(self.topics.all()), len(self.partitions),
                  time.perf_counter() - started)
+        self.cluster = LocalCluster(self)
         self.local_peer = LocalPeer(self)
         self.groups = GroupService(config, self, self.open_internal_partition)
         self.transactions = TransactionService(config, self, self.open_internal_partition,

@@ -216,6 +216,7 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
         "", "SCRAM users created when the data directory is new (no ACL, user or quota stored yet), in kafka-storage "
             "format --add-scram's form (SCRAM-SHA-512=[name=admin,password=...]), several separated by ';'.  Ignored "
             "afterwards."),
+    "broker.rack": ("", "This broker's rack, as Metadata and DescribeCluster list it (empty: none)."),
     "trireme.storage": (
         "local", "Where partition logs are durable: local (segments in the data directory, fsynced) or postgresql "
                  "(rows in the database trireme.storage.postgresql.dsn names; the data directory holds a cache).  "
@@ -348,7 +349,8 @@ FLOAT_RANGES = {"log.cleaner.io.max.bytes.per.second": (1.0, float("inf")),
                 "log.cleaner.min.cleanable.ratio": (0.0, 1.0)}
 # String properties with a fixed set of values (any case; kept upper case).
 CHOICES = {"trireme.log.level": ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL"),
-           "trireme.storage": ("LOCAL", "POSTGRESQL"),
+           "broker.rack": ("", "This broker's rack, as Metadata and DescribeCluster list it (empty: none)."),
+    "trireme.storage": ("LOCAL", "POSTGRESQL"),
            "ssl.client.auth": ("NONE", "REQUESTED", "REQUIRED"),
            "security.inter.broker.protocol": SECURITY_PROTOCOLS}
 # Kafka's other forms of a property in other units, most precise first: (name, factor to the property's unit).

@@ -1,0 +1,76 @@
+"""What a broker knows of its cluster: the live brokers and their listeners, the controller, and who leads each partition.
+
+Handlers ask ``broker.cluster`` instead of assuming one node.  :class:`LocalCluster` is a cluster of this broker
+alone (the local storage engine: every partition is led here).  With the PostgreSQL engine the database keeps the
+cluster (server/postgresql/membership.py: broker leases, partition leaders and leader epochs) and the broker's view
+is refreshed from it; both answer the same questions.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClusterBroker:
+    """A live broker: its node id, rack, and each listener's advertised (host, port)."""
+
+    node_id: int
+    endpoints: dict[str, tuple[str, int]]
+    rack: str | None = None
+
+    def address(self, listener: str) -> tuple[str, int] | None:
+        """Where a client of ``listener`` reaches this broker (Kafka answers per listener); None: not on it."""
+        return self.endpoints.get(listener)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionLeadership:
+    """Who leads a partition, at which leader epoch, and the brokers Metadata lists as its replicas (leader first):
+    with the database keeping the data every one of them can take over without loss, so they are also the ISR."""
+
+    leader_id: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+
+
+class Cluster(Protocol):
+    @property
+    def controller_id(self) -> int: ...
+
+    def brokers(self) -> list[ClusterBroker]:
+        """The live brokers, by node id."""
+
+    def broker(self, node_id: int) -> ClusterBroker | None:
+        """A live broker, or None."""
+
+    def leadership(self, topic, index: int) -> PartitionLeadership | None:
+        """Who leads partition ``index`` of ``topic`` (a state/topics.Topic); None while no live broker does."""
+
+
+class LocalCluster:
+    """A cluster of one: this broker leads every partition, at the leader epoch the topic registry keeps."""
+
+    def __init__(self, broker):
+        self._broker = broker
+
+    @property
+    def controller_id(self) -> int:
+        return self._broker.node_id
+
+    def _self(self) -> ClusterBroker:
+        b = self._broker
+        endpoints = getattr(b, "endpoints", None) or {}
+        addresses = {name: (e.advertised_host, e.advertised_port) for name, e in endpoints.items()}
+        return ClusterBroker(b.node_id, addresses or {"PLAINTEXT": (b.advertised_host, b.advertised_port)},
+                             b.config["broker.rack"] or None)
+
+    def brokers(self) -> list[ClusterBroker]:
+        return [self._self()]
+
+    def broker(self, node_id: int) -> ClusterBroker | None:
+        return self._self() if node_id == self._broker.node_id else None
+
+    def leadership(self, topic, index: int) -> PartitionLeadership | None:
+        node = self._broker.node_id
+        return PartitionLeadership(node, topic.leader_epoch, (node,))
