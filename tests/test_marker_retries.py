@@ -42,7 +42,8 @@ class OfflinePartitionPeer:
 
 def test_an_offline_partition_is_retried_with_backoff_and_logged_once_a_minute(caplog):
     service = Broker(Config(data_dir="/data"), MemoryStorage()).transactions
-    peer = service.peer = OfflinePartitionPeer()
+    peer = OfflinePartitionPeer()
+    service.peer = lambda node_id: peer
     job = MarkerJob("tx", producer_id=4242, producer_epoch=0, commit=True, partitions=(("t", 0), ("t", 1)))
     result = {}
 
