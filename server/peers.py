@@ -43,7 +43,10 @@ class PeerUnavailable(Exception):
 
 def handler_for(api: str, version: int):
     """The codecs of ``api`` (the handler this broker serves it with; our brokers serve the same versions)."""
-    handler = dispatch.HANDLERS[dispatch.API_KEYS[api]]
+    handler = dispatch.HANDLERS.get(dispatch.API_KEYS[api])
+    if handler is None:              # a peer used outside a broker (a test, a tool): the handlers not imported yet
+        dispatch.load_handlers()
+        handler = dispatch.HANDLERS[dispatch.API_KEYS[api]]
     if not handler.min_version <= version <= handler.max_version:
         raise ValueError(f"{api} v{version} is not served ({handler.min_version}-{handler.max_version})")
     return handler
