@@ -1,10 +1,11 @@
-"""Broker-to-broker requests over the wire (server/network_peer.py) against real broker processes: a peer as a broker's own ``Peers`` lookup makes it sends WriteTxnMarkers and AddPartitionsToTxn (v5, VerifyOnly) to another broker and gets their answers and effects; a stopped broker raises PeerUnavailable, and the peer recovers when it is back; many concurrent calls on one connection get their own answers; TLS (mTLS) and SASL_SSL (SCRAM) listeners are reached as the inter-broker settings say.
+"""Broker-to-broker requests over the wire (server/network_peer.py) against real broker processes: a peer as a broker's own ``Peers`` lookup makes it sends WriteTxnMarkers and AddPartitionsToTxn (v5, VerifyOnly) to another broker and gets their answers and effects; a stopped broker raises PeerUnavailable, and the peer recovers when it is back; many concurrent calls on one connection get their own answers; TLS (mTLS), SASL_SSL (SCRAM) and SASL_PLAINTEXT (PLAIN) listeners are reached as the inter-broker settings say, and the receiving broker authorizes a peer's markers by its principal's ClusterAction.
 
 The peer runs in the test (node 1 standing for the coordinator's broker), with the broker under test as node 2 of its
 address book: until brokers form a cluster no broker has another in its address book.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import outcome
@@ -234,3 +235,34 @@ def test_a_sasl_ssl_inter_broker_listener_is_reached_with_scram(secured_server, 
     wrong = inter_broker_security(secured_config(tmp_path, secured_server.tls, {**settings, name: jaas.format("no")}))
     with pytest.raises(PeerUnavailable, match="SASL authentication failed"):
         describe_through(secured_server.sasl_ssl, wrong)
+
+
+BROKER_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
+               'password="broker-secret" user_broker="broker-secret" user_alice="alice-secret";')
+
+
+@pytest.mark.server_config({
+    "listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN",
+    "listener.name.sasl_plaintext.plain.sasl.jaas.config": BROKER_JAAS,
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:broker"})
+def test_a_peers_markers_need_cluster_action_on_the_receiving_broker(server, tmp_path):
+    """SASL_PLAINTEXT with PLAIN, an authorizer on: the broker's principal (a super user, as Kafka's brokers are)
+    may send WriteTxnMarkers; another principal without ClusterAction is answered CLUSTER_AUTHORIZATION_FAILED."""
+    config = Config(data_dir=str(tmp_path))
+    config.update({**server.config, "inter.broker.listener.name": "SASL_PLAINTEXT",
+                   "sasl.mechanism.inter.broker.protocol": "PLAIN"})
+    config.resolve_listeners(("127.0.0.1", 0))
+    as_broker = inter_broker_security(config)
+    assert (as_broker.protocol, as_broker.sasl_mechanism, as_broker.username) == ("SASL_PLAINTEXT", "PLAIN", "broker")
+    as_alice = dataclasses.replace(as_broker, username="alice", password="alice-secret")
+
+    async def send(peers):
+        answer = await peers.peer(B).call("WriteTxnMarkers", 1, _MARKERS(markers=[_MARKERS.WritableTxnMarker(
+            producer_id=5, producer_epoch=0, transaction_result=False, coordinator_epoch=0,
+            topics=[_MARKERS.WritableTxnMarker.WritableTxnMarkerTopic(name="absent-topic", partition_indexes=[0])])]))
+        return [p.error_code for m in answer.markers for t in m.topics for p in t.partitions]
+
+    address = server.bootstrap_for("SASL_PLAINTEXT")
+    assert with_peer(address, send, security=as_broker) == [E.UNKNOWN_TOPIC_OR_PARTITION.code]
+    assert with_peer(address, send, security=as_alice) == [E.CLUSTER_AUTHORIZATION_FAILED.code]

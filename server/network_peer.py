@@ -45,7 +45,8 @@ READ_CHUNK = 65536
 
 _HANDSHAKE = message("SaslHandshakeRequest").cls
 _AUTHENTICATE = message("SaslAuthenticateRequest").cls
-_SASL_FAILED = (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ssl.SSLError, ValueError)
+# A connection that failed: closed, reset, a TLS error, a frame that is no answer of ours (ValueError).
+_STREAM_FAILED = (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ssl.SSLError, ValueError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,7 +154,7 @@ class _Channel:
                 _, waiter = self._sent.popleft()
                 waiter.data = frame
                 waiter.event.set()
-        except _SASL_FAILED as e:
+        except _STREAM_FAILED as e:
             if not self.closed:
                 log.info("connection to node %d broke: %s", self.node_id, e)
         finally:
@@ -191,37 +192,44 @@ class NetworkPeer:
         self._channel: _Channel | None = None
         self._backoff = 0.0
         self._retry_at = 0.0
-        self._correlation = itertools.count(1)
+        self._correlation = itertools.count(1)     # int32 on the wire: taken modulo 2**31 (_next_id)
 
     async def call(self, api: str, version: int, request):
         """Send ``request`` (an object of ``{api}Request``) at ``version`` → the decoded response; PeerUnavailable
         (NETWORK_EXCEPTION or REQUEST_TIMED_OUT) when no answer comes.  Its time shows as the ``peer`` phase of the
         API in trireme_request_phase_seconds_total."""
         handler = handler_for(api, version)
+        correlation_id = self._next_id()
+        frame = encode_request(handler, version, correlation_id, request)
         started = time.perf_counter()
-        data = None
+        channel = data = None
         with trio.move_on_after(self.request_timeout_s):
             async with self._slots:
                 channel = await self._connected()
-                correlation_id = next(self._correlation)
                 try:
-                    data = await channel.exchange(encode_request(handler, version, correlation_id, request),
-                                                  correlation_id)
-                except _SASL_FAILED as e:
+                    data = await channel.exchange(frame, correlation_id)
+                except _STREAM_FAILED as e:
                     channel.close()
                     raise PeerUnavailable(self.node_id, f"connection broke: {e}") from None
         if data is None:
-            if self._channel is not None:
-                self._channel.close()       # answers come in order: a late one would hold up every later request
+            if channel is not None:
+                channel.close()             # answers come in order: a late one would hold up every later request
             raise PeerUnavailable(self.node_id, f"{api} not answered within {self.request_timeout_s * 1000:.0f} ms",
                                   E.REQUEST_TIMED_OUT.code)
         if self.metrics is not None:
             self.metrics.observe_phase(api, "peer", time.perf_counter() - started)
-        return decode_response(handler, version, data, correlation_id)
+        try:
+            return decode_response(handler, version, data, correlation_id)
+        except ValueError as e:             # CodecError: not an answer of ours; what follows cannot be trusted either
+            channel.close()
+            raise PeerUnavailable(self.node_id, f"{api} answer cannot be read: {e}") from None
 
     def close(self) -> None:
         if self._channel is not None:
             self._channel.close()
+
+    def _next_id(self) -> int:
+        return next(self._correlation) % 2**31
 
     async def _connected(self) -> _Channel:
         async with self._connect_lock:
@@ -269,7 +277,7 @@ class NetworkPeer:
     async def _round_trip(self, channel: _Channel, api: str, version: int, request):
         """One request and its answer on a connection whose read loop has not started (authentication)."""
         handler = handler_for(api, version)
-        correlation_id = next(self._correlation)
+        correlation_id = self._next_id()
         frame = encode_request(handler, version, correlation_id, request)
         await channel.stream.send_all(INT32.pack(len(frame)) + frame)
         data = await channel.read_frame()
