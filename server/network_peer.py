@@ -8,10 +8,12 @@ NetworkClient's correlation check).  At most ``max_in_flight`` requests are in f
 :class:`~trireme.server.peers.PeerUnavailable` with REQUEST_TIMED_OUT and closes the connection (answers come in
 order, so a late one would hold up the rest; Kafka's NetworkClient disconnects too); a connection that cannot be
 opened or breaks raises it with NETWORK_EXCEPTION for every request waiting on it, and the next connection is tried
-after Kafka's reconnect backoff (``reconnect.backoff.ms`` 50 ms, doubling to ``reconnect.backoff.max.ms`` 1 s, the
-clients' defaults).  No ApiVersions is sent: our brokers serve the same versions, and every request sent here is at
-a version Kafka 4 keeps (WriteTxnMarkers v1-2, AddPartitionsToTxn v5, DescribeProducers v0); an unsupported version
-is answered by the destination like any client's (UNSUPPORTED_VERSION), which callers already handle.
+no sooner than 50 ms later (the reconnect backoff of Kafka's marker channel).  No ApiVersions is sent, as Kafka's
+marker channel does not discover versions either: our brokers serve the same versions, and every request sent here
+is at a version Kafka 4 keeps (WriteTxnMarkers v1-2, AddPartitionsToTxn v5, DescribeProducers v0); an unsupported
+version is answered by the destination like any client's (UNSUPPORTED_VERSION), which callers already handle.
+Kafka's inter-broker channels keep one request in flight and batch what waits (all markers for a broker in one
+request); the coordinator here sends one request per transaction and leader, so the connection pipelines instead.
 """
 from __future__ import annotations
 
@@ -37,8 +39,7 @@ from .sasl_mechanisms import CLIENT_MECHANISMS, SaslClientError, client_tokens
 
 log = logging.getLogger("trireme.network_peer")
 
-RECONNECT_BACKOFF_S = 0.05           # Kafka's reconnect.backoff.ms default
-RECONNECT_BACKOFF_MAX_S = 1.0        # Kafka's reconnect.backoff.max.ms default
+RECONNECT_BACKOFF_S = 0.05           # after a failed connection (Kafka's marker channel: 50 ms, no growth)
 MAX_IN_FLIGHT = 64                   # requests on one connection at once; further calls wait for a slot
 MAX_RESPONSE_BYTES = 100 * 1024 * 1024   # a size prefix above this is no answer of ours: the connection is broken
 READ_CHUNK = 65536
@@ -190,7 +191,6 @@ class NetworkPeer:
         self._slots = trio.Semaphore(max_in_flight)
         self._connect_lock = trio.Lock()
         self._channel: _Channel | None = None
-        self._backoff = 0.0
         self._retry_at = 0.0
         self._correlation = itertools.count(1)     # int32 on the wire: taken modulo 2**31 (_next_id)
 
@@ -243,13 +243,11 @@ class NetworkPeer:
             try:
                 channel = await self._connect()
             except (OSError, trio.BrokenResourceError, ssl.SSLError, ValueError, PeerUnavailable) as e:
-                self._backoff = min(max(self._backoff * 2, RECONNECT_BACKOFF_S), RECONNECT_BACKOFF_MAX_S)
-                self._retry_at = trio.current_time() + self._backoff
+                self._retry_at = trio.current_time() + RECONNECT_BACKOFF_S
                 log.info("cannot connect to node %d at %s:%d: %s", self.node_id, self.host, self.port, e)
                 if isinstance(e, PeerUnavailable):
                     raise
                 raise PeerUnavailable(self.node_id, f"cannot connect to {self.host}:{self.port}: {e}") from None
-            self._backoff = 0.0
             self._channel = channel
             self._nursery.start_soon(channel.read_loop)
             return channel
