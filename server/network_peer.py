@@ -59,7 +59,7 @@ class PeerSecurity:
     ssl_context: ssl.SSLContext | None = None
     sasl_mechanism: str | None = None
     username: str | None = None
-    password: str | None = None
+    password: str | None = dataclasses.field(default=None, repr=False)
 
 
 PLAINTEXT = PeerSecurity()
