@@ -29,12 +29,14 @@ from trireme.wire import records
 from .clock import now_ms
 from .cluster import LocalCluster
 from .cluster_metadata import CLUSTER_METADATA_TOPIC, ClusterMetadataService
-from .config import TOPIC_DEFAULT_PROPERTIES, Config
+from .config import TOPIC_DEFAULT_PROPERTIES, Config, ConfigError
 from .data_dir import DataDirLock
 from .groups import GroupService
 from .limits import Limits, out_of_descriptors
 from .log_cleaner import LogCleaner, set_when_cancelled
 from .local_peer import LocalPeer
+from .network_peer import NetworkPeer, inter_broker_security
+from .peers import Peers, PeerUnavailable
 from .metrics import Metrics
 from .postgresql.engine import DatabaseUnavailable, PartitionAppend, PostgresEngine, load_partition, rows_of
 from .quotas import ClientQuotaManager
@@ -250,10 +252,12 @@ class Broker:
         log.info("loaded topics=%d partitions=%d in %.3fs", len(self.topics.all()), len(self.partitions),
                  time.perf_counter() - started)
         self.cluster = LocalCluster(self)
-        self.local_peer = LocalPeer(self)
+        # Broker-to-broker requests (server/peers.py): this node's own handlers, other nodes over the wire.
+        self.peers = Peers(self.node_id, LocalPeer(self), self._network_peer)
+        self.local_peer = self.peers.local
         self.groups = GroupService(config, self, self.open_internal_partition)
         self.transactions = TransactionService(config, self, self.open_internal_partition,
-                                               self.producer_ids.next_id, self.local_peer,
+                                               self.producer_ids.next_id, self.peer, self.partition_leader,
                                                self.features.level(TRANSACTION_VERSION))
         self.transactions.abort_orphans([((p.topic.name, p.index), pid, epoch)
                                          for p in self.partitions.values()
@@ -877,9 +881,28 @@ class Broker:
                                  time.perf_counter() - started)
                 await self._release_wakeup.wait()
 
+    def peer(self, node_id: int):
+        """The peer that sends broker-to-broker requests to ``node_id`` (server/peers.py): this broker's own handlers
+        for its node id, another broker's inter-broker listener for one in ``self.peers``' address book."""
+        return self.peers.peer(node_id)
+
+    def partition_leader(self, topic: str, index: int) -> int:
+        """The node id of a partition's leader: this broker, which leads every partition until brokers form a
+        cluster."""
+        return self.node_id
+
+    def _network_peer(self, node_id: int, host: str, port: int, nursery) -> NetworkPeer:
+        try:
+            security = inter_broker_security(self.config)
+        except ConfigError as e:
+            raise PeerUnavailable(node_id, f"the inter-broker listener's settings: {e}") from None
+        return NetworkPeer(node_id, host, port, nursery, request_timeout_s=self.config["request.timeout.ms"] / 1000,
+                           security=security, metrics=self.metrics)
+
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """The broker's background tasks; started before the listener."""
         async with trio.open_nursery() as nursery:
+            await nursery.start(self.peers.run)
             nursery.start_soon(self.run_flusher)
             if self.ack_before_flush and self.flush_interval_ms < 9223372036854775807:
                 nursery.start_soon(self.run_interval_flusher)

@@ -144,6 +144,16 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
                                        "after security.inter.broker.protocol, else the first listener."),
     "security.inter.broker.protocol": ("PLAINTEXT", "Security protocol between brokers, when "
                                                     "inter.broker.listener.name is unset (not both)."),
+    "sasl.mechanism.inter.broker.protocol": (
+        "GSSAPI", "The SASL mechanism a broker authenticates with to another broker's inter-broker listener when it "
+                  "is SASL_PLAINTEXT/SASL_SSL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, with the username and password "
+                  "options of that listener's <mechanism>.sasl.jaas.config (Kafka's default GSSAPI is not supported)."),
+    "ssl.endpoint.identification.algorithm": (
+        "https", "How a broker checks another broker's certificate on an SSL/SASL_SSL inter-broker listener: https "
+                 "(its name must match the host connected to) or empty (any certificate the trust store signed)."),
+    "request.timeout.ms": (30000, "How long a broker waits for another broker's answer to a broker-to-broker "
+                                  "request (transaction markers, transaction verification) before giving up on it "
+                                  "(a retriable REQUEST_TIMED_OUT) and reconnecting."),
     "ssl.protocol": ("TLSv1.3", "TLS protocol of the SSL context (TLSv1.2 or TLSv1.3)."),
     "ssl.enabled.protocols": ("TLSv1.2,TLSv1.3", "TLS versions accepted (TLSv1.2 and/or TLSv1.3; older ones are "
                                                  "refused at start-up)."),
@@ -311,6 +321,7 @@ RANGES = {
     "max.connections.per.ip": (0, INT_MAX),
     "max.connection.creation.rate": (0, INT_MAX),
     "connections.max.idle.ms": (1, LONG_MAX),
+    "request.timeout.ms": (1, INT_MAX),
     "trireme.max.partitions": (1, INT_MAX),
     "trireme.log.max.open.files": (1, INT_MAX),
     "producer.id.expiration.ms": (1, INT_MAX),

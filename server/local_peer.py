@@ -1,5 +1,8 @@
 """Sends a request to this broker's own handlers as bytes, the way a network peer would: encode, handle, encode the answer, decode it.
 
+The peer of this node in :class:`~trireme.server.peers.Peers` (``broker.peer(node_id)``); other nodes' are
+:class:`~trireme.server.network_peer.NetworkPeer`, which send the same frames (server/peers.py) over a socket.
+
 The transaction coordinator writes markers (WriteTxnMarkers) and the produce path asks the
 coordinator to verify a transaction (AddPartitionsToTxn with VerifyOnly) through here, so that
 a broker-to-broker request is exercised exactly as it will be when coordinator and partition
@@ -17,8 +20,7 @@ from trireme.wire import headers
 
 from . import dispatch
 from .deferred import Deferred
-
-CLIENT_ID = "trireme-broker"
+from .peers import decode_response, encode_request, handler_for, response_header_version
 
 
 class LocalPeer:
@@ -26,17 +28,10 @@ class LocalPeer:
         self.broker = broker
         self._correlation = itertools.count(1)
 
-    def _request_frame(self, handler, version: int, request) -> tuple[bytearray, int]:
-        correlation_id = next(self._correlation)
-        head = headers.encode_request_header(handler.api_key, version, correlation_id, CLIENT_ID,
-                                             handler.request.is_flexible(version))
-        return bytearray(head + handler.request.encode_bytes(request, version)), correlation_id
-
     def _invoke(self, api: str, version: int, request):
-        handler = dispatch.HANDLERS[dispatch.API_KEYS[api]]
-        if not handler.min_version <= version <= handler.max_version:
-            raise ValueError(f"{api} v{version} is not served ({handler.min_version}-{handler.max_version})")
-        frame, correlation_id = self._request_frame(handler, version, request)
+        handler = handler_for(api, version)
+        correlation_id = next(self._correlation)
+        frame = encode_request(handler, version, correlation_id, request)
         header = headers.decode_request_header(frame, handler.request.is_flexible(version))
         decoded, _ = handler.request.decode(memoryview(frame), version, header.size)
         ctx = dispatch.RequestContext(self.broker, handler.api_key, version, header.correlation_id, header.client_id,
@@ -46,14 +41,9 @@ class LocalPeer:
     @staticmethod
     def _response(handler, version: int, correlation_id: int, response):
         """The response through its bytes, as the peer on the other end of a socket would read it."""
-        flexible = handler.response.is_flexible(version)
-        header_version = headers.response_header_version(handler.api_key, flexible)
-        data = headers.encode_response_header(correlation_id, header_version) + \
+        data = headers.encode_response_header(correlation_id, response_header_version(handler, version)) + \
             handler.response.encode_bytes(response, version)
-        got, size = headers.decode_response_header(data, header_version)
-        if got != correlation_id:
-            raise AssertionError(f"correlation id {got} != {correlation_id}")
-        return handler.response.decode(memoryview(data), version, size)[0]
+        return decode_response(handler, version, data, correlation_id)
 
     async def call(self, api: str, version: int, request):
         """Send ``request`` (an object of ``{api}Request``) at ``version``; → the decoded response.  Its time shows

@@ -1,10 +1,13 @@
-"""The server side of each SASL mechanism (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER) as Kafka's SaslServers behave.
+"""The server side of each SASL mechanism (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER) as Kafka's SaslServers behave, and the client side of PLAIN and SCRAM.
 
 ``await evaluate(token) -> bytes`` takes one client token and returns the server's; after the last one ``complete`` is
 true and ``user`` / ``lifetime_ms`` (the credential's expiry, ms since the epoch, or None) are set.  A refusal raises
 SaslFailure: with ``client_message`` the client sees that text (Kafka's SaslAuthenticationException), without it the
 standard "invalid credentials" text (Kafka's SaslException, whose detail stays on the server); ``reason`` is for the
 log and never holds a secret.
+
+:func:`client_tokens` is the client side (the admin command line's and a broker's to another broker): the tokens of
+PLAIN / SCRAM-SHA-256/512 for a username and password, whoever carries them in SaslAuthenticate requests.
 """
 from __future__ import annotations
 
@@ -30,6 +33,33 @@ class SaslFailure(Exception):
         super().__init__(reason)
         self.reason = reason
         self.client_message = client_message
+
+
+class SaslClientError(Exception):
+    """The client side of an exchange cannot go on: the server's message is not one the mechanism expects."""
+
+
+CLIENT_MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512)
+
+
+def client_tokens(mechanism: str, username: str, password: str):
+    """The client's tokens of one authentication as a generator: ``next()`` gives the first token; ``send(answer)``
+    (the server's auth bytes) gives the next one, and ends the generator (StopIteration) when the client has
+    nothing more to send; SaslClientError when the server's answer does not verify (SCRAM's signature)."""
+    if mechanism == PLAIN:
+        yield b"\0" + username.encode() + b"\0" + password.encode()
+        return
+    import scramp
+    try:
+        client = scramp.ScramClient([mechanism], username, password)
+        server_first = yield client.get_client_first().encode()
+        client.set_server_first(server_first.decode())
+        server_final = yield client.get_client_final().encode()
+        client.set_server_final(server_final.decode())
+    except scramp.ScramException as e:
+        raise SaslClientError(str(e)) from None
+    except UnicodeDecodeError:
+        raise SaslClientError("the broker's message is not UTF-8") from None
 
 
 def printable(name: str | None) -> str:

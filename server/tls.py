@@ -102,6 +102,26 @@ def build_context(config, listener: str, overrides: dict | None = None,
     return context
 
 
+def client_context(config, listener: str) -> ssl.SSLContext:
+    """The client SSL context a broker connects to another broker's ``listener`` (its inter-broker listener) with:
+    the listener's trust store (else the system's) checks the other broker's certificate, its name too with
+    ``ssl.endpoint.identification.algorithm=https``; the listener's key and certificate, when set, are presented
+    (an mTLS listener needs them).  A problem is a ConfigError of one line."""
+    def get(name: str) -> str:
+        return _setting(config, listener, name, None)
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    _set_versions(context, get("ssl.protocol"), get("ssl.enabled.protocols"), bool(get("ssl.enabled.protocols")))
+    if get("ssl.truststore.location") or get("ssl.truststore.certificates"):
+        load_truststore(context, get, True)
+    else:
+        context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    if get("ssl.keystore.location") or get("ssl.keystore.key"):
+        load_keystore(context, get)
+    context.check_hostname = get("ssl.endpoint.identification.algorithm").lower() == "https"
+    return context
+
+
 def _set_versions(context: ssl.SSLContext, protocol: str, enabled: str, enabled_set: bool) -> None:
     if protocol and protocol not in TLS_VERSIONS and protocol != "TLS":
         raise ConfigError(f"ssl.protocol must be TLSv1.2 or TLSv1.3 (Trireme serves TLS 1.2/1.3 only), not {protocol}")

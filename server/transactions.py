@@ -2,10 +2,11 @@
 
 Every operation follows the runtime's order: the coordinator returns records, they are appended
 and made durable, replayed, and only then is the client answered.  After a PREPARE record is
-durable the markers go out as real WriteTxnMarkers requests through
-:class:`~trireme.server.local_peer.LocalPeer` (encode → handler → decode) until every partition
-has its marker (retriable errors with a bounded backoff; a refusal for a newer producer epoch is
-moot); then a COMPLETE record ends the transaction.  Any other refusal leaves the transaction
+durable the markers go out as real WriteTxnMarkers requests, one per partition leader, through the
+peer of the leader's node (server/peers.py: :class:`~trireme.server.local_peer.LocalPeer`, encode →
+handler → decode, for this node; a network peer for another) until every partition has its marker
+(retriable errors with a bounded backoff, as are a leader that cannot be reached or does not answer
+in time, which Kafka's marker channel also retries; a refusal for a newer producer epoch is moot); then a COMPLETE record ends the transaction.  Any other refusal leaves the transaction
 *stuck* (prepared, listed in :attr:`TransactionService.stuck`) until an operator completes it
 (:meth:`TransactionService.complete_stuck`).  On start-up, transactions a crash left prepared get
 their markers written again.  Open transactions past their timeout are
@@ -29,6 +30,7 @@ from trireme.wire.codec import message
 from .clock import now_ms
 from .config import partition_list
 from .coordinator_runtime import CoordinatorRuntime, Durability
+from .peers import PeerUnavailable
 
 log = logging.getLogger("trireme.transactions")
 
@@ -39,8 +41,10 @@ MARKER_RETRY_MAX_BACKOFF_S = 5.0
 MARKER_LOG_INTERVAL_S = 60.0          # a transaction's markers still being retried are logged at most this often
 CONCURRENT_WAIT_S = 5.0
 # Kafka's TransactionMarkerRequestCompletionHandler retries these (the partition may come back) ...
+# NETWORK_EXCEPTION: the leader's broker could not be reached (Kafka re-queues the markers of a disconnected request).
 RETRIABLE = frozenset(e.code for e in (E.NOT_LEADER_OR_FOLLOWER, E.NOT_ENOUGH_REPLICAS,
-                                       E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, E.REQUEST_TIMED_OUT, E.KAFKA_STORAGE_ERROR))
+                                       E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, E.REQUEST_TIMED_OUT, E.KAFKA_STORAGE_ERROR,
+                                       E.NETWORK_EXCEPTION))
 # ... and drops these partitions from the transaction: the partition is gone (Kafka drops a deleted partition when
 # it queues the retry) or cannot hold a marker, so the producer cannot have written there.
 _GONE = frozenset(e.code for e in (E.UNKNOWN_TOPIC_OR_PARTITION, E.UNSUPPORTED_FOR_MESSAGE_FORMAT,
@@ -67,10 +71,11 @@ class StuckTxn:
 
 class TransactionService(CoordinatorRuntime):
     def __init__(self, config, durability: Durability, open_internal_partition, allocate_producer_id, peer,
-                 transaction_version: int = 0):
+                 leader_node, transaction_version: int = 0):
         self.config = config
         self.allocate_producer_id = allocate_producer_id
-        self.peer = peer
+        self.peer = peer                    # node id → its Peer (Broker.peer)
+        self.leader_node = leader_node      # (topic, index) → the node id of the partition's leader
         coordinator = TransactionCoordinator(TxnConfig(
             max_timeout_ms=config["transaction.max.timeout.ms"],
             id_expiration_ms=config["transactional.id.expiration.ms"],
@@ -272,17 +277,30 @@ class TransactionService(CoordinatorRuntime):
         that refuses the coordinator's epoch, and the operator's resend carries the epoch the partition reports."""
         injected = {} if by_operator else {tp: E.TRANSACTION_COORDINATOR_FENCED.code
                                            for tp in partitions if tp in self._refuse_markers}
-        topics = _by_topic(sorted(set(partitions) - set(injected)))
-        if not topics:
-            return injected
-        request = _MARKERS(markers=[_MARKERS.WritableTxnMarker(
-            producer_id=job.producer_id, producer_epoch=job.producer_epoch, transaction_result=job.commit,
-            topics=[_MARKERS.WritableTxnMarker.WritableTxnMarkerTopic(name=t, partition_indexes=p)
-                    for t, p in topics.items()],
-            coordinator_epoch=coordinator_epoch, transaction_version=job.transaction_version)])
-        response = await self.peer.call("WriteTxnMarkers", 2 if job.transaction_version >= 2 else 1, request)
-        return {**{(t.name, p.partition_index): p.error_code
-                   for marker in response.markers for t in marker.topics for p in t.partitions}, **injected}
+        errors = dict(injected)
+        for node, led in self._by_leader(set(partitions) - set(injected)).items():
+            request = _MARKERS(markers=[_MARKERS.WritableTxnMarker(
+                producer_id=job.producer_id, producer_epoch=job.producer_epoch, transaction_result=job.commit,
+                topics=[_MARKERS.WritableTxnMarker.WritableTxnMarkerTopic(name=t, partition_indexes=p)
+                        for t, p in _by_topic(led).items()],
+                coordinator_epoch=coordinator_epoch, transaction_version=job.transaction_version)])
+            try:
+                response = await self.peer(node).call("WriteTxnMarkers", 2 if job.transaction_version >= 2 else 1,
+                                                      request)
+            except PeerUnavailable as e:
+                log.info("transaction %s: markers to node %d not sent: %s", job.transactional_id, node, e)
+                errors.update({tp: e.error_code for tp in led})
+                continue
+            errors.update({(t.name, p.partition_index): p.error_code
+                           for marker in response.markers for t in marker.topics for p in t.partitions})
+        return errors
+
+    def _by_leader(self, partitions) -> dict[int, list[tuple[str, int]]]:
+        """Partitions (sorted) by the node id of their leader: one request per leader, as Kafka's marker channel."""
+        nodes: dict[int, list[tuple[str, int]]] = {}
+        for tp in sorted(partitions):
+            nodes.setdefault(self.leader_node(*tp), []).append(tp)
+        return nodes
 
     def _settle(self, job: MarkerJob, errors: dict[tuple[str, int], int]) -> tuple[set, dict]:
         """Sort one round's answers as Kafka's TransactionMarkerRequestCompletionHandler does → (partitions to retry,
@@ -348,7 +366,11 @@ class TransactionService(CoordinatorRuntime):
             raise NotStuck(f"transactional id {transactional_id!r} has no stuck transaction")
         job = stuck.job
         try:
-            seen = await self._coordinator_epochs(job.producer_id, list(stuck.partitions))
+            try:
+                seen = await self._coordinator_epochs(job.producer_id, list(stuck.partitions))
+            except PeerUnavailable as e:
+                raise NotStuck(f"cannot read the partitions' coordinator epochs: {e}; the transaction is still "
+                               f"stuck") from None
             for tp in sorted(stuck.partitions):
                 epoch = max(job.coordinator_epoch, seen.get(tp, -1))
                 errors = await self._marker_round(job, [tp], epoch, by_operator=True)
@@ -384,12 +406,14 @@ class TransactionService(CoordinatorRuntime):
     async def _coordinator_epochs(self, producer_id: int, partitions) -> dict[tuple[str, int], int]:
         """The latest coordinator epoch each partition has seen for ``producer_id`` (DescribeProducers, as an admin
         client reads it; -1 where the partition does not know the producer)."""
-        topics = _by_topic(sorted(partitions))
-        response = await self.peer.call("DescribeProducers", 0, _PRODUCERS(topics=[
-            _PRODUCERS.TopicRequest(name=t, partition_indexes=p) for t, p in topics.items()]))
-        return {(t.name, p.partition_index): s.coordinator_epoch
-                for t in response.topics for p in t.partitions for s in p.active_producers
-                if s.producer_id == producer_id}
+        epochs = {}
+        for node, led in self._by_leader(partitions).items():
+            response = await self.peer(node).call("DescribeProducers", 0, _PRODUCERS(topics=[
+                _PRODUCERS.TopicRequest(name=t, partition_indexes=p) for t, p in _by_topic(led).items()]))
+            epochs.update({(t.name, p.partition_index): s.coordinator_epoch
+                           for t in response.topics for p in t.partitions for s in p.active_producers
+                           if s.producer_id == producer_id})
+        return epochs
 
     # --- background work -------------------------------------------------------------------
 

@@ -158,11 +158,11 @@ def test_kafka_broker_properties_are_accepted_without_effect(tmp_path, caplog):
     path = tmp_path / "server.properties"
     path.write_text("process.roles=broker,controller\nlog.dirs=/tmp/kraft-combined-logs\nnum.io.threads=8\n"
                     "listener.name.internal.ssl.truststore.password=secret\nnum.partitions=3\n")
-    config = _config(tmp_path, "--config", str(path), "--set", "ssl.endpoint.identification.algorithm=https")
+    config = _config(tmp_path, "--config", str(path), "--set", "ssl.keymanager.algorithm=SunX509")
     assert config["num.partitions"] == 3
     assert set(config.no_effect) == {"process.roles", "log.dirs", "num.io.threads",
                                      "listener.name.internal.ssl.truststore.password",
-                                     "ssl.endpoint.identification.algorithm"}
+                                     "ssl.keymanager.algorithm"}
     assert config.no_effect["log.dirs"] == ("/tmp/kraft-combined-logs", str(path))
     with caplog.at_level("INFO", logger="trireme.config"):
         config.report_no_effect()
@@ -170,7 +170,7 @@ def test_kafka_broker_properties_are_accepted_without_effect(tmp_path, caplog):
     assert lines == [
         "no effect here (Kafka properties Trireme does not use): log.dirs, num.io.threads, process.roles",
         "no effect here (Kafka security properties Trireme does not use; see docs/security.md): "
-        "listener.name.internal.ssl.truststore.password, ssl.endpoint.identification.algorithm"]
+        "listener.name.internal.ssl.truststore.password, ssl.keymanager.algorithm"]
 
 
 def test_retention_in_minutes_and_hours_with_kafkas_precedence(tmp_path):

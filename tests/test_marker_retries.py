@@ -9,6 +9,7 @@ import trio.testing
 from trireme.server import transactions
 from trireme.server.broker import Broker
 from trireme.server.config import Config
+from trireme.server.peers import PeerUnavailable
 from trireme.state.storage import MemoryStorage
 from trireme.state.transactions import MarkerJob
 from trireme.wire import error_codes as E
@@ -42,7 +43,8 @@ class OfflinePartitionPeer:
 
 def test_an_offline_partition_is_retried_with_backoff_and_logged_once_a_minute(caplog):
     service = Broker(Config(data_dir="/data"), MemoryStorage()).transactions
-    peer = service.peer = OfflinePartitionPeer()
+    peer = OfflinePartitionPeer()
+    service.peer = lambda node_id: peer
     job = MarkerJob("tx", producer_id=4242, producer_epoch=0, commit=True, partitions=(("t", 0), ("t", 1)))
     result = {}
 
@@ -66,3 +68,42 @@ def test_an_offline_partition_is_retried_with_backoff_and_logged_once_a_minute(c
     assert max(gaps) == transactions.MARKER_RETRY_MAX_BACKOFF_S
     lines = [r.getMessage() for r in caplog.records if "tx" in r.getMessage()]
     assert len(lines) == 2 and all("KAFKA_STORAGE_ERROR" in line for line in lines), lines   # at 0 s and 60 s
+
+
+class UnreachablePeer(OfflinePartitionPeer):
+    """A leader's broker that cannot be reached (PeerUnavailable, as a network peer raises it) for its first
+    ``failures`` calls, then writes every marker."""
+
+    def __init__(self, failures: int):
+        super().__init__()
+        self.back = True
+        self.failures = failures
+
+    async def call(self, api, version, request):
+        if len(self.calls) < self.failures:
+            self.calls.append(trio.current_time())
+            raise PeerUnavailable(7, "cannot connect", E.NETWORK_EXCEPTION.code)
+        return await super().call(api, version, request)
+
+
+def test_an_unreachable_leader_is_retried_with_backoff(caplog):
+    service = Broker(Config(data_dir="/data"), MemoryStorage()).transactions
+    peer = UnreachablePeer(failures=3)
+    asked = []
+    service.peer = lambda node_id: asked.append(node_id) or peer
+    job = MarkerJob("tx", producer_id=4242, producer_epoch=0, commit=True, partitions=(("t", 0), ("t", 1)))
+    result = {}
+
+    async def main():
+        result["refused"] = await service._send_markers(job)
+
+    with caplog.at_level(logging.INFO, logger="trireme.transactions"):
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert result["refused"] == {}                          # written once the broker could be reached
+    assert len(peer.calls) == 4 and set(asked) == {service.leader_node("t", 0)}
+    gaps = [b - a for a, b in zip(peer.calls, peer.calls[1:])]
+    assert [round(g, 6) for g in gaps] == [0.1, 0.2, 0.4]
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("markers to node 1 not sent: node 7: cannot connect" in line for line in lines) == 3, lines
+    retrying = [line for line in lines if "NETWORK_EXCEPTION" in line]
+    assert len(retrying) == 1 and "t-0, t-1" in retrying[0], lines         # logged once, not per attempt

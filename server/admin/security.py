@@ -24,7 +24,7 @@ import socket
 import ssl
 from typing import Any
 
-from trireme.server import jaas, tls
+from trireme.server import jaas, sasl_mechanisms, tls
 from trireme.server.config import ConfigError, parse_properties
 
 from .client import AdminError, request
@@ -186,18 +186,12 @@ def authenticate(conn: Any, security: ClientSecurity) -> int:
         lifetime[0] = max(0, getattr(answer, "session_lifetime_ms", 0) or 0)
         return answer.auth_bytes or b""
 
-    if mechanism == "PLAIN":
-        exchange(b"\0" + security.username.encode() + b"\0" + security.password.encode())
-        return lifetime[0]
-    import scramp
+    tokens = sasl_mechanisms.client_tokens(mechanism, security.username, security.password)
     try:
-        client = scramp.ScramClient([mechanism], security.username, security.password)
-        server_first = exchange(client.get_client_first().encode())
-        client.set_server_first(server_first.decode())
-        server_final = exchange(client.get_client_final().encode())
-        client.set_server_final(server_final.decode())
+        token = next(tokens)
+        while True:
+            token = tokens.send(exchange(token))
+    except StopIteration:
         return lifetime[0]
-    except scramp.ScramException as e:
+    except sasl_mechanisms.SaslClientError as e:
         raise AdminError(f"SCRAM exchange with {conn.address} failed: {e}") from None
-    except UnicodeDecodeError:
-        raise AdminError(f"SCRAM exchange with {conn.address} failed: the broker's message is not UTF-8") from None
