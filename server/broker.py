@@ -27,7 +27,7 @@ from trireme.wire import error_codes as E
 from trireme.wire import records
 
 from .clock import now_ms
-from .cluster import LocalCluster
+from .cluster import LocalCluster, ViewCluster
 from .cluster_metadata import CLUSTER_METADATA_TOPIC, ClusterMetadataService
 from .config import TOPIC_DEFAULT_PROPERTIES, Config, ConfigError
 from .data_dir import DataDirLock
@@ -38,7 +38,9 @@ from .local_peer import LocalPeer
 from .network_peer import NetworkPeer, inter_broker_security
 from .peers import Peers, PeerUnavailable
 from .metrics import Metrics
-from .postgresql.engine import DatabaseUnavailable, PartitionAppend, PostgresEngine, load_partition, rows_of
+from .postgresql.engine import (DatabaseUnavailable, PartitionAppend, PartitionRow, PostgresEngine, load_partition,
+                                rows_of)
+from .postgresql.membership import Membership, NodeIdInUse
 from .quotas import ClientQuotaManager
 from .security import Security
 from .startup import StartupError, StartupInterrupted, os_reason
@@ -70,6 +72,10 @@ BURST_WAIT_S = 0.001
 # With the PostgreSQL engine, a commit round takes at most this many bytes of each partition (the rest goes in the
 # next round): one transaction stays bounded whatever backlog an outage left.
 ROUND_BYTES = 8 << 20
+
+
+class BrokerFenced(Exception):
+    """Another process registered this broker's node id (its lease had lapsed): this one must stop serving."""
 
 
 def _check_partition_count(count: int) -> None:
@@ -109,12 +115,14 @@ class Partition:
     runtime: object = None                 # the coordinator runtime whose internal log this is: it appends here
     # With the PostgreSQL engine: the leader epoch this broker leads the partition's row with (its commits are
     # fenced by it), and whether the row may not exist yet (created while this broker runs).
-    database_epoch: int = 0
+    database_epoch: int | None = None
     database_new: bool = False
 
     @property
     def leader_epoch(self) -> int:
-        return self.topic.leader_epoch
+        """The partition's leader epoch: the topic registry's with the local engine, the database's (it rises each
+        time a broker takes the partition) with the PostgreSQL engine."""
+        return self.topic.leader_epoch if self.database_epoch is None else self.database_epoch
 
     def leader_epoch_error(self, current_leader_epoch: int) -> int:
         """Kafka's check of a request's CurrentLeaderEpoch (-1: not given) against ours."""
@@ -163,13 +171,15 @@ def _flush_partition(item) -> OSError | None:
 
 class Broker:
     def __init__(self, config: Config, storage: Storage | None = None, *, listen: str | None = None,
-                 stop_requested=None):
+                 stop_requested=None, endpoints: dict | None = None):
         """``storage``: where the data lives (default: files under ``config.data_dir``, locked for this broker
         (server/data_dir.py); trireme.testing passes the in-memory twin).  ``listen``: the HOST:PORT this broker
         serves, named in the lock (default: the configured one).  ``stop_requested()`` is polled while the logs
         load: once true, loading stops with StartupInterrupted.  What keeps the broker from starting (the data
         directory unusable or in use) is a StartupError naming it; what was opened by then is closed again."""
         self.data_dir_lock: DataDirLock | None = None
+        self.endpoints = endpoints or {}      # listener name → its bound EndPoint (server/listener.py)
+        self.membership: Membership | None = None
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._to_release: list[tuple[list, list]] = []   # dropped segments' files to free (run_segment_release)
         self._release_wakeup: trio.Event | None = None
@@ -236,6 +246,7 @@ class Broker:
         self._dirty: set[Partition] = set()
         self._dirty_event = trio.Event()
         self._deleted_in_database: list = []   # deleted partitions the next commit round removes (PostgreSQL engine)
+        self._cluster_poke = trio.Event()       # set when the cluster should be polled at once (run_membership)
         self._bursts: set = set()               # connections in a burst a flush round waits for (gather_burst)
         self._bursts_over: trio.Event | None = None
         self._hw_event = trio.Event()
@@ -244,14 +255,18 @@ class Broker:
         self.advertised_host = config.advertised_host or config.listen_host
         self.advertised_port = config.advertised_port or config.listen_port
         started = time.perf_counter()
-        for topic in self.topics.all():
-            for index in range(topic.partitions):
-                if stop_requested():
-                    raise StartupInterrupted(f"stopped while loading the logs ({len(self.partitions)} opened)")
-                self._open_partition(topic, index)
+        if self.engine is not None:
+            self._join_cluster(config, stop_requested)
+        else:
+            for topic in self.topics.all():
+                for index in range(topic.partitions):
+                    if stop_requested():
+                        raise StartupInterrupted(f"stopped while loading the logs ({len(self.partitions)} opened)")
+                    self._open_partition(topic, index)
         log.info("loaded topics=%d partitions=%d in %.3fs", len(self.topics.all()), len(self.partitions),
                  time.perf_counter() - started)
-        self.cluster = LocalCluster(self)
+        if self.membership is None:
+            self.cluster = LocalCluster(self)
         # Broker-to-broker requests (server/peers.py): this node's own handlers, other nodes over the wire.
         self.peers = Peers(self.node_id, LocalPeer(self), self._network_peer)
         self.local_peer = self.peers.local
@@ -291,6 +306,14 @@ class Broker:
                         new: bool = False) -> Partition:
         """Open (recovering) a partition's log, rebuild its producer state from the batch headers.  With the
         PostgreSQL engine the log is a cache, rebuilt from the database's rows unless the partition is ``new``."""
+        partition = self._build_partition(topic, index, config, new=new)
+        self.partitions[(topic.name, index)] = partition
+        return partition
+
+    def _build_partition(self, topic: Topic, index: int, config: dict[str, str] | None = None, *,
+                         new: bool = False, row: PartitionRow | None = None) -> Partition:
+        """_open_partition's work, without making the partition one of the broker's: safe in a worker thread.
+        ``row``: the database's row of a partition this broker was named to lead (PostgresEngine.open)."""
         cfg = config or self.topic_config(topic)
         directory = f"logs/{topic.name}-{index}"
         if self.engine is not None and self.storage.exists(directory):
@@ -300,11 +323,10 @@ class Broker:
             **log_settings(cfg), now_ms=now_ms(), unsafe_no_fsync=not self.fsync or self.engine is not None,
             ack_before_flush=self.ack_before_flush, write_behind=True)
         plog.on_retired = lambda: self.release_later(*plog.take_retired())
-        database_epoch = 0
+        database_epoch = None
         if self.engine is not None:
             plog.on_log_start_moved = lambda: self._log_start_moved(topic.name, index)
-            if not new:
-                database_epoch = load_partition(self.engine, (topic.topic_id, index), plog, now_ms())
+            database_epoch = 0 if new else load_partition(self.engine, (topic.topic_id, index), plog, now_ms(), row)
         producers, start = self._load_producer_snapshot(plog, directory)
         for header in plog.iter_batch_headers(start):
             if not header.is_control:
@@ -321,8 +343,141 @@ class Broker:
         partition = Partition(topic, index, plog, producers, PartitionConfig.of(cfg), directory=directory,
                               snapshot_offset=start, snapshot_size=plog.size_bytes, database_epoch=database_epoch,
                               database_new=new and self.engine is not None)
-        self.partitions[(topic.name, index)] = partition
         return partition
+
+    # --- the cluster (PostgreSQL engine) ---------------------------------------------------------
+
+    def _join_cluster(self, config: Config, stop_requested) -> None:
+        """Start-up with the PostgreSQL engine: register this broker (a live duplicate node.id is refused), take the
+        controller's role if nobody holds it, have leaders assigned, and open the partitions this broker leads."""
+        self.membership = Membership(config["trireme.storage.postgresql.dsn"], self.node_id, self.meta.directory_id,
+                                     session_ms=config["broker.session.timeout.ms"])
+        try:
+            self.membership.register(self._advertised_endpoints(), config["broker.rack"] or None)
+        except NodeIdInUse as e:
+            raise StartupError(str(e)) from None
+        view = self._refresh_view()
+        self.cluster = ViewCluster(view)
+        for (topic_id, index), (leader, _epoch) in sorted(view.leaders.items(), key=lambda kv: str(kv[0])):
+            topic = self.topics.by_id(topic_id)
+            if leader != self.node_id or topic is None or index >= topic.partitions:
+                continue
+            if stop_requested():
+                raise StartupInterrupted(f"stopped while loading the logs ({len(self.partitions)} opened)")
+            row = self.engine.open((topic_id, index))
+            if row is not None:
+                self.partitions[(topic.name, index)] = self._build_partition(topic, index, row=row)
+
+    def _advertised_endpoints(self) -> dict[str, tuple[str, int]]:
+        if self.endpoints:
+            return {name: (e.advertised_host, e.advertised_port) for name, e in self.endpoints.items()}
+        return {"PLAINTEXT": (self.advertised_host, self.advertised_port)}
+
+    def _managed_partitions(self) -> dict:
+        """What the controller assigns: every partition of every topic (the internal topics' stay with whoever
+        opened them, until their coordinators follow leadership)."""
+        return {(t.topic_id, i): None for t in self.topics.all() for i in range(t.partitions)}
+
+    def _refresh_view(self):
+        """(blocking) Poll the cluster; when there is no live controller, become it; as the controller, assign the
+        partitions' leaders (and poll again when that changed something) → the view."""
+        view = self.membership.poll()
+        if view.controller_id not in view.brokers and self.membership.elect() is not None:
+            view = self.membership.poll()
+        if view.controller_id == self.node_id and self.membership.assign(view, self._managed_partitions()):
+            view = self.membership.poll()
+        return view
+
+    async def run_membership(self) -> None:
+        """Renew this broker's lease every broker.heartbeat.interval.ms and follow the cluster every
+        trireme.cluster.metadata.poll.ms: open the partitions this broker was named to lead, close those it no
+        longer leads.  A lease another process took over (this broker was stopped longer than its session) stops
+        the broker.  The database unreachable: one log line, and it goes on trying."""
+        heartbeat_s = self.config["broker.heartbeat.interval.ms"] / 1000
+        poll_s = self.config["trireme.cluster.metadata.poll.ms"] / 1000
+        worker = WorkerThread("trireme-cluster")
+        token = trio.lowlevel.current_trio_token()
+
+        def announced():
+            try:
+                token.run_sync_soon(lambda: self._cluster_poke.set())
+            except trio.RunFinishedError:
+                pass
+        self.membership.listen(announced)
+        try:
+            next_heartbeat = 0.0
+            unavailable = False
+            while True:
+                try:
+                    if trio.current_time() >= next_heartbeat:
+                        next_heartbeat = trio.current_time() + heartbeat_s
+                        if not await worker.run(self.membership.heartbeat):
+                            log.error("node.id %d was registered by another broker while this one could not renew "
+                                      "its lease: stopping", self.node_id)
+                            raise BrokerFenced(self.node_id)
+                    view = await worker.run(self._refresh_view)
+                    if unavailable:
+                        log.warning("the cluster's database answers again")
+                        unavailable = False
+                except DatabaseUnavailable as e:
+                    if not unavailable:
+                        log.error("cannot reach the cluster's database: %s; retrying", e)
+                        unavailable = True
+                    await self._sleep_or_poke(poll_s)
+                    continue
+                self.cluster = ViewCluster(view)
+                await self._follow_leadership(view)
+                await self._sleep_or_poke(poll_s)
+        finally:
+            worker.close()
+
+    async def _sleep_or_poke(self, seconds: float) -> None:
+        """Until the next poll, or sooner: the controller announced new leaders (Membership.listen), or something
+        here learned the cluster changed (a fenced commit)."""
+        with trio.move_on_after(seconds):
+            await self._cluster_poke.wait()
+        self._cluster_poke = trio.Event()
+
+    async def _follow_leadership(self, view) -> None:
+        """Open the partitions ``view`` names this broker to lead that are not open here, close those it names
+        another broker (or nobody live) to lead.  Opening rebuilds the partition from the database in a worker
+        thread; only then does it serve."""
+        for key, p in [((p.topic.topic_id, p.index), p) for p in self.partitions.values()
+                       if p.database_epoch is not None and not p.topic.is_internal]:
+            leader = view.leaders.get(key, (None, None))[0]
+            if leader != self.node_id:
+                self._close_partition(p, f"now led by node {leader}")
+        for (topic_id, index), (leader, _epoch) in list(view.leaders.items()):
+            topic = self.topics.by_id(topic_id)
+            if leader != self.node_id or topic is None or index >= topic.partitions \
+                    or (topic.name, index) in self.partitions:
+                continue
+            row = await trio.to_thread.run_sync(self.engine.open, (topic_id, index))
+            if row is None:
+                continue
+            p = await trio.to_thread.run_sync(self._build_partition, topic, index, None, False, row)
+            if self.topics.by_id(topic_id) is not topic or (topic.name, index) in self.partitions:
+                p.log.close()               # the topic changed meanwhile
+                continue
+            self.partitions[(topic.name, index)] = p
+            log.info("leading partition %s-%d at leader epoch %d (log %d..%d)", topic.name, index, row.leader_epoch,
+                     row.log_start_offset, row.log_end_offset)
+            self._wake_waiters()
+
+    def _close_partition(self, p: Partition, why: str) -> None:
+        """This broker no longer leads ``p``: it stops serving it (requests for it are answered
+        NOT_LEADER_OR_FOLLOWER; what waited for its commit is answered as for a partition gone) and drops its
+        cache."""
+        if self.partitions.get((p.topic.name, p.index)) is not p:
+            return
+        del self.partitions[(p.topic.name, p.index)]
+        self._dirty.discard(p)
+        log.info("no longer leading partition %s-%d: %s", p.topic.name, p.index, why)
+        try:
+            p.log.delete()
+        except OSError as e:
+            log.warning("could not remove the cache of %s-%d: %r", p.topic.name, p.index, e)
+        self._wake_waiters()
 
     # --- producer state snapshots --------------------------------------------------------------
 
@@ -787,9 +942,9 @@ class Broker:
                     and a.from_offset < row.log_end_offset <= p.log.log_end_offset:
                 p.log.flush_done(row.log_end_offset)    # a commit whose answer was lost did commit
             else:
-                self.storage_failed(p, OSError(
-                    f"fenced: the database has partition {p.topic.name}-{p.index} led by node {row.leader_id} at "
-                    f"leader epoch {row.leader_epoch} (this broker led it at {a.leader_epoch})"))
+                self._close_partition(p, f"fenced: the database names node {row.leader_id} its leader at leader "
+                                         f"epoch {row.leader_epoch} (this broker led it at {a.leader_epoch})")
+                self._cluster_poke.set()
                 continue
             if p.storage_retrying:
                 self._back_online(p)
@@ -909,6 +1064,8 @@ class Broker:
             nursery.start_soon(self.run_retention)
             nursery.start_soon(self.run_segment_release)
             nursery.start_soon(self.run_storage_retry)
+            if self.membership is not None:
+                nursery.start_soon(self.run_membership)
             await nursery.start(self.groups.run)
             await nursery.start(self.transactions.run)
             await nursery.start(self.cluster_metadata.run)
@@ -929,6 +1086,12 @@ class Broker:
                 p.log.close()
             except OSError as e:
                 log.error("final flush of %s-%d failed: %r", p.topic.name, p.index, e)
+        if self.membership is not None:
+            try:
+                self.membership.unregister()        # its partitions move at once, not after the session
+            except DatabaseUnavailable as e:
+                log.warning("could not end this broker's lease: %s", e)
+            self.membership.close()
         if self.engine is not None:
             self.engine.close()
         if self.data_dir_lock is not None:

@@ -140,12 +140,12 @@ async def _serve_endpoints(config: Config, storage, topics, endpoints: list, sta
     port = endpoints[0].port
     try:
         broker = Broker(config, storage, listen=f"{config.listen_host}:{port}",
-                        stop_requested=signals.requested if signals else None)
+                        stop_requested=signals.requested if signals else None,
+                        endpoints={endpoint.name: endpoint for endpoint in endpoints})
     except StartupInterrupted as e:
         log.info("shutting down on signal %d: %s", signals.received, e)
         log.info("stopped")
         return
-    broker.endpoints = {endpoint.name: endpoint for endpoint in endpoints}
     listener = Listener(broker, endpoints)
     try:
         for name, partitions, configs in topics:

@@ -8,6 +8,7 @@ is refreshed from it; both answer the same questions.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Protocol
 
 
@@ -74,3 +75,55 @@ class LocalCluster:
     def leadership(self, topic, index: int) -> PartitionLeadership | None:
         node = self._broker.node_id
         return PartitionLeadership(node, topic.leader_epoch, (node,))
+
+
+PartitionKey = tuple  # (topic id, partition index)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClusterView:
+    """The cluster as one poll found it."""
+
+    brokers: dict[int, ClusterBroker]                   # the live ones
+    controller_id: int                                  # -1: none
+    controller_epoch: int
+    leaders: dict[PartitionKey, tuple[int, int]]        # (leader id, leader epoch) of every partition with a row
+
+    def leadership(self, key: PartitionKey, replication_factor: int = 1) -> PartitionLeadership | None:
+        """Who leads ``key`` while its leader is live; its replicas: the leader, then the brokers that would lead
+        it next, ``replication_factor`` in all (as many as are live)."""
+        found = self.leaders.get(key)
+        if found is None or found[0] not in self.brokers:
+            return None
+        leader_id, epoch = found
+        others = [n for n in rendezvous(key, self.brokers) if n != leader_id]
+        return PartitionLeadership(leader_id, epoch, (leader_id, *others[:max(0, replication_factor - 1)]))
+
+
+def rendezvous(key: PartitionKey, node_ids) -> list[int]:
+    """``node_ids`` in the order they should lead ``key`` (highest random weight first): the same order on every
+    broker, and a broker joining or leaving changes the first choice of only its share of the partitions."""
+    prefix = f"{key[0]}:{key[1]}:".encode()
+    return sorted(node_ids, key=lambda n: hashlib.blake2b(prefix + str(n).encode(), digest_size=8).digest(),
+                  reverse=True)
+
+
+class ViewCluster:
+    """The cluster as this broker's last poll of the database found it (server/postgresql/membership.py)."""
+
+    def __init__(self, view: ClusterView, topic_replication=lambda topic: 1):
+        self.view = view
+        self._replication = topic_replication
+
+    @property
+    def controller_id(self) -> int:
+        return self.view.controller_id
+
+    def brokers(self) -> list[ClusterBroker]:
+        return [self.view.brokers[n] for n in sorted(self.view.brokers)]
+
+    def broker(self, node_id: int) -> ClusterBroker | None:
+        return self.view.brokers.get(node_id)
+
+    def leadership(self, topic, index: int) -> PartitionLeadership | None:
+        return self.view.leadership((topic.topic_id, index), self._replication(topic))

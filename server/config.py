@@ -226,6 +226,14 @@ PROPERTIES: dict[str, tuple[Any, str]] = {
         "", "SCRAM users created when the data directory is new (no ACL, user or quota stored yet), in kafka-storage "
             "format --add-scram's form (SCRAM-SHA-512=[name=admin,password=...]), several separated by ';'.  Ignored "
             "afterwards."),
+    "broker.heartbeat.interval.ms": (
+        2000, "With trireme.storage=postgresql: how often this broker renews its lease in the cluster's database."),
+    "broker.session.timeout.ms": (
+        9000, "With trireme.storage=postgresql: how long a broker's lease lasts; a broker that has not renewed it for "
+              "this long is no longer live, and its partitions move to the others."),
+    "trireme.cluster.metadata.poll.ms": (
+        500, "With trireme.storage=postgresql: how often this broker reads the cluster's brokers and partition leaders "
+             "from the database (and, as the controller, assigns leaders)."),
     "broker.rack": ("", "This broker's rack, as Metadata and DescribeCluster list it (empty: none)."),
     "trireme.storage": (
         "local", "Where partition logs are durable: local (segments in the data directory, fsynced) or postgresql "
@@ -296,6 +304,9 @@ RANGES = {
     "trireme.max.client.quota.entities": (0, INT_MAX),
     "trireme.fsync.threads": (1, 64),
     "node.id": (0, INT_MAX),
+    "broker.heartbeat.interval.ms": (1, INT_MAX),
+    "broker.session.timeout.ms": (1, INT_MAX),
+    "trireme.cluster.metadata.poll.ms": (1, INT_MAX),
     "num.partitions": (1, INT_MAX),
     "default.replication.factor": (1, 1),
     "log.retention.minutes": (-1, INT_MAX),
@@ -360,7 +371,15 @@ FLOAT_RANGES = {"log.cleaner.io.max.bytes.per.second": (1.0, float("inf")),
                 "log.cleaner.min.cleanable.ratio": (0.0, 1.0)}
 # String properties with a fixed set of values (any case; kept upper case).
 CHOICES = {"trireme.log.level": ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL"),
-           "broker.rack": ("", "This broker's rack, as Metadata and DescribeCluster list it (empty: none)."),
+           "broker.heartbeat.interval.ms": (
+        2000, "With trireme.storage=postgresql: how often this broker renews its lease in the cluster's database."),
+    "broker.session.timeout.ms": (
+        9000, "With trireme.storage=postgresql: how long a broker's lease lasts; a broker that has not renewed it for "
+              "this long is no longer live, and its partitions move to the others."),
+    "trireme.cluster.metadata.poll.ms": (
+        500, "With trireme.storage=postgresql: how often this broker reads the cluster's brokers and partition leaders "
+             "from the database (and, as the controller, assigns leaders)."),
+    "broker.rack": ("", "This broker's rack, as Metadata and DescribeCluster list it (empty: none)."),
     "trireme.storage": ("LOCAL", "POSTGRESQL"),
            "ssl.client.auth": ("NONE", "REQUESTED", "REQUIRED"),
            "security.inter.broker.protocol": SECURITY_PROTOCOLS}

@@ -498,13 +498,15 @@ class BrokerMeta:
 
     node_id: int
     cluster_id: str
+    directory_id: str = ""      # this data directory's own id (Kafka's directory.id)
 
     @classmethod
     def load_or_create(cls, storage: Storage, path: str = "meta.properties",
                        node_id: int = 1) -> BrokerMeta:
-        """Read ``meta.properties``, or write a new one with a fresh cluster id on first start."""
+        """Read ``meta.properties``, or write a new one with a fresh cluster id on first start (and a directory id
+        into one written before directory ids were)."""
         if not storage.exists(path):
-            meta = cls(node_id, kafka_uuid_string(random_kafka_uuid()))
+            meta = cls(node_id, kafka_uuid_string(random_kafka_uuid()), kafka_uuid_string(random_kafka_uuid()))
             _ensure_parent(storage, path)
             storage.write_atomic(path, meta.to_properties())
             return meta
@@ -525,11 +527,16 @@ class BrokerMeta:
         if stored_node_id != node_id:
             raise BrokerMetaError(f"stored node id {stored_node_id} in {path} doesn't match the "
                                   f"configured node id {node_id}")
-        return cls(stored_node_id, cluster_id)
+        if props.get("directory.id"):
+            return cls(stored_node_id, cluster_id, props["directory.id"])
+        meta = cls(stored_node_id, cluster_id, kafka_uuid_string(random_kafka_uuid()))
+        storage.write_atomic(path, meta.to_properties())
+        return meta
 
     def to_properties(self) -> bytes:
         return (f"#Written by Trireme; do not edit.\n"
-                f"version=1\nnode.id={self.node_id}\ncluster.id={self.cluster_id}\n").encode()
+                f"version=1\nnode.id={self.node_id}\ncluster.id={self.cluster_id}\n"
+                f"directory.id={self.directory_id}\n").encode()
 
 
 def parse_properties(data: bytes) -> dict[str, str]:

@@ -342,15 +342,24 @@ def test_broker_meta_created_then_reloaded(storage):
     assert set(meta.cluster_id) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
     assert not meta.cluster_id.startswith("-")
     props = parse_properties(storage.files["data/meta.properties"])
-    assert props == {"version": "1", "node.id": "1", "cluster.id": meta.cluster_id}
+    assert props == {"version": "1", "node.id": "1", "cluster.id": meta.cluster_id, "directory.id": meta.directory_id}
+    assert len(meta.directory_id) == 22 and meta.directory_id != meta.cluster_id
     assert BrokerMeta.load_or_create(storage, "data/meta.properties") == meta
+
+
+def test_broker_meta_without_a_directory_id_gets_one_once(storage):
+    """A meta.properties written before directory ids were: the next start gives it one, and keeps it."""
+    storage.files["meta.properties"] = b"version=1\nnode.id=1\ncluster.id=MkU3OEVBNTcwNTJENDM2Qk\n"
+    meta = BrokerMeta.load_or_create(storage)
+    assert meta.cluster_id == "MkU3OEVBNTcwNTJENDM2Qk" and len(meta.directory_id) == 22
+    assert BrokerMeta.load_or_create(storage) == meta
 
 
 def test_broker_meta_reads_kafka_written_file(storage):
     storage.files["meta.properties"] = (b"#\n#Thu Jan 01 00:00:00 UTC 2025\nnode.id=3\n"
                                         b"directory.id=abc\nversion=1\ncluster.id=MkU3OEVBNTcwNTJENDM2Qk\n")
     meta = BrokerMeta.load_or_create(storage, node_id=3)
-    assert meta == BrokerMeta(3, "MkU3OEVBNTcwNTJENDM2Qk")
+    assert meta == BrokerMeta(3, "MkU3OEVBNTcwNTJENDM2Qk", "abc")
 
 
 @pytest.mark.parametrize("content", [b"version=1\nnode.id=2\ncluster.id=abc\n",  # another node

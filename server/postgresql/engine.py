@@ -72,15 +72,15 @@ class PartitionRow:
     log_end_offset: int
 
 
-class PostgresEngine:
-    def __init__(self, dsn: str, node_id: int):
-        self.dsn = dsn
-        self.node_id = node_id
-        self._conn: psycopg.Connection | None = None
-        self._starts: dict[PartitionKey, int] = {}     # each partition's log start as last committed
-        self._lock = threading.Lock()       # one call at a time: start-up, then the flush thread
+class Database:
+    """One connection to PostgreSQL, made when first needed and again after it broke, used by one thread at a time:
+    every call is a transaction, and any database error is DatabaseUnavailable."""
 
-    # --- connection ---------------------------------------------------------------------------------------------
+    def __init__(self, dsn: str, application_name: str):
+        self.dsn = dsn
+        self.application_name = application_name
+        self._conn: psycopg.Connection | None = None
+        self._lock = threading.Lock()
 
     def _connection(self) -> psycopg.Connection:
         conn = self._conn
@@ -91,12 +91,12 @@ class PostgresEngine:
         self._conn = None
         try:
             self._conn = psycopg.connect(self.dsn, autocommit=False, connect_timeout=CONNECT_TIMEOUT_S,
-                                         application_name=f"trireme node {self.node_id}")
+                                         application_name=self.application_name)
         except psycopg.Error as e:
             raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {_reason(e)}") from None
         return self._conn
 
-    def _run(self, work):
+    def run(self, work):
         """``work(connection)`` in one transaction → its value; any database error → DatabaseUnavailable (rolled
         back, or of unknown outcome when the connection went during the commit)."""
         with self._lock:
@@ -105,15 +105,48 @@ class PostgresEngine:
                 with conn.transaction():
                     return work(conn)
             except psycopg.Error as e:
-                if conn.broken or conn.closed:
-                    self._conn = None
+                self._forget_if_broken(conn)
                 raise DatabaseUnavailable(f"PostgreSQL: {_reason(e)}") from None
+
+    def stream(self, statement: str, params: dict, itersize: int = 16) -> Iterator[tuple]:
+        """The rows of ``statement`` through a server-side cursor, a few at a time; the caller consumes them all
+        before its next call."""
+        with self._lock:
+            conn = self._connection()
+            try:
+                with conn.transaction(), conn.cursor(name="trireme_stream") as cursor:
+                    cursor.itersize = itersize
+                    cursor.execute(statement, params)
+                    yield from cursor
+            except psycopg.Error as e:
+                self._forget_if_broken(conn)
+                raise DatabaseUnavailable(f"PostgreSQL: {_reason(e)}") from None
+
+    def _forget_if_broken(self, conn) -> None:
+        if conn.broken or conn.closed:
+            self._conn = None
 
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+class PostgresEngine:
+    def __init__(self, dsn: str, node_id: int):
+        self.dsn = dsn
+        self.node_id = node_id
+        self._db = Database(dsn, f"trireme node {node_id}: commits")
+        self._loader = Database(dsn, f"trireme node {node_id}: loads")     # rebuilding a partition never waits
+        self._starts: dict[PartitionKey, int] = {}     # each partition's log start as last committed
+
+    def _run(self, work):
+        return self._db.run(work)
+
+    def close(self) -> None:
+        self._db.close()
+        self._loader.close()
 
     # --- start-up -----------------------------------------------------------------------------------------------
 
@@ -138,23 +171,24 @@ class PostgresEngine:
         self._starts[key] = start
         return PartitionRow(self.node_id, epoch, start, end)
 
+    def open(self, key: PartitionKey) -> PartitionRow | None:
+        """Take a partition the controller named this broker to lead, with a new leader epoch (fencing any earlier
+        process of this node id) → its row; None if another broker was named meanwhile."""
+        topic_id, partition = key
+        found = self._loader.run(lambda conn: conn.execute(sql("partition_open"), {
+            "topic_id": topic_id, "partition": partition, "node_id": self.node_id}).fetchone())
+        if found is None:
+            return None
+        epoch, start, end = found
+        self._starts[key] = start
+        return PartitionRow(self.node_id, epoch, start, end)
+
     def batches(self, key: PartitionKey, from_offset: int, end_offset: int) -> Iterator[tuple[int, bytes]]:
         """The partition's rows that reach ``from_offset`` and start below ``end_offset``, in offset order: (base
-        offset, whole batches).  Streams them (a server-side cursor); the caller consumes it before any other call."""
+        offset, whole batches), streamed."""
         topic_id, partition = key
-        with self._lock:
-            conn = self._connection()
-            try:
-                with conn.transaction(), conn.cursor(name="trireme_batches") as cursor:
-                    cursor.itersize = 16
-                    cursor.execute(sql("batch_select"), {"topic_id": topic_id, "partition": partition,
+        return self._loader.stream(sql("batch_select"), {"topic_id": topic_id, "partition": partition,
                                                          "from_offset": from_offset, "end_offset": end_offset})
-                    for base_offset, data in cursor:
-                        yield base_offset, data
-            except psycopg.Error as e:
-                if conn.broken or conn.closed:
-                    self._conn = None
-                raise DatabaseUnavailable(f"PostgreSQL: {_reason(e)}") from None
 
     # --- the flush round ----------------------------------------------------------------------------------------
 
@@ -197,10 +231,11 @@ class PostgresEngine:
         return refused
 
 
-def load_partition(engine: PostgresEngine, key: PartitionKey, log, now_ms: int) -> int:
-    """Lead the partition (a new leader epoch) and rebuild ``log``, empty, from its rows: the batches keep their
-    offsets, the log start is the row's → the leader epoch."""
-    row = engine.lead(key)
+def load_partition(engine: PostgresEngine, key: PartitionKey, log, now_ms: int, row: PartitionRow | None = None) -> int:
+    """Rebuild ``log``, empty, from the partition's rows, as ``row`` (what :meth:`PostgresEngine.open` gave; by
+    default the partition is taken with :meth:`PostgresEngine.lead`) says they are: the batches keep their offsets,
+    the log start is the row's → the leader epoch."""
+    row = row or engine.lead(key)
     for _base, data in engine.batches(key, row.log_start_offset, row.log_end_offset):
         buf = bytearray(data)
         log.append(buf, list(iter_batch_headers(buf)), now_ms, keep_offsets=True)

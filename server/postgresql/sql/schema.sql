@@ -2,7 +2,19 @@
 CREATE TABLE IF NOT EXISTS trireme_cluster (
     singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
     cluster_id text NOT NULL,
-    schema_version integer NOT NULL
+    schema_version integer NOT NULL,
+    controller_id integer,                          -- the broker that assigns partition leaders
+    controller_epoch integer NOT NULL DEFAULT 0     -- rises with every new controller
+);
+
+-- The registered brokers: a broker is live while its lease has not expired (on the database's clock).
+CREATE TABLE IF NOT EXISTS trireme_broker (
+    node_id integer PRIMARY KEY,
+    directory_id text NOT NULL,                     -- its data directory's (meta.properties)
+    incarnation uuid NOT NULL,                      -- one per process start
+    endpoints jsonb NOT NULL,                       -- {"LISTENER": ["host", port], ...}
+    rack text,
+    lease_expires_at timestamptz NOT NULL
 );
 
 -- One row per partition: who leads it, with which leader epoch, and the offsets its batches span.

@@ -1,0 +1,73 @@
+"""Several brokers on one PostgreSQL (trireme.storage=postgresql): registration with leases, the controller,
+leadership spread over the live brokers and moved when one is lost, and a deposed leader fenced."""
+from __future__ import annotations
+
+import subprocess
+import time
+
+import psycopg
+import pytest
+
+from compat_tests.cluster_support import Cluster, cluster_config
+from compat_tests.conftest import ServerProcess, server_command, write_toml
+
+pytestmark = pytest.mark.trireme_only("starts trireme serve processes on a PostgreSQL of its own")
+
+
+def brokers_table(dsn: str) -> dict[int, bool]:
+    """node id → live, as the database has it."""
+    with psycopg.connect(dsn) as conn:
+        return dict(conn.execute("SELECT node_id, lease_expires_at > clock_timestamp() FROM trireme_broker"))
+
+
+def controller(dsn: str) -> int | None:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT controller_id FROM trireme_cluster").fetchone()[0]
+
+
+def wait_for(what: str, check, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
+        time.sleep(0.1)
+
+
+def test_brokers_register_and_one_becomes_the_controller(tmp_path, postgres_database):
+    with Cluster(tmp_path, postgres_database, size=3):
+        wait_for("three live brokers", lambda: brokers_table(postgres_database) == {1: True, 2: True, 3: True})
+        assert controller(postgres_database) in (1, 2, 3)
+
+
+def test_a_second_broker_with_a_live_node_id_is_refused(tmp_path, postgres_database):
+    """Kafka refuses a duplicate broker registration while the first one's session lasts: the second process exits
+    with one line naming the node id."""
+    with Cluster(tmp_path, postgres_database, size=1):
+        config = tmp_path / "twin.toml"
+        write_toml(config, cluster_config(postgres_database, 1))
+        done = subprocess.run(server_command() + ["--data-dir", str(tmp_path / "twin"), "--listen", "127.0.0.1:0",
+                                                  "--config", str(config)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0
+        assert "node.id 1 is registered by a live broker" in done.stderr, done.stderr[-2000:]
+
+
+def test_a_broker_killed_and_restarted_on_its_directory_comes_back_at_once(tmp_path, postgres_database):
+    """Its lease is still live, but it is its own data directory's (the directory lock proves the old process is
+    gone): no wait for the session to end."""
+    with Cluster(tmp_path, postgres_database, size=1, **{"broker.session.timeout.ms": 60000}) as cluster:
+        broker = cluster.brokers[1]
+        started = time.monotonic()
+        broker.kill9()
+        assert broker.running and time.monotonic() - started < 30
+
+
+def test_the_controller_role_moves_when_its_broker_stops(tmp_path, postgres_database):
+    with Cluster(tmp_path, postgres_database, size=2) as cluster:
+        first = wait_for("a controller", lambda: controller(postgres_database))
+        cluster.brokers[first].kill()
+        other = 2 if first == 1 else 1
+        wait_for("the other broker as controller", lambda: controller(postgres_database) == other)
+        assert brokers_table(postgres_database)[first] is False

@@ -1,0 +1,156 @@
+"""Keeps this broker's membership of a cluster in PostgreSQL: its lease, the controller's choice of partition leaders, and the view every broker polls.
+
+docs/architecture.md ("The cluster") describes the design.  Every call blocks (the broker makes them in a worker
+thread of their own); any database error is DatabaseUnavailable, and the next call connects again.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from ..cluster import ClusterBroker, ClusterView, rendezvous
+from .engine import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable, PartitionKey, sql
+
+log = logging.getLogger("trireme.cluster")
+
+
+class NodeIdInUse(Exception):
+    """Another live broker holds this node id (Kafka refuses a duplicate broker registration the same way)."""
+
+
+class Membership:
+    def __init__(self, dsn: str, node_id: int, directory_id: str, *, session_ms: int):
+        self.node_id = node_id
+        self.directory_id = directory_id
+        self.session_ms = session_ms
+        self.incarnation = uuid.uuid4()
+        self._db = Database(dsn, f"trireme node {node_id}: membership")
+        self._listener: psycopg.Connection | None = None   # LISTENs for the controller's notices (listen)
+        self._closed = False
+
+    def close(self) -> None:
+        self._closed = True
+        self._db.close()
+        listener = self._listener
+        if listener is not None:
+            listener.cancel_safe()          # ends its notifies() wait
+
+    def listen(self, on_change) -> None:
+        """Call ``on_change()`` (from a daemon thread of its own, with a connection of its own) each time the
+        controller announces new leaders (NOTIFY trireme_cluster), until :meth:`close`; reconnects after a second
+        when the database goes away."""
+        def run():
+            while not self._closed:
+                try:
+                    with psycopg.connect(self._db.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
+                                         application_name=f"trireme node {self.node_id}: notices") as conn:
+                        self._listener = conn
+                        conn.execute("LISTEN trireme_cluster")
+                        on_change()             # whatever was announced while not listening
+                        for _notice in conn.notifies():
+                            on_change()
+                except psycopg.Error:
+                    pass
+                finally:
+                    self._listener = None
+                if not self._closed:
+                    time.sleep(1)
+        threading.Thread(target=run, name="trireme-cluster-notices", daemon=True).start()
+
+    def _params(self, **more) -> dict:
+        return {"node_id": self.node_id, "incarnation": self.incarnation, "session_ms": self.session_ms, **more}
+
+    # --- this broker's lease --------------------------------------------------------------------------------------
+
+    def register(self, endpoints: dict[str, tuple[str, int]], rack: str | None) -> None:
+        """Take this node id's lease, or raise NodeIdInUse naming who holds it and for how long."""
+        def work(conn):
+            params = self._params(directory_id=self.directory_id, rack=rack,
+                                  endpoints=Jsonb({name: list(address) for name, address in endpoints.items()}))
+            if conn.execute(sql("broker_register"), params).fetchone() is not None:
+                return None
+            return conn.execute(sql("broker_select"), params).fetchone()
+        held = self._db.run(work)
+        if held is not None:
+            _directory, endpoints_held, left_ms = held
+            raise NodeIdInUse(f"node.id {self.node_id} is registered by a live broker ({_describe(endpoints_held)}) "
+                              f"whose lease ends in {max(0, left_ms) / 1000:.1f}s; a second broker with a live "
+                              f"node.id is refused")
+
+    def heartbeat(self) -> bool:
+        """Renew the lease → False if another process took this node id over (this one must stop serving)."""
+        return self._db.run(lambda conn: conn.execute(sql("broker_heartbeat"), self._params()).fetchone()) is not None
+
+    def unregister(self) -> None:
+        """End the lease now (a broker stopping): the controller moves what it still leads at once."""
+        self._db.run(lambda conn: conn.execute(sql("broker_unregister"), self._params()))
+
+    # --- the view -------------------------------------------------------------------------------------------------
+
+    def poll(self) -> ClusterView:
+        def work(conn):
+            brokers = {n: ClusterBroker(n, {name: (a[0], int(a[1])) for name, a in endpoints.items()}, rack)
+                       for n, endpoints, rack in conn.execute(sql("brokers_live")).fetchall()}
+            controller_id, controller_epoch = conn.execute(sql("controller_select")).fetchone()
+            leaders = {(t, p): (leader, epoch)
+                       for t, p, leader, epoch in conn.execute(sql("partitions_select")).fetchall()}
+            return ClusterView(brokers, -1 if controller_id is None else controller_id, controller_epoch, leaders)
+        return self._db.run(work)
+
+    # --- the controller -------------------------------------------------------------------------------------------
+
+    def elect(self) -> int | None:
+        """Become the controller if there is none or its broker is not live → the new controller epoch, or None."""
+        found = self._db.run(lambda conn: conn.execute(sql("controller_elect"), self._params()).fetchone())
+        return None if found is None else found[0]
+
+    def assign(self, view: ClusterView, partitions: dict[PartitionKey, int | None]) -> int:
+        """As the controller (at ``view.controller_epoch``): give each of ``partitions`` (key → the node that must
+        lead it, or None: the first live broker in rendezvous order) the leader it should have, and create the rows
+        of those that have none → how many changed (0: nothing, or this broker is no longer the controller)."""
+        live = sorted(view.brokers)
+        if not live:
+            return 0
+        changes = []
+        for key, pinned in partitions.items():
+            target = pinned if pinned in view.brokers else rendezvous(key, live)[0]
+            found = view.leaders.get(key)
+            if found is None or found[0] != target:
+                changes.append((key, target, found))
+        if not changes:
+            return 0
+
+        def work(conn):
+            if conn.execute(sql("controller_lock"), self._params(controller_epoch=view.controller_epoch)
+                            ).fetchone() is None:
+                return 0
+            cursor = conn.cursor()
+            for (topic_id, partition), target, found in changes:
+                params = {"topic_id": topic_id, "partition": partition, "leader_id": target}
+                if found is None:
+                    cursor.execute(sql("partition_create"), params)
+                else:
+                    cursor.execute(sql("partition_assign"), {**params, "seen_leader_id": found[0],
+                                                            "seen_leader_epoch": found[1]})
+            conn.execute(sql("cluster_notify"), {"controller_epoch": view.controller_epoch})
+            return len(changes)
+        changed = self._db.run(work)
+        for (topic_id, partition), target, found in changes[:changed]:
+            log.info("partition %s-%d: leader %s -> node %d", topic_id, partition,
+                     "none" if found is None else found[0], target)
+        return changed
+
+
+def _describe(endpoints) -> str:
+    try:
+        return ", ".join(f"{name} {a[0]}:{a[1]}" for name, a in dict(endpoints).items())
+    except (TypeError, ValueError, IndexError):
+        return json.dumps(endpoints)
+
+

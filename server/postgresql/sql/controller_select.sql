@@ -1,0 +1,1 @@
+SELECT controller_id, controller_epoch FROM trireme_cluster;
