@@ -45,7 +45,8 @@ log = logging.getLogger("trireme.config")
 PROPERTIES: dict[str, tuple[Any, str]] = {
     "node.id": (1, "This broker's id."),
     "num.partitions": (1, "Partitions of an auto-created topic, or of CreateTopics with -1."),
-    "default.replication.factor": (1, "Only 1 is possible on a single node."),
+    "default.replication.factor": (1, "Replication factor of auto-created topics and of CreateTopics with -1; at "
+                                      "most the number of live brokers when a topic is created."),
     "auto.create.topics.enable": (True, "Create unknown topics on Metadata/Produce requests."),
     "delete.topic.enable": (True, "Allow DeleteTopics."),
     "log.retention.ms": (604800000, "Default retention.ms of topics (Kafka: 168 hours); wins over "
@@ -297,7 +298,7 @@ RANGES = {
     "trireme.fsync.threads": (1, 64),
     "node.id": (0, INT_MAX),
     "num.partitions": (1, INT_MAX),
-    "default.replication.factor": (1, 1),
+    "default.replication.factor": (1, INT_MAX),
     "log.retention.minutes": (-1, INT_MAX),
     "log.retention.hours": (-1, INT_MAX),
     "log.retention.check.interval.ms": (1, LONG_MAX),

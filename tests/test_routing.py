@@ -362,3 +362,72 @@ def test_find_coordinator_on_another_listener(broker):
                connection=internal_connection())
     c = out.coordinators[0]
     assert (c.error_code, c.node_id, c.host, c.port) == (0, 2, "b2-internal", 19092)
+
+
+# --- CreateTopics / CreatePartitions -----------------------------------------------------------------------------
+
+def create(broker, version, name, *, replication_factor=-1, assignments=(), num_partitions=-1):
+    cls = req("CreateTopics")
+    tcls = cls.CreatableTopic
+    out = call(broker, "CreateTopics", version, cls(timeout_ms=1000, topics=[tcls(
+        name=name, num_partitions=num_partitions, replication_factor=replication_factor,
+        assignments=[tcls.CreatableReplicaAssignment(partition_index=i, broker_ids=ids)
+                     for i, ids in enumerate(assignments)])]))
+    [result] = out.topics
+    return result
+
+
+@pytest.mark.parametrize("version", [2, 5, 7])
+def test_create_topics_replication_factor_up_to_the_live_brokers(broker, version):
+    result = create(broker, version, "four", replication_factor=4)
+    assert result.error_code == 0
+    if version >= 5:
+        assert result.replication_factor == 4
+    result = create(broker, version, "five", replication_factor=5)
+    assert (result.error_code, result.error_message) == (
+        E.INVALID_REPLICATION_FACTOR.code, "Unable to replicate the partition 5 time(s): The target replication "
+        "factor of 5 cannot be reached because only 4 broker(s) are registered.")
+    assert "five" not in broker.topics
+
+
+def test_create_topics_default_replication_factor():
+    config = Config(data_dir="/data")
+    config.set("default.replication.factor", 3)
+    b = Broker(config, MemoryStorage())
+    try:
+        result = create(b, 7, "x")
+        assert (result.error_code, result.error_message) == (
+            E.INVALID_REPLICATION_FACTOR.code, "Unable to replicate the partition 3 time(s): The target replication "
+            "factor of 3 cannot be reached because only 1 broker(s) are registered.")
+        b.cluster = FakeCluster(b)
+        result = create(b, 7, "x")
+        assert (result.error_code, result.replication_factor) == (0, 3)
+    finally:
+        b.close()
+
+
+def test_create_topics_manual_assignment_names_live_brokers(broker):
+    result = create(broker, 7, "placed", assignments=[[2, 3], [3, 1]])
+    assert (result.error_code, result.num_partitions, result.replication_factor) == (0, 2, 2)
+    result = create(broker, 7, "nowhere", assignments=[[2, 7]])
+    assert (result.error_code, result.error_message) == (
+        E.INVALID_REPLICA_ASSIGNMENT.code,
+        "The manual partition assignment includes broker 7, but no such broker is registered.")
+
+
+def test_create_partitions_assignment_as_many_as_the_cluster_lists(broker):
+    cls = req("CreatePartitions")
+    tcls = cls.CreatePartitionsTopic
+
+    def grow(count, assignments):
+        out = call(broker, "CreatePartitions", 3, cls(timeout_ms=1000, topics=[tcls(
+            name="t", count=count, assignments=[tcls.CreatePartitionsAssignment(broker_ids=ids)
+                                                for ids in assignments])]))
+        return out.results[0].error_code, out.results[0].error_message
+    assert grow(6, [[3]]) == (E.INVALID_REPLICA_ASSIGNMENT.code,
+                              "The manual partition assignment includes a partition with 1 replica(s), but this is "
+                              "not consistent with previous partitions, which have 2 replica(s).")
+    assert grow(6, [[3, 9]]) == (E.INVALID_REPLICA_ASSIGNMENT.code,
+                                 "The manual partition assignment includes broker 9, but no such broker is registered.")
+    assert grow(6, [[3, 2]]) == (0, None)
+    assert broker.topics.get("t").partitions == 6
