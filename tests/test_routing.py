@@ -16,6 +16,7 @@ from trireme.server.config import Config
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import API_KEYS, HANDLERS, NOT_HANDLED, RequestContext, load_handlers
 from trireme.server.groups import OFFSETS_TOPIC
+from trireme.server.peers import PeerUnavailable
 from trireme.server.routing import coordinator_partition, java_string_hash
 from trireme.server.transactions import TRANSACTION_STATE_TOPIC
 from trireme.state.storage import MemoryStorage
@@ -431,3 +432,19 @@ def test_create_partitions_assignment_as_many_as_the_cluster_lists(broker):
                                  "The manual partition assignment includes broker 9, but no such broker is registered.")
     assert grow(6, [[3, 2]]) == (0, None)
     assert broker.topics.get("t").partitions == 6
+
+
+# --- the broker's own lookups ------------------------------------------------------------------------------------
+
+def test_partition_leader_and_peer_addresses(broker):
+    assert broker.partition_leader("t", LOCAL) == 1
+    assert broker.partition_leader("t", ELSEWHERE) == 2
+    assert broker.partition_leader("t", NO_LEADER) == -1
+    assert broker.partition_leader("gone", 0) == 1          # this broker's handlers answer UNKNOWN_TOPIC_OR_PARTITION
+    with pytest.raises(PeerUnavailable):                    # the connections' task group is not running here
+        broker.peer(2)
+    assert broker.peers.addresses == {2: ("b2", 9092)}      # its inter-broker (PLAINTEXT) listener's address
+    with pytest.raises(PeerUnavailable):
+        broker.peer(4)                                      # no PLAINTEXT listener: no address
+    assert 4 not in broker.peers.addresses
+    assert broker.peer(1) is broker.local_peer
