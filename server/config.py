@@ -361,8 +361,7 @@ FLOAT_RANGES = {"log.cleaner.io.max.bytes.per.second": (1.0, float("inf")),
                 "log.cleaner.min.cleanable.ratio": (0.0, 1.0)}
 # String properties with a fixed set of values (any case; kept upper case).
 CHOICES = {"trireme.log.level": ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL"),
-           "broker.rack": ("", "This broker's rack, as Metadata and DescribeCluster list it (empty: none)."),
-    "trireme.storage": ("LOCAL", "POSTGRESQL"),
+           "trireme.storage": ("LOCAL", "POSTGRESQL"),
            "ssl.client.auth": ("NONE", "REQUESTED", "REQUIRED"),
            "security.inter.broker.protocol": SECURITY_PROTOCOLS}
 # Kafka's other forms of a property in other units, most precise first: (name, factor to the property's unit).

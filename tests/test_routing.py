@@ -156,6 +156,20 @@ def test_describe_topic_partitions_leaders(broker):
                    (E.LISTENER_NOT_FOUND.code, -1, 2, [4], [4])]
 
 
+def test_local_cluster_lists_this_broker_with_its_rack():
+    config = Config(data_dir="/data")
+    config.set("broker.rack", "r1")
+    b = Broker(config, MemoryStorage())
+    try:
+        cls = req("Metadata")
+        out = call(b, "Metadata", 12, cls(topics=None))
+        assert [(n.node_id, n.host, n.port, n.rack) for n in out.brokers] == [(1, "127.0.0.1", 9092, "r1")]
+        out = call(b, "DescribeCluster", 1, req("DescribeCluster")(endpoint_type=1))
+        assert [(n.broker_id, n.rack) for n in out.brokers] == [(1, "r1")]
+    finally:
+        b.close()
+
+
 # --- Produce -----------------------------------------------------------------------------------------------------
 
 def produce_request(broker, version, partitions):
