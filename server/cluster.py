@@ -53,6 +53,7 @@ class LocalCluster:
 
     def __init__(self, broker):
         self._broker = broker
+        self._led: dict[int, PartitionLeadership] = {}      # by leader epoch: the produce path asks per request
 
     @property
     def controller_id(self) -> int:
@@ -72,5 +73,8 @@ class LocalCluster:
         return self._self() if node_id == self._broker.node_id else None
 
     def leadership(self, topic, index: int) -> PartitionLeadership | None:
-        node = self._broker.node_id
-        return PartitionLeadership(node, topic.leader_epoch, (node,))
+        found = self._led.get(topic.leader_epoch)
+        if found is None:
+            node = self._broker.node_id
+            found = self._led[topic.leader_epoch] = PartitionLeadership(node, topic.leader_epoch, (node,))
+        return found
