@@ -1038,13 +1038,22 @@ class Broker:
 
     def peer(self, node_id: int):
         """The peer that sends broker-to-broker requests to ``node_id`` (server/peers.py): this broker's own handlers
-        for its node id, another broker's inter-broker listener for one in ``self.peers``' address book."""
+        for its node id, another broker's inter-broker listener for one in ``self.peers``' address book, which
+        follows the live brokers of ``self.cluster`` (the address they advertise on the inter-broker listener)."""
+        member = self.cluster.broker(node_id) if node_id != self.node_id else None
+        address = member.address(self.config.inter_broker_listener) if member is not None else None
+        if address is not None:
+            self.peers.set_address(node_id, *address)
         return self.peers.peer(node_id)
 
     def partition_leader(self, topic: str, index: int) -> int:
-        """The node id of a partition's leader: this broker, which leads every partition until brokers form a
-        cluster."""
-        return self.node_id
+        """The node id of a partition's leader (``self.cluster``), -1 while none leads it; this broker for a
+        partition that no longer exists (its own handlers answer UNKNOWN_TOPIC_OR_PARTITION)."""
+        described = self.described_topic(topic)
+        if described is None or not 0 <= index < described.partitions:
+            return self.node_id
+        leadership = self.cluster.leadership(described, index)
+        return leadership.leader_id if leadership is not None else -1
 
     def _network_peer(self, node_id: int, host: str, port: int, nursery) -> NetworkPeer:
         try:

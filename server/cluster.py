@@ -54,6 +54,7 @@ class LocalCluster:
 
     def __init__(self, broker):
         self._broker = broker
+        self._led: dict[int, PartitionLeadership] = {}      # by leader epoch: the produce path asks per request
 
     @property
     def controller_id(self) -> int:
@@ -73,8 +74,11 @@ class LocalCluster:
         return self._self() if node_id == self._broker.node_id else None
 
     def leadership(self, topic, index: int) -> PartitionLeadership | None:
-        node = self._broker.node_id
-        return PartitionLeadership(node, topic.leader_epoch, (node,))
+        found = self._led.get(topic.leader_epoch)
+        if found is None:
+            node = self._broker.node_id
+            found = self._led[topic.leader_epoch] = PartitionLeadership(node, topic.leader_epoch, (node,))
+        return found
 
 
 PartitionKey = tuple  # (topic id, partition index)
@@ -114,6 +118,7 @@ class ViewCluster:
     def __init__(self, view: ClusterView, topic_replication=lambda topic: 1):
         self.view = view
         self._replication = topic_replication
+        self._leadership: dict = {}        # (topic id, index) → PartitionLeadership | None: asked per request
 
     @property
     def controller_id(self) -> int:
@@ -126,4 +131,9 @@ class ViewCluster:
         return self.view.brokers.get(node_id)
 
     def leadership(self, topic, index: int) -> PartitionLeadership | None:
-        return self.view.leadership((topic.topic_id, index), self._replication(topic))
+        key = (topic.topic_id, index)
+        try:
+            return self._leadership[key]
+        except KeyError:
+            found = self._leadership[key] = self.view.leadership(key, self._replication(topic))
+            return found

@@ -45,7 +45,8 @@ log = logging.getLogger("trireme.config")
 PROPERTIES: dict[str, tuple[Any, str]] = {
     "node.id": (1, "This broker's id."),
     "num.partitions": (1, "Partitions of an auto-created topic, or of CreateTopics with -1."),
-    "default.replication.factor": (1, "Only 1 is possible on a single node."),
+    "default.replication.factor": (1, "Replication factor of auto-created topics and of CreateTopics with -1; at "
+                                      "most the number of live brokers when a topic is created."),
     "auto.create.topics.enable": (True, "Create unknown topics on Metadata/Produce requests."),
     "delete.topic.enable": (True, "Allow DeleteTopics."),
     "log.retention.ms": (604800000, "Default retention.ms of topics (Kafka: 168 hours); wins over "
@@ -308,7 +309,7 @@ RANGES = {
     "broker.session.timeout.ms": (1, INT_MAX),
     "trireme.cluster.metadata.poll.ms": (1, INT_MAX),
     "num.partitions": (1, INT_MAX),
-    "default.replication.factor": (1, 1),
+    "default.replication.factor": (1, INT_MAX),
     "log.retention.minutes": (-1, INT_MAX),
     "log.retention.hours": (-1, INT_MAX),
     "log.retention.check.interval.ms": (1, LONG_MAX),
@@ -371,16 +372,7 @@ FLOAT_RANGES = {"log.cleaner.io.max.bytes.per.second": (1.0, float("inf")),
                 "log.cleaner.min.cleanable.ratio": (0.0, 1.0)}
 # String properties with a fixed set of values (any case; kept upper case).
 CHOICES = {"trireme.log.level": ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL"),
-           "broker.heartbeat.interval.ms": (
-        2000, "With trireme.storage=postgresql: how often this broker renews its lease in the cluster's database."),
-    "broker.session.timeout.ms": (
-        9000, "With trireme.storage=postgresql: how long a broker's lease lasts; a broker that has not renewed it for "
-              "this long is no longer live, and its partitions move to the others."),
-    "trireme.cluster.metadata.poll.ms": (
-        500, "With trireme.storage=postgresql: how often this broker reads the cluster's brokers and partition leaders "
-             "from the database (and, as the controller, assigns leaders)."),
-    "broker.rack": ("", "This broker's rack, as Metadata and DescribeCluster list it (empty: none)."),
-    "trireme.storage": ("LOCAL", "POSTGRESQL"),
+           "trireme.storage": ("LOCAL", "POSTGRESQL"),
            "ssl.client.auth": ("NONE", "REQUESTED", "REQUIRED"),
            "security.inter.broker.protocol": SECURITY_PROTOCOLS}
 # Kafka's other forms of a property in other units, most precise first: (name, factor to the property's unit).

@@ -11,7 +11,8 @@ Behaviour / version notes:
   epoch → PRODUCER_FENCED (v2+; INVALID_PRODUCER_EPOCH below v2); a transition still being written
   or a transaction being committed/aborted → CONCURRENT_TRANSACTIONS (the client retries); a
   topic or partition that does not exist → UNKNOWN_TOPIC_OR_PARTITION for it and
-  OPERATION_NOT_ATTEMPTED for the others, as Kafka.  v4+ put per-transaction errors in each result.
+  OPERATION_NOT_ATTEMPTED for the others, as Kafka.  A partition led by another broker exists:
+  the coordinator checks the cluster's topics (Kafka's metadata cache), not who leads them.  v4+ put per-transaction errors in each result.
 - Authorization (Kafka's handleAddPartitionsToTxnRequest).  The client form (v0-3) needs Write on
   the TransactionalId (else every partition → TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and Write on each
   topic, asked once per topic: a topic without it → TOPIC_AUTHORIZATION_FAILED in each of its
@@ -32,6 +33,7 @@ from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.server.groups import OFFSETS_TOPIC
 from trireme.server.handlers import unauthorized
+from trireme.server.routing import led_partition_named
 from trireme.server.transactions import error_for_version
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.state.topics import INTERNAL_TOPICS
@@ -59,7 +61,8 @@ def add_partitions_to_txn(ctx, request):
         def refused(topic: str, index: int) -> int:
             if topic in denied:
                 return E.TOPIC_AUTHORIZATION_FAILED.code
-            return E.UNKNOWN_TOPIC_OR_PARTITION.code if broker.partition(topic, index) is None else 0
+            # as Kafka's coordinator (its metadata cache): the partition exists, whichever broker leads it
+            return E.UNKNOWN_TOPIC_OR_PARTITION.code if led_partition_named(broker, topic, index) is None else 0
         errors = {(t.name, p): refused(t.name, p) for t in topics for p in t.partitions}
         if not any(errors.values()):
             return None

@@ -1,12 +1,17 @@
 """CreatePartitions: grow topics to a new partition count (or only validate that they could).
 
 Behaviour / version notes:
-- v0-3.  timeout_ms is irrelevant: new partitions exist (empty, led by this node) at once.
+- v0-3.  timeout_ms is irrelevant: new partitions exist (empty) at once; ``broker.cluster``
+  decides who leads them (with the local engine: this node).
 - Per topic, in Kafka's order: unknown → UNKNOWN_TOPIC_OR_PARTITION (null message, as Kafka);
   count equal to the current one or smaller → INVALID_PARTITIONS with Kafka's messages;
   assignments non-null but not one per new partition → INVALID_REPLICA_ASSIGNMENT; each
-  assignment must be exactly [this node] (else INVALID_REPLICA_ASSIGNMENT with Kafka's message,
-  see create_topics.assignment_problem).  Null assignments means "place them": all here.
+  assignment must list live brokers, each once, as many as the replicas the cluster lists for
+  the topic's partition 0 (Kafka's "consistent with previous partitions"; any number while it has
+  no leader; with the local engine exactly [this node]), else INVALID_REPLICA_ASSIGNMENT with
+  Kafka's message (see create_topics.assignment_problem).  Null assignments means "place them":
+  the cluster places them.  The registry keeps no replica lists: assignments are checked, not
+  recorded.
 - A name given more than once → one INVALID_REQUEST "Duplicate topic name." result, placed
   first as Kafka does, and nothing changed for it.
 - validate_only: every check, the same answer, nothing created.
@@ -21,7 +26,7 @@ from trireme.state.acls import Operation, ResourceType
 from trireme.state.topics import TopicError
 from trireme.wire import error_codes as E
 
-from .create_topics import assignment_problem
+from .create_topics import assignment_problem, live_brokers
 
 
 def _grow(broker, t, validate_only: bool) -> None:
@@ -40,8 +45,11 @@ def _grow(broker, t, validate_only: bool) -> None:
             raise TopicError(E.INVALID_REPLICA_ASSIGNMENT.code,
                              f"Attempted to add {additional} additional partition(s), but only "
                              f"{len(t.assignments)} assignment(s) were specified.")
+        live = live_brokers(broker)
+        leadership = broker.cluster.leadership(topic, 0)
+        replicas = len(leadership.replicas) if leadership is not None else None
         for a in t.assignments:
-            problem = assignment_problem(a.broker_ids, broker.node_id, 1)
+            problem = assignment_problem(a.broker_ids, live, replicas)
             if problem is not None:
                 raise TopicError(E.INVALID_REPLICA_ASSIGNMENT.code, problem)
     broker.add_partitions(t.name, t.count, validate_only=validate_only)

@@ -6,17 +6,23 @@ Behaviour / version notes:
   an existing name differing only in '.' vs '_' (INVALID_TOPIC_EXCEPTION), no null config
   values and every config valid (INVALID_CONFIG), then the layout below.
 - num_partitions -1 → num.partitions; 0 or < -1 → INVALID_PARTITIONS.  replication_factor -1 →
-  default.replication.factor; it must come to 1 (0 or < -1, or > 1 → INVALID_REPLICATION_FACTOR
-  with Kafka's messages; there is one broker).
+  default.replication.factor; it must come to at least 1 and at most the number of live brokers
+  of ``broker.cluster`` (0 or < -1, or more than there are → INVALID_REPLICATION_FACTOR with
+  Kafka's messages, "Unable to replicate the partition N time(s): The target replication factor
+  of N cannot be reached because only M broker(s) are registered."; with the local engine M = 1).
 - Manual assignments, as Kafka's KRaft controller: num_partitions and replication_factor must
-  both be -1 (else INVALID_REQUEST); each partition must list exactly this node, once, and the
-  partition indexes must be 0..n-1 without repeats.  Anything else is Kafka's
-  INVALID_REPLICA_ASSIGNMENT with Kafka's message (an unknown broker id is "no such broker is
-  registered").
+  both be -1 (else INVALID_REQUEST); each partition lists live brokers, each once, every
+  partition as many, and the partition indexes must be 0..n-1 without repeats.  Anything else is
+  Kafka's INVALID_REPLICA_ASSIGNMENT with Kafka's message (a broker id that is not live is "no
+  such broker is registered").
+- The topic registry keeps no replication factor (nor replica lists): the cluster decides each
+  partition's replicas (server/cluster.py).  The replication factor is checked and answered, not
+  recorded.
 - A name given more than once → one INVALID_REQUEST "Duplicate topic name." result for it, after
   the other results, and nothing is created for it (as Kafka).
 - validate_only: every check, the same answer (a fresh topic id included), nothing created.
-- v5+ results carry num_partitions, replication_factor (1) and every topic config, sorted by name,
+- v5+ results carry num_partitions, replication_factor (the one asked for, the default's, or the
+  manual assignment's replicas per partition, as Kafka) and every topic config, sorted by name,
   with value, source (see describe_configs.py), read_only false and is_sensitive false; v7+ the
   topic id.  Failed topics answer topic id zero, -1 counts and no configs.
 - ACLs (as Kafka's controller): Create on the cluster allows every topic; otherwise Create on each
@@ -36,13 +42,14 @@ from trireme.wire import error_codes as E
 from .describe_configs import topic_config_entries
 
 
-def assignment_problem(broker_ids, node_id: int, replication_factor: int | None) -> str | None:
-    """Why one partition's manual replica list is refused (Kafka's INVALID_REPLICA_ASSIGNMENT message), or None."""
+def assignment_problem(broker_ids, live: set[int], replication_factor: int | None) -> str | None:
+    """Why one partition's manual replica list is refused (Kafka's INVALID_REPLICA_ASSIGNMENT message), or None.
+    ``live``: the node ids of the live brokers, which an assignment may name."""
     if not broker_ids:
         return "The manual partition assignment includes an empty replica list."
     previous = None
     for broker_id in sorted(broker_ids):
-        if broker_id != node_id:
+        if broker_id not in live:
             return (f"The manual partition assignment includes broker {broker_id}, but no such broker "
                     "is registered.")
         if broker_id == previous:
@@ -55,9 +62,15 @@ def assignment_problem(broker_ids, node_id: int, replication_factor: int | None)
     return None
 
 
-def _layout(broker, t) -> int:
-    """The number of partitions to create; raises TopicError when the layout is refused."""
+def live_brokers(broker) -> set[int]:
+    """The node ids of the cluster's live brokers: the ones a topic's replicas may be placed on."""
+    return {b.node_id for b in broker.cluster.brokers()}
+
+
+def _layout(broker, t) -> tuple[int, int]:
+    """(partitions, replication factor) to create with; raises TopicError when the layout is refused."""
     if t.assignments:
+        live = live_brokers(broker)
         if t.replication_factor != -1:
             raise TopicError(E.INVALID_REQUEST.code, "A manual partition assignment was specified, but "
                                                      "replication factor was not set to -1.")
@@ -70,7 +83,7 @@ def _layout(broker, t) -> int:
             if a.partition_index in seen:
                 raise TopicError(E.INVALID_REPLICA_ASSIGNMENT.code,
                                  f"Found multiple manual partition assignments for partition {a.partition_index}")
-            problem = assignment_problem(a.broker_ids, broker.node_id, replicas)
+            problem = assignment_problem(a.broker_ids, live, replicas)
             if problem is not None:
                 raise TopicError(E.INVALID_REPLICA_ASSIGNMENT.code, problem)
             replicas = len(a.broker_ids)
@@ -78,19 +91,20 @@ def _layout(broker, t) -> int:
         if seen != set(range(len(seen))):
             raise TopicError(E.INVALID_REPLICA_ASSIGNMENT.code,
                              "partitions should be a consecutive 0-based integer sequence")
-        return len(seen)
+        return len(seen), replicas
     if t.replication_factor < -1 or t.replication_factor == 0:
         raise TopicError(E.INVALID_REPLICATION_FACTOR.code,
                          "Replication factor must be larger than 0, or -1 to use the default value.")
     if t.num_partitions < -1 or t.num_partitions == 0:
         raise TopicError(E.INVALID_PARTITIONS.code, "Number of partitions was set to an invalid non-positive value.")
     rf = broker.config["default.replication.factor"] if t.replication_factor == -1 else t.replication_factor
-    if rf != 1:
+    registered = len(broker.cluster.brokers())
+    if rf <= 0 or rf > registered:
         reason = ("Replication factor must be larger than 0." if rf <= 0 else
-                  f"The target replication factor of {rf} cannot be reached because only 1 broker(s) "
+                  f"The target replication factor of {rf} cannot be reached because only {registered} broker(s) "
                   "are registered.")
         raise TopicError(E.INVALID_REPLICATION_FACTOR.code, f"Unable to replicate the partition {rf} time(s): {reason}")
-    return broker.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions
+    return broker.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions, rf
 
 
 def _create(broker, t, validate_only: bool):
@@ -112,8 +126,8 @@ def _create(broker, t, validate_only: bool):
         problem = validate_config(config_name, value)
         if problem is not None:
             raise TopicError(E.INVALID_CONFIG.code, problem)
-    partitions = _layout(broker, t)
-    return broker.create_topic(name, partitions, configs, validate_only=validate_only)
+    partitions, replication_factor = _layout(broker, t)
+    return broker.create_topic(name, partitions, configs, validate_only=validate_only), replication_factor
 
 
 @handles("CreateTopics", 2, 7)
@@ -136,7 +150,7 @@ def create_topics(ctx, request):
         if t.name not in creatable:
             continue
         try:
-            topic = _create(broker, t, request.validate_only)
+            topic, replication_factor = _create(broker, t, request.validate_only)
         except TopicError as refused:
             response.topics.append(rcls(name=t.name, error_code=refused.code, error_message=refused.message))
             continue
@@ -146,7 +160,8 @@ def create_topics(ctx, request):
                                         num_partitions=-1, replication_factor=-1))
             continue
         result = rcls(name=t.name, topic_id=topic.topic_id, error_code=0, error_message=None,
-                      topic_config_error_code=0, num_partitions=topic.partitions, replication_factor=1)
+                      topic_config_error_code=0, num_partitions=topic.partitions,
+                      replication_factor=replication_factor)
         result.configs = [ccls(name=e.name, value=e.value, read_only=False, config_source=e.source,
                                is_sensitive=False) for e in topic_config_entries(broker, topic)]
         response.topics.append(result)

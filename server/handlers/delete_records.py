@@ -8,7 +8,10 @@ Behaviour / version notes:
   below it are removed at once; the new start offset is checkpointed durably.
 - A topic whose cleanup.policy lacks "delete" (compact only) → POLICY_VIOLATION, as Kafka.
 - An internal topic (`__consumer_offsets`, `__transaction_state`) → INVALID_TOPIC_EXCEPTION, as Kafka.
-- Unknown topic or partition → UNKNOWN_TOPIC_OR_PARTITION.
+- Unknown topic or partition → UNKNOWN_TOPIC_OR_PARTITION; a partition that exists but that this
+  broker does not lead (another broker does, or none at the moment: server/routing.py over
+  ``broker.cluster``) → NOT_LEADER_OR_FOLLOWER, as Kafka's ReplicaManager (low watermark -1).  With
+  the local engine every partition is led here.
 - The new start offset cannot be checkpointed (disk full) → KAFKA_STORAGE_ERROR; nothing changes.
 - Authorization (Kafka's handleDeleteRecordsRequest): Delete on each topic, asked once per topic; a
   topic without it answers TOPIC_AUTHORIZATION_FAILED in each of its partitions (low watermark -1),
@@ -20,6 +23,7 @@ import logging
 
 from trireme.server.dispatch import handles
 from trireme.server.handlers import unauthorized
+from trireme.server.routing import NotLeader, led_partition_named
 from trireme.state.acls import Operation, ResourceType
 from trireme.state.log import OffsetOutOfRange
 from trireme.wire import error_codes as E
@@ -43,9 +47,9 @@ def delete_records(ctx, request):
             if t.name in denied:
                 result.error_code = E.TOPIC_AUTHORIZATION_FAILED.code
                 continue
-            partition = broker.partition(t.name, p.partition_index)
-            if partition is None:
-                result.error_code = E.UNKNOWN_TOPIC_OR_PARTITION.code
+            partition = led_partition_named(broker, t.name, p.partition_index)
+            if partition is None or type(partition) is NotLeader:
+                result.error_code = E.UNKNOWN_TOPIC_OR_PARTITION.code if partition is None else partition.error_code
                 continue
             if partition.topic.is_internal:
                 result.error_code = E.INVALID_TOPIC_EXCEPTION.code

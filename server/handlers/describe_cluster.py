@@ -1,9 +1,11 @@
-"""DescribeCluster: this one broker, the cluster id and the controller id (this node).
+"""DescribeCluster: the live brokers, the cluster id and the controller id.
 
 Behaviour / version notes:
-- v0-2.  Brokers: this node with the advertised host and port of the listener the request came in on, rack null, is_fenced false (v2;
-  it is never fenced, so include_fenced_brokers changes nothing).  controller_id is this node,
-  as a KRaft broker reports a live broker.
+- v0-2.  Brokers: the live brokers of ``broker.cluster`` (server/cluster.py), each at its
+  advertised host and port on the listener the request came in on (one without that listener is
+  left out, as Kafka does), with its rack; is_fenced false (v2: a broker whose lease lapsed is no
+  longer live, so include_fenced_brokers changes nothing).  controller_id is the cluster's, as a
+  KRaft broker reports a live broker.  With the local engine: this node alone, the controller.
 - endpoint_type (v1+): 1 (brokers) is served; 2 (controllers) → MISMATCHED_ENDPOINT_TYPE (114),
   anything else → UNSUPPORTED_ENDPOINT_TYPE (115), each with Kafka's message and no other data.
   (v0 requests carry no endpoint type: always brokers.)
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from trireme.server.authorized_operations import authorized_operations
 from trireme.server.dispatch import handles
-from trireme.server.listener import advertised_address
+from trireme.server.routing import listed_brokers
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
 
@@ -40,11 +42,10 @@ def describe_cluster(ctx, request):
         return response
     response.endpoint_type = ENDPOINT_BROKERS
     response.cluster_id = broker.cluster_id
-    response.controller_id = broker.node_id
-    host, port = advertised_address(ctx)       # of the listener the request came in on
-    response.brokers = [type(response).DescribeClusterBroker(
-        broker_id=broker.node_id, host=host, port=port, rack=None,
-        is_fenced=False)]
+    response.controller_id = broker.cluster.controller_id
+    response.brokers = [type(response).DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port,
+                                                             rack=b.rack, is_fenced=False)
+                        for b in listed_brokers(ctx)]      # at their addresses on the request's listener
     if request.include_cluster_authorized_operations:
         response.cluster_authorized_operations = (
             authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)

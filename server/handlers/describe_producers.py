@@ -6,13 +6,17 @@ Behaviour / version notes:
   first offset of its open transaction (CurrentTxnStartOffset, -1 when none).  An admin's abort of
   a hanging transaction sends WriteTxnMarkers with these values.
 - Checks in Kafka's order (handleDescribeProducersRequest), per topic, answered in each of its
-  partitions: an illegal topic name → INVALID_TOPIC_EXCEPTION; then Read on the topic (asked once per
-  topic) → TOPIC_AUTHORIZATION_FAILED; then an unknown topic or partition →
-  UNKNOWN_TOPIC_OR_PARTITION.  Internal topics are described too.
+  partitions: an illegal topic name → INVALID_TOPIC_EXCEPTION; then Read on the topic (asked once
+  per topic) → TOPIC_AUTHORIZATION_FAILED; then an unknown topic or partition →
+  UNKNOWN_TOPIC_OR_PARTITION; then a partition that exists but that this broker does not lead
+  (another broker does, or none at the moment; server/routing.py over ``broker.cluster``) →
+  NOT_LEADER_OR_FOLLOWER with no message, as Kafka's ReplicaManager.activeProducerState.  Internal
+  topics are described too.
 - A partition named twice is described once (a repeat of one with many producers would add all of
   them again; the Java admin client asks for each partition once).
 """
 from trireme.server.dispatch import handles
+from trireme.server.routing import NotLeader, led_partition_named
 from trireme.state.acls import Operation, ResourceType
 from trireme.state.topics import validate_topic_name
 from trireme.wire import error_codes as E
@@ -40,10 +44,13 @@ def describe_producers(ctx, request):
             if topic_error:
                 out.partitions.append(pcls(partition_index=index, error_code=topic_error, error_message=message))
                 continue
-            partition = broker.partition(t.name, index)      # __cluster_metadata stays hidden
+            partition = led_partition_named(broker, t.name, index)      # __cluster_metadata stays hidden
             if partition is None:
                 out.partitions.append(pcls(partition_index=index, error_code=E.UNKNOWN_TOPIC_OR_PARTITION.code,
                                            error_message=f"{t.name}-{index} does not exist"))
+                continue
+            if type(partition) is NotLeader:     # as Kafka's ReplicaManager.activeProducerState: no message
+                out.partitions.append(pcls(partition_index=index, error_code=partition.error_code))
                 continue
             out.partitions.append(pcls(partition_index=index, active_producers=[
                 scls(producer_id=e.producer_id, producer_epoch=e.producer_epoch, last_sequence=e.last_seq,

@@ -15,8 +15,11 @@ Behaviour / version notes:
   existing topics appear.
 - A cursor whose topic is not among the named topics, or whose partition index is negative,
   fails the request as Kafka does: every named topic answers INVALID_REQUEST.
-- Partitions: leader = this node, the topic's leader epoch, replicas = ISR = [this node],
-  eligible_leader_replicas and last_known_elr empty, no offline replicas.  Every topic carries
+- Partitions, as Metadata's (server/routing.py's DescribedCluster over ``broker.cluster``): the
+  leader and leader epoch, replicas = ISR = the brokers the cluster lists for it (with the local
+  engine: this node), eligible_leader_replicas and last_known_elr empty, no offline replicas; no
+  leader → LEADER_NOT_AVAILABLE with leader -1 (LISTENER_NOT_FOUND for a live leader without the
+  request's listener), as Kafka.  Every topic carries
   its id, is_internal and authorized operations (Kafka's bit set of the topic operations the
   principal may do; every one without an authorizer).  The internal topics are described like any
   other, as in Metadata.
@@ -32,6 +35,7 @@ import uuid
 
 from trireme.server.dispatch import handles
 from trireme.server.authorized_operations import authorized_operations
+from trireme.server.routing import DescribedCluster
 from trireme.state.acls import Operation, ResourceType
 from trireme.state.topics import validate_topic_name
 from trireme.wire import error_codes as E
@@ -71,7 +75,7 @@ def describe_topic_partitions(ctx, request):
         return response
 
     remaining = max(min(MAX_PARTITION_LIMIT, request.response_partition_limit), 1)
-    node = broker.node_id
+    described = DescribedCluster(ctx)
     refused = []
     for name in sorted(names, key=_java_order):
         if not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, name):
@@ -94,10 +98,7 @@ def describe_topic_partitions(ctx, request):
         upper = min(topic.partitions, first + remaining)
         out = tcls(error_code=0, name=name, topic_id=topic.topic_id, is_internal=topic.is_internal,
                    topic_authorized_operations=authorized_operations(ctx, ResourceType.TOPIC, name))
-        out.partitions = [pcls(error_code=0, partition_index=i, leader_id=node, leader_epoch=topic.leader_epoch,
-                               replica_nodes=[node], isr_nodes=[node], eligible_leader_replicas=[],
-                               last_known_elr=[], offline_replicas=[])
-                          for i in range(first, upper)]
+        out.partitions = [_partition(pcls, i, *described.partition(topic, i)) for i in range(first, upper)]
         response.topics.append(out)
         if upper < topic.partitions:
             response.next_cursor = type(response).Cursor(topic_name=name, partition_index=upper)
@@ -105,3 +106,9 @@ def describe_topic_partitions(ctx, request):
         remaining -= len(out.partitions)
     response.topics += refused
     return response
+
+
+def _partition(pcls, index: int, error: int, leader: int, epoch: int, replicas: list[int]):
+    return pcls(error_code=error, partition_index=index, leader_id=leader, leader_epoch=epoch,
+                replica_nodes=replicas, isr_nodes=list(replicas), eligible_leader_replicas=[], last_known_elr=[],
+                offline_replicas=[])

@@ -27,6 +27,13 @@ Behaviour / version notes:
   estimated from the request) does not fit waits for room, past max_wait if need be.  Reads are
   synchronous (pread), so the room is read and taken in one step of the event loop.
 - CurrentLeaderEpoch (v9+) newer than ours → UNKNOWN_LEADER_EPOCH, older → FENCED_LEADER_EPOCH.
+- A partition this broker does not lead (another broker does, none does at the moment, or it is
+  not open here: server/routing.py over ``broker.cluster``) → NOT_LEADER_OR_FOLLOWER (offsets -1),
+  as Kafka's ReplicaManager, and the fetch is answered at once (Kafka's errorReadingData).  From
+  v16 (KIP-951), for NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH as Kafka, CurrentLeader is the
+  leader's id and epoch (-1, -1 while none) and NodeEndpoints lists each such leader that is live,
+  at its address on the request's listener, once, by node id.  With the local engine every
+  partition is led here (only FENCED_LEADER_EPOCH names a leader: this broker).
 - Offsets outside [log start, log end] → OFFSET_OUT_OF_RANGE with the current offsets.
 - Records are never decoded here: the response carries the file bytes as read.
 - A read that fails (out of file descriptors, a failing disk) → KAFKA_STORAGE_ERROR for that partition.
@@ -52,6 +59,7 @@ import trio
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.server.handlers import unauthorized
+from trireme.server.routing import LeaderEndpoints, NotLeader, current_leader, led_partition
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.state.log import OffsetOutOfRange
 from trireme.wire import error_codes as E
@@ -119,7 +127,7 @@ def _answer(ctx, request, listing: int, denied: set):
     response = ctx.response()
     moved = broker.data_event()          # taken before reading, so no flush in between is missed
     held_back = False
-    at_once = request.max_wait_ms <= 0 or not _any_partition(ctx, request, denied)
+    at_once = request.max_wait_ms <= 0 or not _may_wait(ctx, request, denied)
     if at_once or request.min_bytes <= 0 or _readable(ctx, request, denied):
         size, by_topic, held_back = _fill(ctx, request, response, listing, denied)
         if held_back:
@@ -154,19 +162,23 @@ def _answer(ctx, request, listing: int, denied: set):
     return Deferred(long_poll, poll=True)
 
 
-def _any_partition(ctx, request, denied: set) -> bool:
-    """Whether the request names any partition that exists and may be read: when none does there is nothing to wait
-    for, and the errors are answered at once, as Kafka does."""
+def _may_wait(ctx, request, denied: set) -> bool:
+    """Whether the fetch may wait for data: it names a partition led here that may be read, and none led elsewhere.
+    When no partition can be read there is nothing to wait for, and the errors are answered at once, as Kafka does;
+    a partition led by another broker is answered at once too (Kafka's errorReadingData), so the client moves on."""
     broker = ctx.broker
     by_id = ctx.api_version >= 13
+    readable = False
     for fetch_topic in request.topics:
         if (fetch_topic.topic_id if by_id else fetch_topic.topic) in denied:
             continue
         topic = broker.described_topic(None if by_id else fetch_topic.topic, fetch_topic.topic_id)
-        if topic is not None and any(broker.partition(topic.name, fp.partition) is not None
-                                     for fp in fetch_topic.partitions):
-            return True
-    return False
+        for fp in fetch_topic.partitions:
+            partition = led_partition(broker, topic, fp.partition)
+            if type(partition) is NotLeader:
+                return False
+            readable = readable or partition is not None
+    return readable
 
 
 def _readable(ctx, request, denied: set) -> bool:
@@ -181,8 +193,8 @@ def _readable(ctx, request, denied: set) -> bool:
         if topic is None or (fetch_topic.topic_id if by_id else fetch_topic.topic) in denied:
             continue
         for fp in fetch_topic.partitions:
-            partition = broker.partition(topic.name, fp.partition)
-            if partition is None or fp.partition_max_bytes <= 0:
+            partition = led_partition(broker, topic, fp.partition)
+            if partition is None or type(partition) is NotLeader or fp.partition_max_bytes <= 0:
                 continue
             plog = partition.log
             bound = partition.last_stable_offset() if read_committed else plog.high_watermark
@@ -221,6 +233,8 @@ def _fill(ctx, request, response, listing: int, denied: set) -> tuple[int, dict[
     gathered = 0
     by_topic: dict[str, int] = {}
     read_committed = request.isolation_level == READ_COMMITTED
+    kip951 = ctx.api_version >= 16
+    leaders = LeaderEndpoints(ctx)          # the current leaders named (v16+: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH)
     for fetch_topic in request.topics:
         topic = broker.described_topic(None if by_id else fetch_topic.topic, fetch_topic.topic_id)
         out = cls(topic=fetch_topic.topic, topic_id=fetch_topic.topic_id)
@@ -234,9 +248,15 @@ def _fill(ctx, request, response, listing: int, denied: set) -> tuple[int, dict[
             if refused:
                 result.error_code = E.TOPIC_AUTHORIZATION_FAILED.code
                 continue
-            partition = broker.partition(topic.name, fp.partition) if topic is not None else None
+            partition = led_partition(broker, topic, fp.partition)
             if partition is None:
                 result.error_code = (E.UNKNOWN_TOPIC_ID.code if by_id and topic is None else E.UNKNOWN_TOPIC_OR_PARTITION.code)
+                continue
+            if type(partition) is NotLeader:
+                result.error_code = partition.error_code
+                if kip951:
+                    result.current_leader = leaders.current_leader(pcls.LeaderIdAndEpoch, partition.leader_id,
+                                                                   partition.leader_epoch)
                 continue
             plog = partition.log
             hw = plog.high_watermark
@@ -246,6 +266,9 @@ def _fill(ctx, request, response, listing: int, denied: set) -> tuple[int, dict[
             result.log_start_offset = plog.log_start_offset
             result.error_code = partition.leader_epoch_error(fp.current_leader_epoch)
             if result.error_code:
+                if kip951 and result.error_code == E.FENCED_LEADER_EPOCH.code:     # as Kafka: the current leader
+                    result.current_leader = leaders.current_leader(
+                        pcls.LeaderIdAndEpoch, *current_leader(broker, topic, fp.partition))
                 continue
             limit = min(fp.partition_max_bytes, budget - gathered)
             if limit <= 0:
@@ -272,4 +295,6 @@ def _fill(ctx, request, response, listing: int, denied: set) -> tuple[int, dict[
                     for a in plog.aborted_txns(fp.fetch_offset, lso)] if data else []
         if gathered > before:
             by_topic[topic.name] = by_topic.get(topic.name, 0) + gathered - before
+    if leaders.nodes:
+        response.node_endpoints = leaders.node_endpoints(type(response).NodeEndpoint)
     return gathered, by_topic, held_back

@@ -9,12 +9,17 @@ Behaviour / version notes:
   timestamp is ≥ it, or -1 when none (the time index finds the batch; that batch is decoded).
 - Leader epoch in answers is the partition's current epoch.  CurrentLeaderEpoch (v4+) newer than
   ours → UNKNOWN_LEADER_EPOCH, older → FENCED_LEADER_EPOCH.
+- Unknown topic or partition → UNKNOWN_TOPIC_OR_PARTITION; a partition that exists but that this
+  broker does not lead (another broker does, or none at the moment: server/routing.py over
+  ``broker.cluster``) → NOT_LEADER_OR_FOLLOWER, as Kafka's ReplicaManager (timestamp and offset -1).
+  With the local engine every partition is led here.
 - Authorization (Kafka's handleListOffsetRequest): Describe on each topic, asked once per topic; a topic
   without it answers TOPIC_AUTHORIZATION_FAILED in each of its partitions (timestamp and offset -1),
   before its existence is checked.
 """
 from trireme.server.dispatch import handles
 from trireme.server.handlers import unauthorized
+from trireme.server.routing import NotLeader, led_partition_named
 from trireme.state.acls import Operation, ResourceType
 from trireme.wire import error_codes as E
 
@@ -38,9 +43,9 @@ def list_offsets(ctx, request):
             if t.name in denied:
                 result.error_code = E.TOPIC_AUTHORIZATION_FAILED.code
                 continue
-            partition = broker.partition(t.name, p.partition_index)
-            if partition is None:
-                result.error_code = E.UNKNOWN_TOPIC_OR_PARTITION.code
+            partition = led_partition_named(broker, t.name, p.partition_index)
+            if partition is None or type(partition) is NotLeader:
+                result.error_code = E.UNKNOWN_TOPIC_OR_PARTITION.code if partition is None else partition.error_code
                 continue
             epoch = partition.leader_epoch
             result.error_code = partition.leader_epoch_error(p.current_leader_epoch)

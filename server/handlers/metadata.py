@@ -1,7 +1,14 @@
-"""Metadata: the one broker, its topics (with topic ids) and their partitions, auto-creating on request.
+"""Metadata: the live brokers, the topics (with topic ids) and who leads their partitions, auto-creating on request.
 
 Behaviour / version notes:
-- v0-13.  Every partition is led by this node, with replicas and ISR = [this node].
+- v0-13.  Brokers and leaders come from ``broker.cluster`` (server/cluster.py, through
+  server/routing.py): every live broker at its advertised address on the listener the request
+  came in on (one without that listener is left out, as Kafka does), with its rack; the
+  controller id is the cluster's.  Each partition: its leader and leader epoch, replicas and ISR
+  the brokers the cluster lists for it (leader first), no offline replicas.  No leader →
+  LEADER_NOT_AVAILABLE with leader -1 (a leader that is not live keeps its epoch and replicas;
+  one live but not on this listener → LISTENER_NOT_FOUND), as Kafka's metadata cache answers.
+  With the local engine (LocalCluster) this node leads every partition, replicas and ISR = [it].
 - Null topics (v1+) means all topics; an empty list means none.  v10+ may name topics by id;
   an unknown id gets UNKNOWN_TOPIC_ID.
 - Unknown names are created when auto.create.topics.enable and AllowAutoTopicCreation (v4+;
@@ -34,7 +41,7 @@ import uuid
 from trireme.server.dispatch import handles
 from trireme.server.authorized_operations import SUPPORTED_OPERATIONS, authorized_operations
 from trireme.server.handlers import first_of_each
-from trireme.server.listener import advertised_address
+from trireme.server.routing import DescribedCluster
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.state.topics import TopicError, validate_topic_name
 from trireme.wire import error_codes as E
@@ -51,10 +58,11 @@ def metadata(ctx, request):
     version = ctx.api_version
     response = ctx.response()
     cls = type(response)
-    host, port = advertised_address(ctx)       # of the listener the request came in on
-    response.brokers = [cls.MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=None)]
+    cluster = DescribedCluster(ctx)             # the brokers at their addresses on the request's listener
+    response.brokers = [cls.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+                        for b in cluster.brokers]
     response.cluster_id = broker.cluster_id
-    response.controller_id = broker.node_id
+    response.controller_id = broker.cluster.controller_id
     if 8 <= version <= 10 and request.include_cluster_authorized_operations:
         response.cluster_authorized_operations = (
             authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
@@ -113,15 +121,19 @@ def metadata(ctx, request):
         t = cls.MetadataResponseTopic(error_code=error, name=name, topic_id=topic_id)
         if topic is not None:
             t.is_internal = topic.is_internal
-            t.partitions = [cls.MetadataResponseTopic.MetadataResponsePartition(
-                error_code=0, partition_index=i, leader_id=broker.node_id, leader_epoch=topic.leader_epoch,
-                replica_nodes=[broker.node_id], isr_nodes=[broker.node_id], offline_replicas=[])
-                for i in range(topic.partitions)]
+            t.partitions = [_partition(cls.MetadataResponseTopic.MetadataResponsePartition, i,
+                                       *cluster.partition(topic, i))
+                            for i in range(topic.partitions)]
         if with_operations and described:
             t.topic_authorized_operations = authorized_operations(ctx, ResourceType.TOPIC, name)
         out.append(t)
     response.topics = out
     return response
+
+
+def _partition(pcls, index: int, error: int, leader: int, epoch: int, replicas: list[int]):
+    return pcls(error_code=error, partition_index=index, leader_id=leader, leader_epoch=epoch,
+                replica_nodes=replicas, isr_nodes=list(replicas), offline_replicas=[])
 
 
 class _CreatePermission:

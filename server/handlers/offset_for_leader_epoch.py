@@ -1,8 +1,8 @@
 """OffsetForLeaderEpoch: the end offset of a leader epoch, so consumers (KIP-320) can detect log truncation.
 
 Behaviour / version notes:
-- v2-4.  replica_id (v3+) is not checked: consumers send -1, debugging tools -2, and since this
-  node leads every partition a follower id would get the same answer.
+- v2-4.  replica_id (v3+) is not checked: consumers send -1, debugging tools -2, and there are no
+  followers (the partition's leader answers; a follower id gets the same answer).
 - A topic has a single leader epoch E (partition.leader_epoch) for its whole life, starting at
   its log start offset, so Kafka's leader-epoch cache holds one entry (E, log start offset).
   Kafka's lookup on that cache gives, for the requested epoch R:
@@ -14,7 +14,10 @@ Behaviour / version notes:
   The error code is NONE in all four cases.
 - current_leader_epoch other than -1: newer than E → UNKNOWN_LEADER_EPOCH, older →
   FENCED_LEADER_EPOCH (leader_epoch and end_offset -1).
-- Unknown topic or partition → UNKNOWN_TOPIC_OR_PARTITION.
+- Unknown topic or partition → UNKNOWN_TOPIC_OR_PARTITION; a partition that exists but that this
+  broker does not lead (another broker does, or none at the moment: server/routing.py over
+  ``broker.cluster``) → NOT_LEADER_OR_FOLLOWER, as Kafka's ReplicaManager (leader_epoch and
+  end_offset -1).  With the local engine every partition is led here.
 - Authorization (Kafka's handleOffsetForLeaderEpochRequest): ClusterAction on the cluster (a follower's)
   allows every topic; without it, Describe on each topic (KIP-320 consumers), asked once per topic: a
   topic without it answers TOPIC_AUTHORIZATION_FAILED in each of its partitions, before its existence
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 from trireme.server.dispatch import handles
 from trireme.server.handlers import unauthorized
+from trireme.server.routing import NotLeader, led_partition_named
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
 
@@ -47,9 +51,9 @@ def offset_for_leader_epoch(ctx, request):
             if t.topic in denied:
                 result.error_code = E.TOPIC_AUTHORIZATION_FAILED.code
                 continue
-            partition = broker.partition(t.topic, p.partition)
-            if partition is None:
-                result.error_code = E.UNKNOWN_TOPIC_OR_PARTITION.code
+            partition = led_partition_named(broker, t.topic, p.partition)
+            if partition is None or type(partition) is NotLeader:
+                result.error_code = E.UNKNOWN_TOPIC_OR_PARTITION.code if partition is None else partition.error_code
                 continue
             epoch = partition.leader_epoch
             result.error_code = partition.leader_epoch_error(p.current_leader_epoch)

@@ -25,6 +25,13 @@ Behaviour / version notes:
   client → INVALID_RECORD;
   a batch over the
   topic's max.message.bytes → MESSAGE_TOO_LARGE; unknown partition → UNKNOWN_TOPIC_OR_PARTITION;
+  a partition this broker does not lead (another broker does, none does at the moment, or it is
+  not open here: server/routing.py over ``broker.cluster``) → NOT_LEADER_OR_FOLLOWER, as Kafka's
+  ReplicaManager (never LEADER_NOT_AVAILABLE), with no message; from v10 (KIP-951) its
+  CurrentLeader is the leader's id and epoch (-1, -1 while none) and NodeEndpoints lists each
+  such leader that is live, at its address on the request's listener, once, by node id (the fast
+  path leaves such a partition to :func:`produce`).  With the local engine every partition is
+  led here;
   a record without a key on a compacted topic → INVALID_RECORD (the only check that decodes
   records, and only on such topics).  An internal topic (`__consumer_offsets`,
   `__transaction_state`) → INVALID_TOPIC_EXCEPTION, as Kafka answers clients (Kafka lets a client
@@ -66,6 +73,7 @@ from trireme.server.clock import now_ms
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import NOT_HANDLED, CloseConnection, Encoded, fast_path, handles, handles_legacy
 from trireme.server.handlers import unauthorized
+from trireme.server.routing import LeaderEndpoints, NotLeader, led_partition
 from trireme.server.transactions import add_to_transaction, verify_in_transaction
 from trireme.state.acls import Operation, ResourceType
 from trireme.wire import error_codes as E
@@ -159,8 +167,8 @@ def _implicit_adds(ctx, request, denied) -> dict[tuple[int, int], list[tuple[str
             continue
         topic = broker.topics.by_id(topic_data.topic_id) if ctx.api_version >= 13 else broker.topics.get(topic_data.name)
         for data in topic_data.partition_data:
-            partition = broker.partition(topic.name, data.index) if topic is not None else None
-            if partition is None or not data.records:
+            partition = led_partition(broker, topic, data.index)
+            if partition is None or type(partition) is NotLeader or not data.records:
                 continue
             try:
                 header = records.parse_batch_header(data.records)     # the first header only: _append validates
@@ -189,6 +197,7 @@ def _produce_now(ctx, request, added, denied, *, close_on_acks0_error: bool = Tr
     partition_cls = topic_cls.PartitionProduceResponse
     acks = request.acks
     waits = []                              # (partition, last offset) to be durable before answering
+    leaders = LeaderEndpoints(ctx)          # the current leaders of partitions led elsewhere (v10+)
     now = now_ms()
     for topic_data in request.topic_data:
         if version >= 13:
@@ -216,15 +225,23 @@ def _produce_now(ctx, request, added, denied, *, close_on_acks0_error: bool = Tr
                 result.error_code = E.INVALID_TOPIC_EXCEPTION.code
                 result.error_message = f"Cannot append to internal topic {internal.name}"
                 continue
-            partition = broker.partition(topic.name, data.index) if topic is not None else None
+            partition = led_partition(broker, topic, data.index)
             if partition is None:
                 result.error_code = missing if topic is None else E.UNKNOWN_TOPIC_OR_PARTITION.code
+                continue
+            if type(partition) is NotLeader:
+                result.error_code = partition.error_code
+                if version >= 10:           # KIP-951: where to send it instead
+                    result.current_leader = leaders.current_leader(
+                        partition_cls.LeaderIdAndEpoch, partition.leader_id, partition.leader_epoch)
                 continue
             error, message = _append(broker, partition, data.records, request.transactional_id, now, result,
                                      waits, added)
             if error:
                 _refuse(result, error, message, version)
             result.log_start_offset = partition.log.log_start_offset
+    if leaders.nodes:
+        response.node_endpoints = leaders.node_endpoints(type(response).NodeEndpoint)
     if acks == 0:
         failed = [(t.name, p.index, p.error_code) for t in response.responses for p in t.partition_responses
                   if p.error_code]
@@ -274,8 +291,8 @@ def produce_small(ctx, frame, body_start: int):
         return NOT_HANDLED
     broker = ctx.broker
     topic = broker.topics.get(small.topic) if small.topic_id is None else broker.topics.by_id(small.topic_id)
-    partition = broker.partition(topic.name, small.partition) if topic is not None else None
-    if partition is None or records.first_batch_is_transactional(small.records):
+    partition = led_partition(broker, topic, small.partition)
+    if partition is None or type(partition) is NotLeader or records.first_batch_is_transactional(small.records):
         return NOT_HANDLED
     previous = _ORDER.get(ctx.connection) if ctx.connection is not None else None
     if previous is not None and not previous.is_set():

@@ -6,7 +6,10 @@ Behaviour / version notes:
   whose requests carry ClusterAction: ``ctx.cluster_action``), and admin clients send them to abort
   a hanging transaction (KIP-664), with the producer id, epoch and coordinator epoch they read from
   DescribeProducers.
-- Per partition: unknown → UNKNOWN_TOPIC_OR_PARTITION; offline → KAFKA_STORAGE_ERROR.  The
+- Per partition: unknown → UNKNOWN_TOPIC_OR_PARTITION; led by another broker (or by none, or not
+  open here: server/routing.py) → NOT_LEADER_OR_FOLLOWER, as Kafka's append (the coordinator sends
+  each partition's markers to its leader, ``broker.partition_leader``, and retries this error);
+  offline → KAFKA_STORAGE_ERROR.  The
   partition's checks are Kafka's: an older producer epoch → INVALID_PRODUCER_EPOCH, an older
   coordinator epoch → TRANSACTION_COORDINATOR_FENCED; v2's TransactionVersion >= 2 means the marker
   carries the bumped epoch, which must then be strictly newer than the producer's.  A producer the
@@ -47,6 +50,7 @@ Behaviour / version notes:
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
+from trireme.server.routing import NotLeader, led_partition_named
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.state.log import AbortedTxn
 from trireme.state.topics import INTERNAL_TOPICS
@@ -89,9 +93,9 @@ def write_txn_markers(ctx, request):
                 if t.name in INTERNAL_TOPICS and not trusted:
                     result.error_code = E.CLUSTER_AUTHORIZATION_FAILED.code
                     continue
-                partition = broker.partitions.get((t.name, index))
-                if partition is None:
-                    result.error_code = E.UNKNOWN_TOPIC_OR_PARTITION.code
+                partition = led_partition_named(broker, t.name, index)
+                if partition is None or type(partition) is NotLeader:
+                    result.error_code = E.UNKNOWN_TOPIC_OR_PARTITION.code if partition is None else partition.error_code
                     continue
                 if partition.storage_error:
                     result.error_code = E.KAFKA_STORAGE_ERROR.code
