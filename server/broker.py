@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -444,18 +445,24 @@ class Broker:
         thread; only then does it serve."""
         for key, p in [((p.topic.topic_id, p.index), p) for p in self.partitions.values()
                        if p.database_epoch is not None and not p.topic.is_internal]:
-            leader = view.leaders.get(key, (None, None))[0]
-            if leader != self.node_id:
-                self._close_partition(p, f"now led by node {leader}")
+            found = view.leaders.get(key)
+            if found is None and p.database_new:
+                continue                        # created here after the poll began: its row comes with a commit
+            if found is None or found[0] != self.node_id:
+                self._close_partition(p, "its row is gone" if found is None else f"now led by node {found[0]}")
         for (topic_id, index), (leader, _epoch) in list(view.leaders.items()):
             topic = self.topics.by_id(topic_id)
             if leader != self.node_id or topic is None or index >= topic.partitions \
                     or (topic.name, index) in self.partitions:
                 continue
-            row = await trio.to_thread.run_sync(self.engine.open, (topic_id, index))
-            if row is None:
+            try:
+                row = await trio.to_thread.run_sync(self.engine.open, (topic_id, index))
+                if row is None:
+                    continue
+                p = await trio.to_thread.run_sync(functools.partial(self._build_partition, topic, index, row=row))
+            except (DatabaseUnavailable, OSError) as e:
+                log.error("could not open partition %s-%d (tried again at the next poll): %r", topic.name, index, e)
                 continue
-            p = await trio.to_thread.run_sync(self._build_partition, topic, index, None, False, row)
             if self.topics.by_id(topic_id) is not topic or (topic.name, index) in self.partitions:
                 p.log.close()               # the topic changed meanwhile
                 continue
