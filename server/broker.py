@@ -18,14 +18,15 @@ import uuid
 
 import trio
 
-from trireme.state import features as features_, producer_ids as producer_ids_, topics as topics_
-from trireme.state.features import TRANSACTION_VERSION, FeatureLevels, feature_record
+from trireme.state.features import (LEGACY_FEATURES_FILE, TRANSACTION_VERSION, FeatureLevels, feature_record,
+                                    read_legacy_levels)
 from trireme.state.log import AbortedTxn, PartitionLog, release_files
-from trireme.state.producer_ids import ProducerIdError, ProducerIdManager, reservation_record
+from trireme.state.producer_ids import (LEGACY_PRODUCER_IDS_FILE, ProducerIdError, ProducerIdManager,
+                                        read_legacy_block_end, reservation_record)
 from trireme.state.producer_state import ProducerStateError, ProducerStateManager
 from trireme.state.storage import FileStorage, Storage, out_of_space
-from trireme.state.topics import (INTERNAL_TOPICS, OP_DELETE, BrokerMeta, Topic, TopicError, TopicRegistry,
-                                  removed_topic_record, topic_record)
+from trireme.state.topics import (INTERNAL_TOPICS, LEGACY_REGISTRY_FILE, OP_DELETE, BrokerMeta, Topic, TopicError,
+                                  TopicRegistry, read_legacy_registry, removed_topic_record, topic_record)
 from trireme.wire import error_codes as E
 from trireme.wire import records
 
@@ -388,17 +389,18 @@ class Broker:
         records = []
         if self.cluster_metadata.partition.log.log_end_offset == 0:
             records += self.security.initial_records()
-        legacy_topics = topics_.read_legacy_registry(self.storage)
+        legacy_topics = read_legacy_registry(self.storage)
         if legacy_topics is not None:
             topics, retired = legacy_topics
-            records += [topic_record(t) for t in topics if self.topics.by_id(t.topic_id) is None]
+            records += [topic_record(t) for t in topics
+                        if self.topics.by_id(t.topic_id) is None and t.name not in self.topics]
             known = self.topics.retired_epochs()
             records += [removed_topic_record(name, uuid.UUID(int=0), epoch) for name, epoch in retired.items()
-                        if name not in known and all(t.name != name for t in topics)]
-        block_end = producer_ids_.read_legacy_block_end(self.storage)
+                        if name not in known and name not in self.topics and all(t.name != name for t in topics)]
+        block_end = read_legacy_block_end(self.storage)
         if block_end is not None and block_end > self.producer_ids.block_end:
             records.append(reservation_record(block_end, self.meta.node_id))
-        legacy_levels = features_.read_legacy_levels(self.storage)
+        legacy_levels = read_legacy_levels(self.storage)
         if self.features.epoch == 0:
             if legacy_levels is not None:
                 levels, epoch = legacy_levels
@@ -406,7 +408,7 @@ class Broker:
             else:
                 records += self.features.initial_records({TRANSACTION_VERSION: config["transaction.version"]})
         self.cluster_metadata.bootstrap(records)
-        for path in (topics_.LEGACY_REGISTRY_FILE, producer_ids_.LEGACY_FILE, features_.LEGACY_FILE):
+        for path in (LEGACY_REGISTRY_FILE, LEGACY_PRODUCER_IDS_FILE, LEGACY_FEATURES_FILE):
             if self.storage.exists(path):
                 self.storage.remove(path)
                 log.info("upgraded %s into records of %s, and removed it", path, CLUSTER_METADATA_TOPIC)

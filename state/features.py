@@ -22,7 +22,7 @@ from .cluster_metadata import FEATURE_LEVEL, decode_key, decode_value, encode_ke
 TRANSACTION_VERSION = "transaction.version"
 # feature → (min, max) level this node supports
 SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2)}
-LEGACY_FILE = "features.json"       # where earlier versions kept the levels (read to upgrade)
+LEGACY_FEATURES_FILE = "features.json"       # where earlier versions kept the levels (read to upgrade)
 
 # UpdateFeatures' UpgradeType (v1+); v0 has AllowDowngrade instead.
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
@@ -127,7 +127,7 @@ def _level_epoch(value) -> tuple[int, int]:
     return v.feature_level, v.epoch
 
 
-def read_legacy_levels(storage: Storage, path: str = LEGACY_FILE) -> tuple[dict[str, int], int] | None:
+def read_legacy_levels(storage: Storage, path: str = LEGACY_FEATURES_FILE) -> tuple[dict[str, int], int] | None:
     """The levels and epoch earlier versions kept in the JSON file ``path`` (None if there is none), for the
     upgrade that turns them into records."""
     try:

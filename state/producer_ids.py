@@ -17,7 +17,7 @@ from .cluster_metadata import PRODUCER_IDS, decode_value, encode_key, encode_val
 
 BLOCK_SIZE = 1000
 MAX_PRODUCER_ID = 2**63 - 1
-LEGACY_FILE = "producer_ids"        # where earlier versions kept the reservation (read to upgrade)
+LEGACY_PRODUCER_IDS_FILE = "producer_ids"        # where earlier versions kept the reservation (read to upgrade)
 
 
 class Storage(Protocol):
@@ -94,7 +94,7 @@ class ProducerIdManager:
         return 0 <= producer_id < self._next
 
 
-def read_legacy_block_end(storage: Storage, path: str = LEGACY_FILE) -> int | None:
+def read_legacy_block_end(storage: Storage, path: str = LEGACY_PRODUCER_IDS_FILE) -> int | None:
     """The reservation end earlier versions kept in the JSON file ``path`` (None if there is none), for the
     upgrade that turns it into a record."""
     try:
