@@ -1,10 +1,10 @@
 """The cluster metadata coordinator: the broker's metadata (topics, producer id blocks, feature levels, ACLs, SCRAM credentials, client quotas) kept as records in the internal log ``__cluster_metadata`` and rebuilt by replaying them.
 
 This is Kafka's own arrangement (its controllers keep topics, producer id blocks, features, ACLs, SCRAM
-credentials and quotas as records in the metadata log ``__cluster_metadata``), run on the same coordinator runtime as the group and
-transaction coordinators (server/cluster_metadata.py): a change is appended as records, made
-durable, and only then replayed into the state the broker answers from.  On start-up the log is
-replayed in full and compacted when it holds much more than the live state.
+credentials and quotas as records in the metadata log ``__cluster_metadata``), run on the same
+coordinator runtime as the group and transaction coordinators (server/cluster_metadata.py): a change
+is appended as records, made durable, and only then replayed into the state the broker answers from.
+On start-up the log is replayed in full and compacted when it holds much more than the live state.
 
 Record framing
 --------------
@@ -42,8 +42,8 @@ The coordinator itself knows no record type: each kind of metadata is a *section
   them as the log's new beginning).
 
 A section decides changes itself (pure functions returning records and answers) and hands the
-records to ``Security.write`` / ``Security.update`` (server/security.py), which append them to the
-log and replay them here.  Records of a type no section owns (written by a newer version) are kept
+records to ``ClusterMetadataService.update`` (server/cluster_metadata.py; for the security sections
+through ``Security.write`` / ``Security.update``), which appends them to the log and replays them here.  Records of a type no section owns (written by a newer version) are kept
 as they are, and kept by compaction.  :class:`AclRecords` is the ACL section; SCRAM credentials are
 in state/scram_credentials.py; client quotas in state/client_quotas.py; topics in state/topics.py
 (TopicRegistry); producer id blocks in state/producer_ids.py; feature levels in state/features.py.

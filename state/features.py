@@ -1,10 +1,10 @@
 """Finalized feature levels (KIP-584): which levels this node supports, which are finalized, and their epoch, kept as records of ``__cluster_metadata``.
 
 Kafka finalizes features in its metadata log, as FeatureLevelRecords; so does this node (the features
-section of ``__cluster_metadata``: one record per feature, carrying its level and the epoch after the change).  The one feature with behaviour here is ``transaction.version``
-(KIP-890): 0 is the classic protocol with v0 transaction-log values, 1 writes flexible (v1)
-values, 2 is transactions V2 (an epoch bump per transaction, partitions added implicitly by
-Produce v12 and TxnOffsetCommit v5).  A client learns the levels from ApiVersions v3+; the
+section of ``__cluster_metadata``: one record per feature, carrying its level and the epoch after the
+change).  The one feature with behaviour here is ``transaction.version`` (KIP-890): 0 is the
+classic protocol with v0 transaction-log values, 1 writes flexible (v1) values, 2 is transactions V2
+(an epoch bump per transaction, partitions added implicitly by Produce v12 and TxnOffsetCommit v5).  A client learns the levels from ApiVersions v3+; the
 finalized-features epoch rises with every change so that a client can tell newer information
 from older.  UpdateFeatures changes a level under Kafka's rules (:meth:`FeatureLevels.validate`).
 """
