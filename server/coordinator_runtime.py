@@ -45,6 +45,7 @@ class Durability(Protocol):
     def write_appended(self, partition) -> bool: ...
     async def wait_durable(self, partition, offset: int) -> bool: ...
     def storage_failed(self, partition, error: BaseException) -> None: ...
+    def sync_now(self, partition) -> None: ...
 
 
 class Replay(Protocol):
@@ -125,7 +126,7 @@ class CoordinatorRuntime:
                 if self._append_batch(live, sync=True) is None:
                     return
             else:
-                plog.sync(now_ms())
+                self.durability.sync_now(self.partition)
         except OSError as e:
             # The snapshot stays appended (the same state again) and the log uncompacted; a full disk's retry
             # makes it durable, any other error takes the partition offline as a failed write does.
@@ -152,7 +153,7 @@ class CoordinatorRuntime:
             self.durability.storage_failed(self.partition, e)
             return None
         if sync:
-            self.partition.log.sync(now)
+            self.durability.sync_now(self.partition)
         else:
             self.durability.appended(self.partition)
         return last
