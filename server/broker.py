@@ -137,12 +137,18 @@ class Partition:
 
     def end_offset_for(self, requested_epoch: int) -> tuple[int, int]:
         """OffsetsForLeaderEpoch's (epoch, end offset) for ``requested_epoch``, from the leader-epoch cache."""
+        return self._epoch_cache().end_offset_for(requested_epoch, self.log.log_end_offset)
+
+    def epoch_at(self, offset: int) -> int:
+        """The leader epoch the batch at ``offset`` was written in (-1: unknown), from the leader-epoch cache."""
+        return self._epoch_cache().epoch_for_offset(offset)
+
+    def _epoch_cache(self) -> LeaderEpochCache:
         start = self.log.log_start_offset
         if self.epochs is None:
-            return LeaderEpochCache([(self.leader_epoch, start)]).end_offset_for(requested_epoch,
-                                                                                 self.log.log_end_offset)
+            return LeaderEpochCache([(self.leader_epoch, start)])
         self.epochs.truncate_from_start(start)
-        return self.epochs.end_offset_for(requested_epoch, self.log.log_end_offset)
+        return self.epochs
 
     def last_stable_offset(self) -> int:
         """The high watermark, held back to the first offset of any open transaction."""

@@ -10,6 +10,8 @@ entry (epoch, log end offset) is added when a broker takes the partition at a ne
 - ``end_offset_for(requested, log_end)`` answers OffsetsForLeaderEpoch: the largest epoch ≤ ``requested`` and the
   start of the first epoch after ``requested`` (the log end for the latest epoch); (-1, -1) for the undefined
   epoch -1 or one later than every entry; ``requested`` itself when no entry is ≤ it.
+- ``epoch_for_offset(offset)``: the epoch of the batch at ``offset`` (the last entry starting at or below it), as
+  ListOffsets answers it for the offset it found.
 """
 from __future__ import annotations
 
@@ -56,6 +58,11 @@ class LeaderEpochCache:
             del self._epochs[:cut], self._starts[:cut]
             self._epochs.insert(0, epoch)
             self._starts.insert(0, offset)
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch that ``offset`` was written in (-1: before every entry)."""
+        at = bisect.bisect_right(self._starts, offset)
+        return self._epochs[at - 1] if at else UNDEFINED_EPOCH
 
     def end_offset_for(self, requested: int, log_end_offset: int) -> tuple[int, int]:
         """→ (epoch, end offset) as Kafka's leader answers OffsetsForLeaderEpoch for ``requested``."""

@@ -39,6 +39,15 @@ def test_a_cache_built_from_the_batches_answers_as_kafka(log, requested):
     assert cache.end_offset_for(requested, log_end) == _kafka_answer(batches, log_end, requested)
 
 
+@given(logs)
+def test_each_offset_belongs_to_the_epoch_of_its_batch(log):
+    batches, log_end = _batches(log)
+    cache = LeaderEpochCache(batches)
+    for i, (epoch, base) in enumerate(batches):
+        end = batches[i + 1][1] if i + 1 < len(batches) else log_end
+        assert {cache.epoch_for_offset(o) for o in range(base, end)} == {epoch}
+
+
 @given(logs, st.integers(0, 40), st.integers(-1, 40))
 def test_taking_the_partition_at_a_new_epoch_starts_it_at_the_log_end(log, gap, requested):
     """Kafka's assign when becoming leader: (new epoch, log end); the previous epoch now ends there."""
@@ -80,3 +89,5 @@ def test_truncate_from_start_keeps_the_epoch_of_the_new_log_start():
 def test_an_empty_cache_knows_no_epoch():
     assert LeaderEpochCache().end_offset_for(0, 0) == (-1, -1)
     assert LeaderEpochCache().latest_epoch == -1
+    assert LeaderEpochCache().epoch_for_offset(0) == -1
+    assert LeaderEpochCache([(3, 10)]).epoch_for_offset(9) == -1

@@ -89,6 +89,7 @@ def test_epochs_rise_per_start_and_offsets_for_leader_epoch_answers_each(tmp_pat
                                      (third, second), (third, first - 1 if first else 0)]) == [
             (0, first, 3), (0, second, 5), (0, third, 9), (0, -1, -1), (0, -1, -1),
             (0, second, 5), (0, first - 1, 0) if first else (0, first, 3)]
+        assert _list_offsets(broker, [-2, -1]) == [(0, first), (9, third)]      # earliest's own epoch, as Kafka
         if second + 1 < third:                   # an epoch nobody led in: the largest one before it, ending at 5
             assert _end_offsets(broker, [(-1, second + 1)]) == [(0, second, 5)]
         assert _end_offsets(broker, [(third + 1, third), (second, third)]) == [
@@ -97,6 +98,16 @@ def test_epochs_rise_per_start_and_offsets_for_leader_epoch_answers_each(tmp_pat
         if consumer is not None:
             consumer.close()
         broker.close()
+
+
+def _list_offsets(broker, timestamps: list[int]) -> list[tuple[int, int]]:
+    """ListOffsets for partition 0: (offset, leader_epoch) for each timestamp."""
+    cls = request_class("ListOffsets")
+    with Client(broker.bootstrap) as client:
+        r = client.call("ListOffsets", cls(replica_id=-1, isolation_level=0, topics=[cls.ListOffsetsTopic(
+            name=TOPIC, partitions=[cls.ListOffsetsTopic.ListOffsetsPartition(
+                partition_index=0, current_leader_epoch=-1, timestamp=ts) for ts in timestamps])]), (4, 11))
+    return [(p.offset, p.leader_epoch) for p in r.topics[0].partitions]
 
 
 def _consume(consumer, count: int, timeout_s: float = 30.0) -> list[tuple[int, bytes]]:
