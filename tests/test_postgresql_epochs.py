@@ -89,6 +89,8 @@ def test_epochs_rise_per_start_and_offsets_for_leader_epoch_answers_each(tmp_pat
                                      (third, second), (third, first - 1 if first else 0)]) == [
             (0, first, 3), (0, second, 5), (0, third, 9), (0, -1, -1), (0, -1, -1),
             (0, second, 5), (0, first - 1, 0) if first else (0, first, 3)]
+        assert _diverging(broker, first, 4) == (0, first, 3)     # epoch `first` ended at 3: this log diverged
+        assert _diverging(broker, second, 4) == (0, -1, -1)      # within epoch `second`: no divergence
         assert _list_offsets(broker, [-2, -1]) == [(0, first), (9, third)]      # earliest's own epoch, as Kafka
         if second + 1 < third:                   # an epoch nobody led in: the largest one before it, ending at 5
             assert _end_offsets(broker, [(-1, second + 1)]) == [(0, second, 5)]
@@ -98,6 +100,22 @@ def test_epochs_rise_per_start_and_offsets_for_leader_epoch_answers_each(tmp_pat
         if consumer is not None:
             consumer.close()
         broker.close()
+
+
+def _diverging(broker, last_fetched_epoch: int, offset: int) -> tuple[int, int, int]:
+    """A Fetch (v12+) of partition 0 at ``offset`` with LastFetchedEpoch → (error, diverging epoch, its end)."""
+    cls = request_class("Fetch")
+    with Client(broker.bootstrap) as client:
+        topic_id = client.metadata([TOPIC]).topics[0].topic_id
+        r = client.call("Fetch", cls(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                                     session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
+                                     topics=[cls.FetchTopic(topic=TOPIC, topic_id=topic_id, partitions=[
+                                         cls.FetchTopic.FetchPartition(
+                                             partition=0, current_leader_epoch=-1, fetch_offset=offset,
+                                             last_fetched_epoch=last_fetched_epoch, log_start_offset=-1,
+                                             partition_max_bytes=1 << 20)])]), (12, 17))
+    p = r.responses[0].partitions[0]
+    return p.error_code, p.diverging_epoch.epoch, p.diverging_epoch.end_offset
 
 
 def _list_offsets(broker, timestamps: list[int]) -> list[tuple[int, int]]:
