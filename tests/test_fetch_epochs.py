@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 import trio
 
+from tests.test_admin_handlers import append, handler, make_broker, req
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import RequestContext
-
-from tests.test_admin_handlers import append, handler, make_broker, req
 from trireme.wire import error_codes as E
 
 F = req("Fetch")
