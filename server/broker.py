@@ -21,6 +21,7 @@ import trio
 
 from trireme.state.features import (LEGACY_FEATURES_FILE, TRANSACTION_VERSION, FeatureLevels, feature_record,
                                     read_legacy_levels)
+from trireme.state.leader_epochs import LeaderEpochCache
 from trireme.state.log import AbortedTxn, PartitionLog, release_files
 from trireme.state.producer_ids import (LEGACY_PRODUCER_IDS_FILE, ProducerIdError, ProducerIdManager,
                                         read_legacy_block_end, reservation_record)
@@ -122,6 +123,8 @@ class Partition:
     # fenced by it), and whether the row may not exist yet (created while this broker runs).
     database_epoch: int | None = None
     database_new: bool = False
+    # With the PostgreSQL engine, the leader-epoch cache (None: the local engine's one epoch, from the log start).
+    epochs: LeaderEpochCache | None = None
 
     @property
     def leader_epoch(self) -> int:
@@ -135,6 +138,21 @@ class Partition:
             return 0
         return (E.UNKNOWN_LEADER_EPOCH.code if current_leader_epoch > self.leader_epoch
                 else E.FENCED_LEADER_EPOCH.code)
+
+    def end_offset_for(self, requested_epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch's (epoch, end offset) for ``requested_epoch``, from the leader-epoch cache."""
+        return self._epoch_cache().end_offset_for(requested_epoch, self.log.log_end_offset)
+
+    def epoch_at(self, offset: int) -> int:
+        """The leader epoch the batch at ``offset`` was written in (-1: unknown), from the leader-epoch cache."""
+        return self._epoch_cache().epoch_for_offset(offset)
+
+    def _epoch_cache(self) -> LeaderEpochCache:
+        start = self.log.log_start_offset
+        if self.epochs is None:
+            return LeaderEpochCache([(self.leader_epoch, start)])
+        self.epochs.truncate_from_start(start)
+        return self.epochs
 
     def last_stable_offset(self) -> int:
         """The high watermark, held back to the first offset of any open transaction."""
@@ -325,7 +343,10 @@ class Broker:
             plog.on_log_start_moved = lambda: self._log_start_moved(topic.name, index)
             database_epoch = 0 if new else load_partition(self.engine, (topic.topic_id, index), plog, now_ms(), row)
         producers, start = self._load_producer_snapshot(plog, directory)
+        epochs = None if database_epoch is None else LeaderEpochCache()
         for header in plog.iter_batch_headers(start):
+            if epochs is not None and header.partition_leader_epoch >= 0:
+                epochs.assign(header.partition_leader_epoch, header.base_offset)
             if not header.is_control:
                 producers.load_batch(header)
                 continue
@@ -337,9 +358,11 @@ class Broker:
                 unstable = producers.first_unstable_offset()
                 plog.add_aborted_txn(AbortedTxn(header.producer_id, first_offset, header.base_offset,
                                                 header.base_offset + 1 if unstable is None else unstable))
+        if epochs is not None:
+            epochs.assign(database_epoch, plog.log_end_offset)        # taken at this epoch: it starts at the log end
         partition = Partition(topic, index, plog, producers, PartitionConfig.of(cfg), directory=directory,
                               snapshot_offset=start, snapshot_size=plog.size_bytes, database_epoch=database_epoch,
-                              database_new=new and self.engine is not None)
+                              database_new=new and self.engine is not None, epochs=epochs)
         return partition
 
     # --- the cluster (PostgreSQL engine) ---------------------------------------------------------

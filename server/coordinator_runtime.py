@@ -147,6 +147,8 @@ class CoordinatorRuntime:
             return None
         now = now_ms()
         batches = rec.validate_batches(batch)
+        for pos, _header in batches:            # stamped with the leader epoch, as every leader append
+            rec.set_partition_leader_epoch(batch, pos, self.partition.leader_epoch)
         try:
             _, last, _ = self.partition.log.append(batch, batches, now)
         except OSError as e:

@@ -40,6 +40,20 @@ def test_commit_is_visible_once_answered_and_survives_restart(tmp_path):
     again.close()
 
 
+def test_the_coordinators_batches_carry_the_partitions_leader_epoch(tmp_path):
+    """As every leader append in Kafka, the coordinator's batches are stamped with the partition's leader epoch."""
+    broker = _broker(tmp_path)
+    broker.create_topic("t", 1)
+
+    async def body(b):
+        await _commit(b, "g", [("t", 0, 5, -1, "m")])
+    run_with_broker(broker, body)
+    partition = broker.groups.partition
+    epochs = [h.partition_leader_epoch for h in partition.log.iter_batch_headers()]
+    assert epochs and epochs == [partition.leader_epoch] * len(epochs)
+    broker.close()
+
+
 def test_offsets_log_is_compacted_on_load(tmp_path):
     broker = _broker(tmp_path)
     broker.ensure_topic("t", 3)
