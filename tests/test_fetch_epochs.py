@@ -16,7 +16,7 @@ F = req("Fetch")
 @pytest.fixture
 def broker(tmp_path):
     b = make_broker(tmp_path / "data")
-    b.create_topic("t", 1)
+    b.ensure_topic("t", 1)
     append(b, "t", 0, 5)
     yield b
     b.close()
