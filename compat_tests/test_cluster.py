@@ -7,6 +7,8 @@ import time
 
 import psycopg
 import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.cluster_support import Cluster, cluster_config
 from compat_tests.conftest import ServerProcess, server_command, write_toml
@@ -71,3 +73,47 @@ def test_the_controller_role_moves_when_its_broker_stops(tmp_path, postgres_data
         other = 2 if first == 1 else 1
         wait_for("the other broker as controller", lambda: controller(postgres_database) == other)
         assert brokers_table(postgres_database)[first] is False
+
+
+def metadata_leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    """partition → leader, as Metadata through ``bootstrap`` answers ({} while the topic is not there)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    md = admin.list_topics(topic, timeout=10).topics[topic]
+    return {} if md.error is not None else {p: md.partitions[p].leader for p in md.partitions}
+
+
+def test_a_topic_created_on_the_controller_is_led_by_every_broker_and_served_by_all(tmp_path, postgres_database):
+    """Every broker follows __cluster_metadata: a topic created through one broker is described by all three, its
+    partitions spread over the three as leaders; a producer that knows only one broker writes every partition
+    (librdkafka goes to each leader), and every record is read back, through any broker."""
+    with Cluster(tmp_path, postgres_database, size=3) as cluster:
+        wait_for("three live brokers", lambda: brokers_table(postgres_database) == {1: True, 2: True, 3: True})
+        first = cluster.brokers[1].bootstrap
+        admin = AdminClient({"bootstrap.servers": first})
+        admin.create_topics([NewTopic("spread", 12, 3)])["spread"].result(30)
+        for b in cluster.brokers.values():
+            found = wait_for(f"the topic and its leaders on {b.bootstrap}",
+                             lambda: _all_led(metadata_leaders(b.bootstrap, "spread"), 12))
+        assert set(found.values()) == {1, 2, 3}
+        producer = Producer({"bootstrap.servers": cluster.brokers[2].bootstrap, "acks": "all",
+                             "enable.idempotence": True})
+        acked = []
+        for i in range(600):
+            producer.produce("spread", b"%d" % i, partition=i % 12, on_delivery=lambda e, m: acked.append(e))
+        assert producer.flush(30) == 0
+        assert acked == [None] * 600
+        consumer = Consumer({"bootstrap.servers": cluster.brokers[3].bootstrap, "group.id": "unused",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition("spread", p, 0) for p in range(12)])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 600 and time.monotonic() < deadline:
+            for m in consumer.consume(100, timeout=0.5):
+                assert m.error() is None, m.error()
+                got.append(int(m.value()))
+        consumer.close()
+        assert sorted(got) == list(range(600))
+
+
+def _all_led(found: dict[int, int], count: int) -> dict[int, int] | None:
+    return found if len(found) == count and all(leader >= 0 for leader in found.values()) else None
