@@ -229,8 +229,9 @@ class RunFailed(Exception):
     """A run that could not measure (e.g. a broker that never saw the topic): reported, the other runs go on."""
 
 
-def wait_for_leaders(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> None:
-    """Until every broker's metadata lists the topic with a leader for each partition."""
+def wait_for_leaders(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> dict[int, int]:
+    """Until every broker's metadata lists the topic with a leader for each partition → {node id: partitions it
+    leads}, as the last broker asked says."""
     from confluent_kafka.admin import AdminClient
     deadline = time.monotonic() + timeout
     for one in bootstrap.split(","):
@@ -240,11 +241,21 @@ def wait_for_leaders(bootstrap: str, topic: str, partitions: int, timeout: float
             t = md.topics.get(topic)
             if (t is not None and t.error is None and len(t.partitions) == partitions
                     and all(p.leader >= 0 for p in t.partitions.values())):
+                leaders = leader_counts(p.leader for p in t.partitions.values())
                 break
             if time.monotonic() > deadline:
                 raise RunFailed(f"{one}: topic {topic} has no leader for every partition after {timeout:.0f}s "
                                  f"({'absent' if t is None else t.error or len(t.partitions)})")
             time.sleep(0.2)
+    return leaders
+
+
+def leader_counts(leaders) -> dict[int, int]:
+    """{node id: how many of the partitions it leads}, by node id."""
+    counts: dict[int, int] = {}
+    for node in leaders:
+        counts[node] = counts.get(node, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def client_args(args) -> argparse.Namespace:
@@ -263,7 +274,7 @@ def run_target(target: str, pg, args, rnd: int, run_id: int) -> dict:
     try:
         with started(target, pg, args, run_id) as (bootstrap, servers, conn):
             produce_consume.create_topic(bootstrap, topic, args.partitions)
-            wait_for_leaders(bootstrap, topic, args.partitions)
+            run["leaders"] = wait_for_leaders(bootstrap, topic, args.partitions)
             measure(run, cargs, args, pg, bootstrap, topic, servers, conn)
     except RunFailed as e:
         run["failed"] = str(e)
@@ -354,7 +365,9 @@ def _sp(sp: dict | None, spec: str) -> str:
 
 def format_run(run: dict, phase: str) -> str:
     r = run[phase]
-    line = (f"round {run['round']} {run['target']:<13} {phase:<7} {_f(r['mb_per_s'], '7.1f')} MB/s  brokers CPU "
+    leaders = "/".join(str(n) for n in (run.get("leaders") or {}).values())
+    line = (f"round {run['round']} {run['target']:<13} {phase:<7} {_f(r['mb_per_s'], '7.1f')} MB/s  leaders {leaders}  "
+            f"brokers CPU "
             f"{'/'.join(_f(c, '.2f') for c in r['broker_cpu_ms_per_mb'])} ms/MB  postgres "
             f"{_f(r['postgres_cpu_ms_per_mb'], '.2f')} ms/MB")
     if r.get("rounds") is not None:

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 from cluster_scale import (CLK_TCK, background_rate, database_counters, format_run, format_summary,  # noqa: E402
-                           parse, phase_figures, process_cpu_seconds, read_stat, round_order, summarize,
+                           leader_counts, parse, phase_figures, process_cpu_seconds, read_stat, round_order, summarize,
                            target_names, tree_cpu_seconds)
 
 
@@ -31,6 +31,11 @@ def test_targets_run_once_a_round_in_an_order_reversed_every_other_round():
     assert round_order(names, 1) == names
     assert round_order(names, 2) == names[::-1]
     assert round_order(names, 3) == names
+
+
+def test_leader_counts_per_node():
+    assert leader_counts([3, 1, 1, 2, 1, 3]) == {1: 3, 2: 1, 3: 2}
+    assert list(leader_counts([2, 1])) == [1, 2]
 
 
 def _stat(path, pid: int, ppid: int, utime: int, stime: int, cutime: int = 0, cstime: int = 0,
@@ -117,7 +122,8 @@ def test_phase_figures_per_mb_and_per_second_with_the_idle_background_taken_off(
     assert f["commits"] == pytest.approx(28.0) and f["commits_per_mb"] == pytest.approx(0.28)
     assert f["tup_inserted"] == 50_000
     assert background_rate(db(100, 0, 0, 0, 0, t=0.0), db(122, 0, 0, 0, 0, t=11.0)) == 2.0
-    assert "50.0 MB/s" in format_run({"round": 1, "target": "postgresql-2", "produce": f}, "produce")
+    line = format_run({"round": 1, "target": "postgresql-2", "leaders": {1: 7, 2: 5}, "produce": f}, "produce")
+    assert "50.0 MB/s  leaders 7/5" in line
 
 
 def test_phase_figures_without_a_database_or_readings():
