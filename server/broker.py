@@ -248,6 +248,8 @@ class Broker:
         self._dirty_event = trio.Event()
         self._deleted_in_database: list = []   # deleted partitions the next commit round removes (PostgreSQL engine)
         self._cluster_poke = trio.Event()       # set when the cluster should be polled at once (run_membership)
+        self._membership_running = trio.CancelScope()   # cancelled by controlled_shutdown
+        self._membership_ended = trio.Event()
         self._bursts: set = set()               # connections in a burst a flush round waits for (gather_burst)
         self._bursts_over: trio.Event | None = None
         self._hw_event = trio.Event()
@@ -1081,12 +1083,44 @@ class Broker:
             nursery.start_soon(self.run_segment_release)
             nursery.start_soon(self.run_storage_retry)
             if self.membership is not None:
-                nursery.start_soon(self.run_membership)
+                nursery.start_soon(self._run_membership_until_shutdown)
             await nursery.start(self.groups.run)
             await nursery.start(self.transactions.run)
             await nursery.start(self.cluster_metadata.run)
             await nursery.start(self.log_cleaner.run)
             task_status.started()
+
+    async def _run_membership_until_shutdown(self) -> None:
+        try:
+            with self._membership_running:
+                await self.run_membership()
+        finally:
+            self._membership_ended.set()
+
+    async def controlled_shutdown(self) -> None:
+        """With the PostgreSQL engine, once the listener stopped (every answer given): a last commit round for what
+        is appended but not committed (at most trireme.shutdown.grace.ms), then stop renewing the lease and hand
+        every partition this broker leads to the next live broker (Membership.shut_down; Kafka's controlled
+        shutdown), so they move at once instead of after broker.session.timeout.ms."""
+        if self.membership is None:
+            return
+        with trio.move_on_after(self.config["trireme.shutdown.grace.ms"] / 1000):
+            while pending := [p for p in self.partitions.values()
+                              if p.storage_error is None and p.log.durable_offset < p.log.log_end_offset]:
+                self._dirty.update(pending)
+                self._dirty_event.set()
+                await self._hw_event.wait()
+        self._membership_running.cancel()       # no heartbeat renews the lease, no stale view assigns, once it ends
+        await self._membership_ended.wait()
+        led = {(p.topic.topic_id, p.index): p.database_epoch for p in self.partitions.values()
+               if p.database_epoch is not None and not p.topic.is_internal}
+        try:
+            moved = await trio.to_thread.run_sync(self.membership.shut_down, led)
+        except DatabaseUnavailable as e:
+            log.warning("controlled shutdown: could not hand the partitions over (they move when this broker's "
+                        "lease ends): %s", e)
+            return
+        log.info("controlled shutdown: %d of %d partition(s) handed over", len(moved), len(led))
 
     def close(self) -> None:
         """Final flush of everything and close the files."""

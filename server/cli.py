@@ -172,6 +172,7 @@ async def _serve_endpoints(config: Config, storage, topics, endpoints: list, sta
                     print(f"listening on {config.listen_host}:{port}", flush=True)
                     for endpoint in endpoints[1:]:
                         print(listening_line(endpoint), flush=True)
+            await broker.controlled_shutdown()
             nursery.cancel_scope.cancel()
     finally:
         broker.close()

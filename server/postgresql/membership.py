@@ -91,6 +91,30 @@ class Membership:
         """End the lease now (a broker stopping): the controller moves what it still leads at once."""
         self._db.run(lambda conn: conn.execute(sql("broker_unregister"), self._params()))
 
+    def shut_down(self, led: dict[PartitionKey, int]) -> dict[PartitionKey, int]:
+        """Controlled shutdown, in one transaction: end the lease (so the controller never names this broker again),
+        name the next live broker in rendezvous order the leader of each partition of ``led`` (key → the leader
+        epoch this broker leads it at; fenced by it), and tell every broker → {key: its new leader} of those moved
+        (none when no other broker is live: they wait for one, as after a lost broker)."""
+        def work(conn):
+            conn.execute(sql("broker_unregister"), self._params())
+            live = [n for n, _endpoints, _rack in conn.execute(sql("brokers_live")).fetchall() if n != self.node_id]
+            moved = {}
+            if live:
+                cursor = conn.cursor()
+                for (topic_id, partition), epoch in led.items():
+                    target = rendezvous((topic_id, partition), live)[0]
+                    cursor.execute(sql("partition_hand_over"), self._params(
+                        topic_id=topic_id, partition=partition, leader_id=target, leader_epoch=epoch))
+                    if cursor.rowcount:
+                        moved[(topic_id, partition)] = target
+            conn.execute(sql("cluster_notify"), {"controller_epoch": 0})
+            return moved
+        moved = self._db.run(work)
+        for (topic_id, partition), target in moved.items():
+            log.info("partition %s-%d: handed over to node %d (controlled shutdown)", topic_id, partition, target)
+        return moved
+
     # --- the view -------------------------------------------------------------------------------------------------
 
     def poll(self) -> ClusterView:

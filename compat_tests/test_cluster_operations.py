@@ -1,0 +1,102 @@
+"""Operating a cluster of brokers on one PostgreSQL: controlled shutdown hands a stopping broker's partitions over."""
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat_tests.clients import kcat_consume
+from compat_tests.cluster_support import Cluster
+
+pytestmark = pytest.mark.trireme_only("starts trireme serve processes on a PostgreSQL of its own")
+
+# Long enough that nothing in a test moves because a lease lapsed or a broker polled the cluster on its own: what
+# moves, moves because a broker announced it (NOTIFY).
+SLOW_CLUSTER = {"broker.session.timeout.ms": 120000, "trireme.cluster.metadata.poll.ms": 120000}
+
+
+def wait_for(what: str, check, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
+        time.sleep(0.1)
+
+
+def leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    """partition → its leader's node id, as Metadata answers."""
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return {p.id: p.leader for p in metadata.topics[topic].partitions.values()}
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+
+
+def prepare_topic(cluster: Cluster, topic: str, partitions: int) -> None:
+    """Have ``topic`` known to every broker of ``cluster`` (not started yet) under one topic id: created on the
+    first broker alone, whose topic registry the others start from (until topics are records of the shared metadata
+    log)."""
+    first, *others = cluster.brokers.values()
+    first.start()
+    create_topic(first.bootstrap, topic, partitions)
+    assert first.stop() == 0
+    for broker in others:
+        shutil.copy(first.data_dir / "topics.json", broker.data_dir / "topics.json")
+
+
+def test_sigterm_hands_the_partitions_over_and_an_idempotent_producer_loses_nothing(tmp_path, postgres_database):
+    topic, partitions = "handover", 8
+    cluster = Cluster(tmp_path, postgres_database, size=2, **SLOW_CLUSTER, **{"auto.create.topics.enable": False})
+    prepare_topic(cluster, topic, partitions)
+    with cluster:
+        for broker in cluster.brokers.values():     # broker 1 (the first, the controller) leads them all
+            wait_for(f"{broker!r}'s metadata", lambda: leaders(broker.bootstrap, topic) == dict.fromkeys(
+                range(partitions), 1))
+        survivor = cluster.brokers[2]
+
+        delivered: list[bytes] = []
+        failed: list[str] = []
+        undelivered: list[int] = []
+        stop = threading.Event()
+
+        def produce():
+            producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+                                 "linger.ms": 5})
+
+            def report(error, message):
+                if error is None:
+                    delivered.append(message.value())
+                else:
+                    failed.append(str(error))
+            i = 0
+            while not stop.is_set():
+                producer.produce(topic, key=b"%d" % i, value=b"%d" % i, on_delivery=report)
+                producer.poll(0)
+                i += 1
+                time.sleep(0.001)
+            undelivered.append(producer.flush(60))
+        worker = threading.Thread(target=produce)
+        worker.start()
+        try:
+            wait_for("records delivered", lambda: len(delivered) > 200)
+            assert cluster.brokers[1].stop() == 0
+            # led by the survivor long before the stopped broker's lease lapses or the survivor polls on its own
+            wait_for("every partition led by node 2", lambda: set(leaders(survivor.bootstrap, topic).values()) == {2})
+            count = len(delivered)
+            wait_for("records delivered after the hand-over", lambda: len(delivered) > count + 200)
+        finally:
+            stop.set()
+            worker.join(90)
+        assert failed == [] and undelivered == [0]
+
+        # read back with kcat (no consumer group: the group coordinator is not what this tests)
+        read = [r.value for p in range(partitions) for r in kcat_consume(survivor.bootstrap, topic, p)]
+        assert sorted(read) == sorted(delivered)        # every acknowledged record, once
