@@ -1,7 +1,10 @@
-"""Operating a cluster of brokers on one PostgreSQL: controlled shutdown hands a stopping broker's partitions over."""
+"""Operating a cluster of brokers on one PostgreSQL: controlled shutdown hands a stopping broker's partitions over;
+the status page and ``trireme cluster`` show the brokers and who leads what."""
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
 import threading
 import time
 
@@ -11,6 +14,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.clients import kcat_consume
 from compat_tests.cluster_support import Cluster
+from compat_tests.test_admin_cli import TRIREME
+from compat_tests.test_status_page import cluster_section, get, status_url
 
 pytestmark = pytest.mark.trireme_only("starts trireme serve processes on a PostgreSQL of its own")
 
@@ -100,3 +105,36 @@ def test_sigterm_hands_the_partitions_over_and_an_idempotent_producer_loses_noth
         # read back with kcat (no consumer group: the group coordinator is not what this tests)
         read = [r.value for p in range(partitions) for r in kcat_consume(survivor.bootstrap, topic, p)]
         assert sorted(read) == sorted(delivered)        # every acknowledged record, once
+
+
+def test_status_page_and_cluster_command_show_the_brokers_and_the_leaders(tmp_path, postgres_database):
+    topic, partitions = "shown", 6
+    cluster = Cluster(tmp_path, postgres_database, size=2, **{"trireme.status.listen": "127.0.0.1:0",
+                                                              "auto.create.topics.enable": False})
+    prepare_topic(cluster, topic, partitions)
+    with cluster:
+        found = wait_for("both brokers leading", lambda: (lambda led: led if set(led.values()) == {1, 2} else None)(
+            leaders(cluster.bootstrap, topic)))
+        ports = {n: b.port for n, b in cluster.brokers.items()}
+
+        out = subprocess.run(TRIREME + ["cluster", "--describe", "--json", "--topic", topic,
+                                        "--bootstrap-server", cluster.bootstrap],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        described = json.loads(out.stdout)
+        assert [(b["node_id"], b["port"]) for b in described["brokers"]] == [(1, ports[1]), (2, ports[2])]
+        assert [b["node_id"] for b in described["brokers"] if b["controller"]] == [described["controller_id"]]
+        assert {p["partition"]: p["leader"] for p in described["partitions"]} == found
+        assert all(p["leader_epoch"] >= 1 for p in described["partitions"])       # taken from the first leader
+        expected = {f"{topic}-{p['partition']}": f"{p['leader']}|{p['leader_epoch']}" for p in described["partitions"]}
+
+        def page():
+            brokers, led = cluster_section(get(status_url(cluster.brokers[1]))[1])
+            shown = {row.split("|")[0]: "|".join(row.split("|")[1:3]) for row in led if row.startswith(topic)}
+            return (brokers, shown) if shown == expected else None
+        brokers, _ = wait_for("broker 1's status page showing the same leaders", page)
+        assert [row.split("|")[:3] for row in brokers] == [
+            ["1 this broker", f"PLAINTEXT 127.0.0.1:{ports[1]}", "-"], ["2", f"PLAINTEXT 127.0.0.1:{ports[2]}", "-"]]
+        assert all(row.split("|")[3] != "-" for row in brokers)            # their leases' time left
+        assert [row.split("|")[0].split()[0] for row in brokers if row.endswith("|controller")] == [
+            str(described["controller_id"])]

@@ -92,6 +92,7 @@ class ClusterView:
     controller_id: int                                  # -1: none
     controller_epoch: int
     leaders: dict[PartitionKey, tuple[int, int]]        # (leader id, leader epoch) of every partition with a row
+    lease_expires_ms: dict[int, int] = dataclasses.field(default_factory=dict)   # node id → on this broker's clock
 
     def leadership(self, key: PartitionKey, replication_factor: int = 1) -> PartitionLeadership | None:
         """Who leads ``key`` while its leader is live; its replicas: the leader, then the brokers that would lead

@@ -14,6 +14,7 @@ import uuid
 import psycopg
 from psycopg.types.json import Jsonb
 
+from ..clock import now_ms
 from ..cluster import ClusterBroker, ClusterView, rendezvous
 from .engine import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable, PartitionKey, sql
 
@@ -98,7 +99,7 @@ class Membership:
         (none when no other broker is live: they wait for one, as after a lost broker)."""
         def work(conn):
             conn.execute(sql("broker_unregister"), self._params())
-            live = [n for n, _endpoints, _rack in conn.execute(sql("brokers_live")).fetchall() if n != self.node_id]
+            live = [n for n, *_ in conn.execute(sql("brokers_live")).fetchall() if n != self.node_id]
             moved = {}
             if live:
                 cursor = conn.cursor()
@@ -119,12 +120,15 @@ class Membership:
 
     def poll(self) -> ClusterView:
         def work(conn):
+            live = conn.execute(sql("brokers_live")).fetchall()
+            now = now_ms()
             brokers = {n: ClusterBroker(n, {name: (a[0], int(a[1])) for name, a in endpoints.items()}, rack)
-                       for n, endpoints, rack in conn.execute(sql("brokers_live")).fetchall()}
+                       for n, endpoints, rack, _left in live}
             controller_id, controller_epoch = conn.execute(sql("controller_select")).fetchone()
             leaders = {(t, p): (leader, epoch)
                        for t, p, leader, epoch in conn.execute(sql("partitions_select")).fetchall()}
-            return ClusterView(brokers, -1 if controller_id is None else controller_id, controller_epoch, leaders)
+            return ClusterView(brokers, -1 if controller_id is None else controller_id, controller_epoch, leaders,
+                               {n: now + left for n, _endpoints, _rack, left in live})
         return self._db.run(work)
 
     # --- the controller -------------------------------------------------------------------------------------------
