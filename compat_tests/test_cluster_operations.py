@@ -11,11 +11,14 @@ import time
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.admin import KafkaAdminClient
 
 from compat_tests.clients import kcat_consume
 from compat_tests.cluster_support import Cluster
 from compat_tests.test_admin_cli import TRIREME
 from compat_tests.test_status_page import cluster_section, get, status_url
+from trireme.wire import error_codes as E
 
 pytestmark = pytest.mark.trireme_only("starts trireme serve processes on a PostgreSQL of its own")
 
@@ -138,3 +141,51 @@ def test_status_page_and_cluster_command_show_the_brokers_and_the_leaders(tmp_pa
         assert all(row.split("|")[3] != "-" for row in brokers)            # their leases' time left
         assert [row.split("|")[0].split()[0] for row in brokers if row.endswith("|controller")] == [
             str(described["controller_id"])]
+
+
+def elected(response) -> dict[int, int]:
+    """An ElectLeaders answer (kafka-python) → partition → error code."""
+    return {p[0]: p[1] for topic in response.replica_election_results for p in topic[1]}
+
+
+def test_elect_leaders_and_reassignments_move_partitions_at_once(tmp_path, postgres_database):
+    """ElectLeaders PREFERRED moves what the (slow) controller has not balanced yet; a reassignment's replica list
+    names the partition's preferred leaders; Kafka's errors for what cannot be done."""
+    topic, partitions = "reassigned", 6
+    cluster = Cluster(tmp_path, postgres_database, size=2, **SLOW_CLUSTER, **{"auto.create.topics.enable": False})
+    prepare_topic(cluster, topic, partitions)
+    with cluster:
+        for broker in cluster.brokers.values():     # broker 1 (the first, the controller) leads them all
+            wait_for(f"{broker!r}'s metadata", lambda: leaders(broker.bootstrap, topic) == dict.fromkeys(
+                range(partitions), 1))
+        admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+        try:
+            # preferred: the first broker in rendezvous order over both; the ones that prefer broker 2 move now
+            moved = elected(admin.elect_leaders(0, {topic: list(range(partitions))}, raise_errors=False))
+            assert set(moved.values()) == {E.NONE.code, E.ELECTION_NOT_NEEDED.code}
+            to_two = {p for p, code in moved.items() if code == E.NONE.code}
+            wait_for("the elected leaders", lambda: leaders(cluster.bootstrap, topic) == {
+                p: 2 if p in to_two else 1 for p in range(partitions)})
+            again = elected(admin.elect_leaders(0, {topic: list(range(partitions))}, raise_errors=False))
+            assert again == dict.fromkeys(range(partitions), E.ELECTION_NOT_NEEDED.code)
+            assert elected(admin.elect_leaders(0, {topic: [partitions]}, raise_errors=False)) == {
+                partitions: E.UNKNOWN_TOPIC_OR_PARTITION.code}
+
+            # reassignments: partition 0 to broker 2 first, partition 1 to broker 1 first
+            first, second = (0, 1)
+            answer = admin.alter_partition_reassignments({
+                KafkaTopicPartition(topic, first): [2, 1], KafkaTopicPartition(topic, second): [1, 2],
+                KafkaTopicPartition(topic, 2): [3], KafkaTopicPartition(topic, 3): [1, 1],
+                KafkaTopicPartition(topic, 4): None})
+            assert {tp.partition: 0 if error is None else error.errno for tp, error in answer.items()} == {
+                first: 0, second: 0, 2: E.INVALID_REPLICA_ASSIGNMENT.code, 3: E.INVALID_REPLICA_ASSIGNMENT.code,
+                4: E.NO_REASSIGNMENT_IN_PROGRESS.code}
+            wait_for("the reassigned leaders", lambda: (lambda led: led[first] == 2 and led[second] == 1)(
+                leaders(cluster.bootstrap, topic)))
+            for broker in cluster.brokers.values():         # replicas in the assignment's order, once each polled
+                wait_for(f"{broker!r}'s replicas", lambda: [list(p.replicas) for p in AdminClient(
+                    {"bootstrap.servers": broker.bootstrap}).list_topics(topic, timeout=10).topics[topic].partitions
+                    .values() if p.id in (first, second)] == [[2, 1], [1, 2]])
+            assert admin.list_partition_reassignments() == {}          # nothing to copy: complete once stored
+        finally:
+            admin.close()

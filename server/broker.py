@@ -376,10 +376,11 @@ class Broker:
             return {name: (e.advertised_host, e.advertised_port) for name, e in self.endpoints.items()}
         return {"PLAINTEXT": (self.advertised_host, self.advertised_port)}
 
-    def _managed_partitions(self) -> dict:
-        """What the controller assigns: every partition of every topic (the internal topics' stay with whoever
-        opened them, until their coordinators follow leadership)."""
-        return {(t.topic_id, i): None for t in self.topics.all() for i in range(t.partitions)}
+    def _managed_partitions(self, view) -> dict:
+        """What the controller assigns: every partition of every topic, with its reassignment's replicas (the
+        internal topics' stay with whoever opened them, until their coordinators follow leadership)."""
+        return {(t.topic_id, i): view.preferred.get((t.topic_id, i), ()) for t in self.topics.all()
+                for i in range(t.partitions)}
 
     def _refresh_view(self):
         """(blocking) Poll the cluster; when there is no live controller, become it; as the controller, assign the
@@ -387,7 +388,7 @@ class Broker:
         view = self.membership.poll()
         if view.controller_id not in view.brokers and self.membership.elect() is not None:
             view = self.membership.poll()
-        if view.controller_id == self.node_id and self.membership.assign(view, self._managed_partitions()):
+        if view.controller_id == self.node_id and self.membership.assign(view, self._managed_partitions(view)):
             view = self.membership.poll()
         return view
 
@@ -1112,8 +1113,9 @@ class Broker:
                 await self._hw_event.wait()
         self._membership_running.cancel()       # no heartbeat renews the lease, no stale view assigns, once it ends
         await self._membership_ended.wait()
-        led = {(p.topic.topic_id, p.index): p.database_epoch for p in self.partitions.values()
-               if p.database_epoch is not None and not p.topic.is_internal}
+        preferred = self.cluster.view.preferred
+        led = {(p.topic.topic_id, p.index): (p.database_epoch, preferred.get((p.topic.topic_id, p.index), ()))
+               for p in self.partitions.values() if p.database_epoch is not None and not p.topic.is_internal}
         try:
             moved = await trio.to_thread.run_sync(self.membership.shut_down, led)
         except DatabaseUnavailable as e:
