@@ -117,3 +117,24 @@ def test_a_topic_created_on_the_controller_is_led_by_every_broker_and_served_by_
 
 def _all_led(found: dict[int, int], count: int) -> dict[int, int] | None:
     return found if len(found) == count and all(leader >= 0 for leader in found.values()) else None
+
+
+def test_brokers_hand_out_producer_ids_from_blocks_of_their_own(tmp_path, postgres_database):
+    """InitProducerId (idempotent, no transactional id) through each of three brokers: the two that are not the
+    controller get blocks of their own from it (AllocateProducerIds), so no id is handed out twice."""
+    from compat_tests.test_bad_input import RawConn, req
+    with Cluster(tmp_path, postgres_database, size=3) as cluster:
+        wait_for("three live brokers", lambda: brokers_table(postgres_database) == {1: True, 2: True, 3: True})
+        def init_producer_id(bootstrap: str):
+            with RawConn(bootstrap) as conn:
+                answer = conn.request("InitProducerId", 4, req("InitProducerId", transactional_id=None,
+                                                              transaction_timeout_ms=-1, producer_id=-1,
+                                                              producer_epoch=-1))
+            # COORDINATOR_NOT_AVAILABLE (retriable, as clients retry it) until the controller knows the broker
+            return answer.producer_id if answer.error_code == 0 else None
+        ids = [wait_for(f"a producer id from {b.bootstrap}", lambda b=b: init_producer_id(b.bootstrap))
+               for _ in range(3) for b in cluster.brokers.values()]
+        assert len(set(ids)) == 9, ids
+        with psycopg.connect(postgres_database) as conn:
+            controller_id = conn.execute("SELECT controller_id FROM trireme_cluster").fetchone()[0]
+        assert controller_id in (1, 2, 3)

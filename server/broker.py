@@ -31,6 +31,7 @@ from trireme.state.topics import (INTERNAL_TOPICS, LEGACY_REGISTRY_FILE, OP_DELE
                                   TopicRegistry, read_legacy_registry, removed_topic_record, topic_record)
 from trireme.wire import error_codes as E
 from trireme.wire import records
+from trireme.wire.codec import message
 
 from .clock import now_ms
 from .cluster import LocalCluster, ViewCluster, rendezvous
@@ -60,6 +61,8 @@ log = logging.getLogger("trireme.broker")
 # so start-up replays only the batch headers after the snapshot (Kafka snapshots at segment rolls).
 PRODUCER_SNAPSHOT = "producer-state.snapshot"
 SNAPSHOT_INTERVAL_BYTES = 64 * 1024 * 1024
+
+_ALLOCATE_PRODUCER_IDS = message("AllocateProducerIdsRequest").cls
 
 # One request must not be able to make the broker open millions of files.
 MAX_PARTITIONS_PER_TOPIC = 10000
@@ -471,6 +474,10 @@ class Broker:
         finally:
             worker.close()
 
+    def poll_cluster_soon(self) -> None:
+        """Poll the cluster now rather than at the next interval (something here suggests it changed)."""
+        self._cluster_poke.set()
+
     async def _sleep_or_poke(self, seconds: float) -> None:
         """Until the next poll, or sooner: the controller announced new leaders (Membership.listen), or something
         here learned the cluster changed (a fenced commit)."""
@@ -753,8 +760,7 @@ class Broker:
     async def _reserve_producer_ids_ahead(self) -> None:
         ids = self.producer_ids
         try:
-            await self.cluster_metadata.update(
-                lambda: (ids.reserve() if ids.available() < ids.block_size // 2 else [], None))
+            await self._reserve_producer_ids(lambda: ids.available() < ids.block_size // 2)
         except (MetadataUnavailable, ProducerIdError) as e:
             log.warning("could not reserve the next block of producer ids ahead: %s", e)
         finally:
@@ -763,8 +769,28 @@ class Broker:
     async def producer_ids_ready(self) -> None:
         """Until a producer id is reserved durably (at once, unless every reserved one was handed out): a block
         reserved, made durable and replayed.  Raises MetadataUnavailable (or ProducerIdError: the ids exhausted)."""
+        await self._reserve_producer_ids(lambda: self.producer_ids.available() == 0)
+
+    async def _reserve_producer_ids(self, wanted) -> None:
+        """Reserve the next block of producer ids for this broker if ``wanted()``: a record of ``__cluster_metadata``
+        written here, or, in a cluster, asked of the controller (AllocateProducerIds), which writes it, unless this
+        broker is the controller.  Raises MetadataUnavailable when neither can be done now."""
         ids = self.producer_ids
-        await self.cluster_metadata.update(lambda: (ids.reserve() if ids.available() == 0 else [], None))
+        if not self.cluster_metadata.partition.following:
+            await self.cluster_metadata.update(lambda: (ids.reserve() if wanted() else [], None))
+            return
+        if not wanted():
+            return
+        controller = self.cluster.controller_id
+        try:
+            answer = await self.peer(controller).call("AllocateProducerIds", 0,
+                                                      _ALLOCATE_PRODUCER_IDS(broker_id=self.node_id, broker_epoch=-1))
+        except PeerUnavailable as e:
+            raise MetadataUnavailable(f"the controller (node {controller}) cannot be reached: {e}") from None
+        if answer.error_code:
+            raise MetadataUnavailable(f"the controller (node {controller}) answered "
+                                      f"{E.for_code(answer.error_code).name}")
+        ids.granted(answer.producer_id_start, answer.producer_id_start + answer.producer_id_len)
 
     def _open_new_partitions(self, topic: Topic, indexes: range) -> None:
         """Create and open the partitions ``indexes`` of ``topic`` before its record is written: they are kept
