@@ -128,6 +128,7 @@ class Partition:
     database_epoch: int | None = None
     database_new: bool = False
     following: bool = False                # a copy of a log another broker leads (``__cluster_metadata``)
+    cleaned_ranges: list = dataclasses.field(default_factory=list)  # cleaned, not yet so in the database
     # With the PostgreSQL engine, the leader-epoch cache (None: the local engine's one epoch, from the log start).
     epochs: LeaderEpochCache | None = None
 
@@ -348,6 +349,7 @@ class Broker:
         database_epoch = None
         if self.engine is not None:
             plog.on_log_start_moved = lambda: self._log_start_moved(topic.name, index)
+            plog.on_cleaned = lambda ranges: self._log_cleaned(topic.name, index, ranges)
             if follow:                      # a copy: the rows as they are (none yet: empty), the partition not taken
                 if row is not None:
                     load_partition(self.engine, (topic.topic_id, index), plog, now_ms(), row)
@@ -1219,6 +1221,7 @@ class Broker:
                 raise OSError(f"partition {partition.topic.name}-{partition.index}: the database refused the commit "
                               f"({refused[a.key]})")
             partition.database_new = False
+            del partition.cleaned_ranges[:len(a.cleaned)]
             partition.log.flush_done(a.end_offset)
             if a.end_offset >= partition.log.log_end_offset:
                 return
@@ -1227,8 +1230,10 @@ class Broker:
         """``p``'s part of a commit: its batches from where its last commit left it (at most ROUND_BYTES)."""
         start = p.log.durable_offset
         rows, end = rows_of(p.log, start, p.log.log_end_offset, ROUND_BYTES)
+        cleaned = [(first, last, rows_of(p.log, max(first, p.log.log_start_offset), last, 1 << 62)[0])
+                   for first, last in p.cleaned_ranges]
         return PartitionAppend((p.topic.topic_id, p.index), p.database_epoch, start, end, p.log.log_start_offset,
-                               rows, p.database_new)
+                               rows, p.database_new, cleaned)
 
     async def _commit_round(self, worker: WorkerThread, batch) -> None:
         """A flush round with the PostgreSQL engine: one database transaction commits every partition's batches
@@ -1253,6 +1258,7 @@ class Broker:
             row = refused.get(a.key)
             if row is None:
                 p.database_new = False
+                del p.cleaned_ranges[:len(a.cleaned)]
                 p.log.flush_done(a.end_offset)
             elif row.leader_id == self.node_id and row.leader_epoch == a.leader_epoch \
                     and a.from_offset < row.log_end_offset <= p.log.log_end_offset:
@@ -1285,6 +1291,15 @@ class Broker:
         self._dirty.update(partitions)
         self._full_event.set()
         self._wake_waiters()
+
+    def _log_cleaned(self, topic: str, index: int, ranges: list[tuple[int, int]]) -> None:
+        """With the PostgreSQL engine: a cleaning rewrote these ranges of a partition's log: the next commit round
+        replaces their rows by the cleaned batches (so the database's copy is compacted too)."""
+        p = self.partitions.get((topic, index))
+        if p is not None:
+            p.cleaned_ranges.extend(ranges)
+            self._dirty.add(p)
+            self._dirty_event.set()
 
     def _log_start_moved(self, topic: str, index: int) -> None:
         """With the PostgreSQL engine: a partition's log start moved (retention, DeleteRecords, a coordinator's
