@@ -45,6 +45,7 @@ class Durability(Protocol):
     def write_appended(self, partition) -> bool: ...
     async def wait_durable(self, partition, offset: int) -> bool: ...
     def storage_failed(self, partition, error: BaseException) -> None: ...
+    def sync_now(self, partition) -> None: ...
 
 
 class Replay(Protocol):
@@ -94,8 +95,13 @@ class CoordinatorRuntime:
 
     def load(self) -> int:
         """Replay the whole log into the coordinator; → how many records it held."""
+        return self.replay_from(self.partition.log.log_start_offset)
+
+    def replay_from(self, offset: int) -> int:
+        """Replay the log from ``offset`` to its high watermark into the coordinator (start-up, and a follower's copy
+        of a log another broker writes as it grows); → how many records that was."""
         plog = self.partition.log
-        offset, end = plog.log_start_offset, plog.high_watermark
+        offset, end = max(offset, plog.log_start_offset), plog.high_watermark
         count = 0
         while offset < end:
             data = plog.read(offset, READ_CHUNK, end)
@@ -125,7 +131,7 @@ class CoordinatorRuntime:
                 if self._append_batch(live, sync=True) is None:
                     return
             else:
-                plog.sync(now_ms())
+                self.durability.sync_now(self.partition)
         except OSError as e:
             # The snapshot stays appended (the same state again) and the log uncompacted; a full disk's retry
             # makes it durable, any other error takes the partition offline as a failed write does.
@@ -146,13 +152,15 @@ class CoordinatorRuntime:
             return None
         now = now_ms()
         batches = rec.validate_batches(batch)
+        for pos, _header in batches:            # stamped with the leader epoch, as every leader append
+            rec.set_partition_leader_epoch(batch, pos, self.partition.leader_epoch)
         try:
             _, last, _ = self.partition.log.append(batch, batches, now)
         except OSError as e:
             self.durability.storage_failed(self.partition, e)
             return None
         if sync:
-            self.partition.log.sync(now)
+            self.durability.sync_now(self.partition)
         else:
             self.durability.appended(self.partition)
         return last
@@ -249,6 +257,11 @@ class CoordinatorRuntime:
                 result = result._replace(error=E.COORDINATOR_NOT_AVAILABLE.code)
             waiter.result = result
             waiter.event.set()
+
+    def drop_unreplayed(self) -> None:
+        """Forget what was appended but never became durable (in a cluster: this broker lost the partition, and
+        another broker's records take those offsets); whoever waits for it is answered as after a failed write."""
+        self._unreplayed.clear()
 
     def _replay_durable(self) -> None:
         hw = self.partition.log.high_watermark
