@@ -3,11 +3,11 @@ the status page and ``trireme cluster`` show the brokers and who leads what."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import threading
 import time
 
+import psycopg
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -23,8 +23,9 @@ from trireme.wire import error_codes as E
 pytestmark = pytest.mark.trireme_only("starts trireme serve processes on a PostgreSQL of its own")
 
 # Long enough that nothing in a test moves because a lease lapsed or a broker polled the cluster on its own: what
-# moves, moves because a broker announced it (NOTIFY).
-SLOW_CLUSTER = {"broker.session.timeout.ms": 120000, "trireme.cluster.metadata.poll.ms": 120000}
+# moves, moves because a broker announced it (NOTIFY).  (A broker renews its lease when it polls.)
+SLOW_CLUSTER = {"broker.session.timeout.ms": 120000, "trireme.cluster.metadata.poll.ms": 60000,
+                "auto.create.topics.enable": False}
 
 
 def wait_for(what: str, check, timeout: float = 30.0):
@@ -48,26 +49,29 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
 
 
-def prepare_topic(cluster: Cluster, topic: str, partitions: int) -> None:
-    """Have ``topic`` known to every broker of ``cluster`` (not started yet) under one topic id: created on the
-    first broker alone, whose topic registry the others start from (until topics are records of the shared metadata
-    log)."""
-    first, *others = cluster.brokers.values()
-    first.start()
-    create_topic(first.bootstrap, topic, partitions)
-    assert first.stop() == 0
-    for broker in others:
-        shutil.copy(first.data_dir / "topics.json", broker.data_dir / "topics.json")
+def announce(dsn: str) -> None:
+    """Have every broker poll the cluster now, as a broker's announcement (NOTIFY trireme_cluster) does."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_notify('trireme_cluster', '0')")
+
+
+def balanced(cluster: Cluster, topic: str, partitions: int) -> dict[int, int]:
+    """Wait until every broker's Metadata has each partition of ``topic`` led and both brokers leading some (the
+    brokers told to poll meanwhile) → partition → leader."""
+    def check(broker):
+        announce(cluster.dsn)
+        found = leaders(broker.bootstrap, topic)
+        return found if len(found) == partitions and set(found.values()) == {1, 2} else None
+    seen = [wait_for(f"{broker!r}'s metadata", lambda: check(broker)) for broker in cluster.brokers.values()]
+    return wait_for("the same leaders everywhere", lambda: (lambda now: now if all(
+        check(b) == now for b in cluster.brokers.values()) else None)(check(cluster.brokers[1]))) or seen[0]
 
 
 def test_sigterm_hands_the_partitions_over_and_an_idempotent_producer_loses_nothing(tmp_path, postgres_database):
     topic, partitions = "handover", 8
-    cluster = Cluster(tmp_path, postgres_database, size=2, **SLOW_CLUSTER, **{"auto.create.topics.enable": False})
-    prepare_topic(cluster, topic, partitions)
-    with cluster:
-        for broker in cluster.brokers.values():     # broker 1 (the first, the controller) leads them all
-            wait_for(f"{broker!r}'s metadata", lambda: leaders(broker.bootstrap, topic) == dict.fromkeys(
-                range(partitions), 1))
+    with Cluster(tmp_path, postgres_database, size=2, **SLOW_CLUSTER) as cluster:
+        create_topic(cluster.bootstrap, topic, partitions)
+        balanced(cluster, topic, partitions)
         survivor = cluster.brokers[2]
 
         delivered: list[bytes] = []
@@ -112,12 +116,10 @@ def test_sigterm_hands_the_partitions_over_and_an_idempotent_producer_loses_noth
 
 def test_status_page_and_cluster_command_show_the_brokers_and_the_leaders(tmp_path, postgres_database):
     topic, partitions = "shown", 6
-    cluster = Cluster(tmp_path, postgres_database, size=2, **{"trireme.status.listen": "127.0.0.1:0",
-                                                              "auto.create.topics.enable": False})
-    prepare_topic(cluster, topic, partitions)
-    with cluster:
-        found = wait_for("both brokers leading", lambda: (lambda led: led if set(led.values()) == {1, 2} else None)(
-            leaders(cluster.bootstrap, topic)))
+    with Cluster(tmp_path, postgres_database, size=2, **{"trireme.status.listen": "127.0.0.1:0",
+                                                         "auto.create.topics.enable": False}) as cluster:
+        create_topic(cluster.bootstrap, topic, partitions)
+        found = balanced(cluster, topic, partitions)
         ports = {n: b.port for n, b in cluster.brokers.items()}
 
         out = subprocess.run(TRIREME + ["cluster", "--describe", "--json", "--topic", topic,
@@ -128,7 +130,6 @@ def test_status_page_and_cluster_command_show_the_brokers_and_the_leaders(tmp_pa
         assert [(b["node_id"], b["port"]) for b in described["brokers"]] == [(1, ports[1]), (2, ports[2])]
         assert [b["node_id"] for b in described["brokers"] if b["controller"]] == [described["controller_id"]]
         assert {p["partition"]: p["leader"] for p in described["partitions"]} == found
-        assert all(p["leader_epoch"] >= 1 for p in described["partitions"])       # taken from the first leader
         expected = {f"{topic}-{p['partition']}": f"{p['leader']}|{p['leader_epoch']}" for p in described["partitions"]}
 
         def page():
@@ -149,38 +150,44 @@ def elected(response) -> dict[int, int]:
 
 
 def test_elect_leaders_and_reassignments_move_partitions_at_once(tmp_path, postgres_database):
-    """ElectLeaders PREFERRED moves what the (slow) controller has not balanced yet; a reassignment's replica list
-    names the partition's preferred leaders; Kafka's errors for what cannot be done."""
-    topic, partitions = "reassigned", 6
-    cluster = Cluster(tmp_path, postgres_database, size=2, **SLOW_CLUSTER, **{"auto.create.topics.enable": False})
-    prepare_topic(cluster, topic, partitions)
-    with cluster:
-        for broker in cluster.brokers.values():     # broker 1 (the first, the controller) leads them all
-            wait_for(f"{broker!r}'s metadata", lambda: leaders(broker.bootstrap, topic) == dict.fromkeys(
-                range(partitions), 1))
+    """ElectLeaders PREFERRED moves a partition to its preferred leader now (here one whose reassignment the slow
+    controller has not applied yet), ELECTION_NOT_NEEDED where it leads already; a reassignment's replica list
+    names the partition's preferred leaders and is Metadata's replica list; Kafka's errors for what cannot be done."""
+    topic, partitions = "reassigned", 8
+    with Cluster(tmp_path, postgres_database, size=2, **SLOW_CLUSTER) as cluster:
+        create_topic(cluster.bootstrap, topic, partitions)
+        led = balanced(cluster, topic, partitions)
         admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
         try:
-            # preferred: the first broker in rendezvous order over both; the ones that prefer broker 2 move now
-            moved = elected(admin.elect_leaders(0, {topic: list(range(partitions))}, raise_errors=False))
-            assert set(moved.values()) == {E.NONE.code, E.ELECTION_NOT_NEEDED.code}
-            to_two = {p for p, code in moved.items() if code == E.NONE.code}
-            wait_for("the elected leaders", lambda: leaders(cluster.bootstrap, topic) == {
-                p: 2 if p in to_two else 1 for p in range(partitions)})
-            again = elected(admin.elect_leaders(0, {topic: list(range(partitions))}, raise_errors=False))
-            assert again == dict.fromkeys(range(partitions), E.ELECTION_NOT_NEEDED.code)
+            everything = {topic: list(range(partitions))}
+            assert elected(admin.elect_leaders(0, everything, raise_errors=False)) == dict.fromkeys(
+                range(partitions), E.ELECTION_NOT_NEEDED.code)
             assert elected(admin.elect_leaders(0, {topic: [partitions]}, raise_errors=False)) == {
                 partitions: E.UNKNOWN_TOPIC_OR_PARTITION.code}
 
-            # reassignments: partition 0 to broker 2 first, partition 1 to broker 1 first
-            first, second = (0, 1)
+            # a reassignment stored without telling anyone (the controller polls once a minute): not applied yet
+            moving = 0
+            other = 3 - led[moving]
+            with psycopg.connect(postgres_database, autocommit=True) as conn:
+                conn.execute("UPDATE trireme_partition SET assigned_replicas = %s WHERE partition = %s AND "
+                             "leader_id = %s", ([other, led[moving]], moving, led[moving]))
+            assert leaders(cluster.bootstrap, topic)[moving] == led[moving]
+            assert elected(admin.elect_leaders(0, everything, raise_errors=False)) == {
+                p: E.NONE.code if p == moving else E.ELECTION_NOT_NEEDED.code for p in range(partitions)}
+            wait_for("the elected leader", lambda: leaders(cluster.bootstrap, topic) == {**led, moving: other})
+
+            # reassignments through the admin API apply at once
+            first, second = 1, 2
             answer = admin.alter_partition_reassignments({
                 KafkaTopicPartition(topic, first): [2, 1], KafkaTopicPartition(topic, second): [1, 2],
-                KafkaTopicPartition(topic, 2): [3], KafkaTopicPartition(topic, 3): [1, 1],
-                KafkaTopicPartition(topic, 4): None})
+                KafkaTopicPartition(topic, 3): [3], KafkaTopicPartition(topic, 0): [1, 1],
+                KafkaTopicPartition(topic, partitions): [1]})
             assert {tp.partition: 0 if error is None else error.errno for tp, error in answer.items()} == {
-                first: 0, second: 0, 2: E.INVALID_REPLICA_ASSIGNMENT.code, 3: E.INVALID_REPLICA_ASSIGNMENT.code,
-                4: E.NO_REASSIGNMENT_IN_PROGRESS.code}
-            wait_for("the reassigned leaders", lambda: (lambda led: led[first] == 2 and led[second] == 1)(
+                first: 0, second: 0, 3: E.INVALID_REPLICA_ASSIGNMENT.code, 0: E.INVALID_REPLICA_ASSIGNMENT.code,
+                partitions: E.UNKNOWN_TOPIC_OR_PARTITION.code}
+            cancel = admin.alter_partition_reassignments({KafkaTopicPartition(topic, 3): None})
+            assert [error.errno for error in cancel.values()] == [E.NO_REASSIGNMENT_IN_PROGRESS.code]
+            wait_for("the reassigned leaders", lambda: (lambda now: now[first] == 2 and now[second] == 1)(
                 leaders(cluster.bootstrap, topic)))
             for broker in cluster.brokers.values():         # replicas in the assignment's order, once each polled
                 wait_for(f"{broker!r}'s replicas", lambda: [list(p.replicas) for p in AdminClient(

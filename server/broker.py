@@ -635,7 +635,7 @@ class Broker:
         self._metadata_config = config
         row = None
         if view.controller_id == self.node_id:
-            self.membership.assign(view, {key: self.node_id})
+            self.membership.assign(view, {key: (self.node_id,)})
             row = self.engine.open(key)
         if row is not None:
             p = self._build_partition(topic, 0, config, row=row)
