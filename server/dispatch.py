@@ -38,6 +38,7 @@ class Handler:
     advertised_min: int                   # may be below min_version (Produce 0-2, see produce.py)
     fast: Callable | None = None          # see fast_path
     unstable_max: bool = False            # max_version is Kafka's "latestVersionUnstable" last version
+    advertised: bool = True               # listed by ApiVersions (Envelope is not: Kafka 4's brokers do not list it)
 
     def enabled_max(self, unstable_enabled: bool) -> int:
         """The highest version served and advertised: as Kafka, a definition's unstable last version only
@@ -60,10 +61,14 @@ class RequestContext:
     # Kafka's ClusterAction (broker-to-broker requests such as the coordinator's WriteTxnMarkers): only requests
     # this broker sends itself through server/local_peer.py; nothing a network client sends can set it.
     cluster_action: bool = False
+    # The client's IP address when it is not the connection's: a request forwarded in an Envelope (KIP-590).
+    client_host: str | None = None
 
     @property
     def host(self) -> str:
         """The client's IP address (Kafka's ACL host)."""
+        if self.client_host is not None:
+            return self.client_host
         return getattr(self.connection, "host", "") or ""
 
     def authorize(self, operation, resource_type, name: str, *, log_if_denied: bool = True) -> bool:
@@ -104,8 +109,10 @@ HANDLERS: dict[int, Handler] = {}
 LEGACY: dict[int, Handler] = {}
 
 
-def handles(name: str, min_version: int, max_version: int, *, advertised_min: int | None = None):
-    """Register the decorated function as the handler for API ``name`` at these versions."""
+def handles(name: str, min_version: int, max_version: int, *, advertised_min: int | None = None,
+            advertised: bool = True):
+    """Register the decorated function as the handler for API ``name`` at these versions (``advertised``: listed
+    by ApiVersions)."""
     def register(fn):
         key = API_KEYS[name]
         request = message(name + "Request")
@@ -116,7 +123,7 @@ def handles(name: str, min_version: int, max_version: int, *, advertised_min: in
         HANDLERS[key] = Handler(key, name, min_version, max_version, fn, request, response,
                                 min_version if advertised_min is None else advertised_min,
                                 unstable_max=request.spec.latest_version_unstable
-                                and max_version == request.max_version)
+                                and max_version == request.max_version, advertised=advertised)
         return fn
     return register
 
@@ -154,10 +161,11 @@ def load_handlers() -> None:
 def advertised_versions(unstable_enabled: bool = False) -> dict[int, tuple[int, int]]:
     """API key → (min, max) as ApiVersions reports them (with ``unstable.api.versions.enable`` as given)."""
     load_handlers()
-    return {key: (h.advertised_min, h.enabled_max(unstable_enabled)) for key, h in sorted(HANDLERS.items())}
+    return {key: (h.advertised_min, h.enabled_max(unstable_enabled)) for key, h in sorted(HANDLERS.items())
+            if h.advertised}
 
 
 def implemented_versions() -> dict[int, tuple[int, int]]:
-    """API key → (min, max) actually served (advertised ranges may start lower, see Produce)."""
+    """API key → (min, max) actually served to clients (advertised ranges may start lower, see Produce)."""
     load_handlers()
-    return {key: (h.min_version, h.max_version) for key, h in sorted(HANDLERS.items())}
+    return {key: (h.min_version, h.max_version) for key, h in sorted(HANDLERS.items()) if h.advertised}
