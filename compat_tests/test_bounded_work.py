@@ -17,6 +17,7 @@ import pytest
 
 from compat_tests.test_bad_input import (LogWatch, RawConn, api_versions, assert_healthy, create_topic, metadata,
                                         produce, batch, req, unique)
+from compat_tests.clients import wait_until
 from compat_tests.test_bad_transactions import init
 from trireme.wire import error_codes as E
 from trireme.wire.codec import message
@@ -146,6 +147,26 @@ def fill(directory: Path) -> Path:
     return filler
 
 
+def alter_retention(conn: RawConn, topic: str, value: str) -> int:
+    cls = message("IncrementalAlterConfigsRequest").cls
+    alter = cls(resources=[cls.AlterConfigsResource(resource_type=2, resource_name=topic, configs=[
+        cls.AlterConfigsResource.AlterableConfig(name="retention.ms", config_operation=0, value=value)])])
+    [result] = conn.request("IncrementalAlterConfigs", 1, alter).responses
+    return result.error_code
+
+
+def fill_metadata_log(conn: RawConn, topic: str) -> None:
+    """On a full disk: topic changes are records of __cluster_metadata, and the file's last page may still hold a few
+    (a write there needs no new block).  Change ``topic`` until one finds no space: the metadata log is then offline
+    (every topic change answers KAFKA_STORAGE_ERROR) until its failed write is retried with space free."""
+    for i in range(1000):                   # a 4 KiB page holds a few dozen such records
+        code = alter_retention(conn, topic, str(10**17 + i))
+        if code:
+            assert code == E.KAFKA_STORAGE_ERROR.code
+            return
+    pytest.fail("the metadata log never ran out of space")
+
+
 def metadata_auto_create(conn: RawConn, names: list[str], version: int = 12):
     cls = message("MetadataRequest").cls
     r = conn.request("Metadata", version, cls(topics=[cls.MetadataRequestTopic(name=n) for n in names],
@@ -163,6 +184,7 @@ def test_auto_create_on_a_full_disk_answers_storage_error(full_disk_server):
         existing = unique("before")
         create_topic(conn, existing)
         filler = fill(server.data_dir)
+        fill_metadata_log(conn, existing)
         name = unique("auto")
         assert metadata_auto_create(conn, [name, existing]) == {
             name: (E.KAFKA_STORAGE_ERROR.code, 0), existing: (0, 1)}
@@ -175,7 +197,9 @@ def test_auto_create_on_a_full_disk_answers_storage_error(full_disk_server):
                                                                            replication_factor=1)], timeout_ms=10000))
         assert [(t.name, t.error_code) for t in r.topics] == [(other, E.KAFKA_STORAGE_ERROR.code)]
         filler.unlink()
-        assert metadata_auto_create(conn, [name]) == {name: (0, 1)}
+        # the metadata log is back once its failed write is retried (server/broker.py, run_storage_retry)
+        wait_until(lambda: metadata_auto_create(conn, [name]) == {name: (0, 1)}, timeout=30,
+                   what="auto-creation once space is free")
         [r] = produce(conn, name, {0: batch([b"after"])})
         assert r.error_code == 0
     text = log.text()
@@ -192,6 +216,7 @@ def test_every_topic_registry_change_on_a_full_disk_answers_storage_error(full_d
         topic = unique("registry")
         create_topic(conn, topic)
         filler = fill(server.data_dir)
+        fill_metadata_log(conn, topic)
         pcls = message("CreatePartitionsRequest").cls
         grow = pcls(topics=[pcls.CreatePartitionsTopic(name=topic, count=2, assignments=None)], timeout_ms=10000)
         r = conn.request("CreatePartitions", 3, grow)
@@ -207,8 +232,8 @@ def test_every_topic_registry_change_on_a_full_disk_answers_storage_error(full_d
         assert metadata_auto_create(conn, [topic]) == {topic: (0, 1)}           # all unchanged
         assert_healthy(server, conn)
         filler.unlink()
-        r = conn.request("CreatePartitions", 3, grow)
-        assert [(t.name, t.error_code) for t in r.results] == [(topic, 0)]
+        wait_until(lambda: [t.error_code for t in conn.request("CreatePartitions", 3, grow).results] == [0],
+                   timeout=30, what="CreatePartitions once the metadata log's write is retried")
         assert [x.error_code for x in conn.request("IncrementalAlterConfigs", 1, alter).responses] == [0]
         r = conn.request("DeleteTopics", 4, dcls(topic_names=[topic], timeout_ms=10000))
         assert [(x.name, x.error_code) for x in r.responses] == [(topic, 0)]

@@ -341,3 +341,30 @@ def test_sigterm_while_producing(server):
     stored = check_all(server, stream, "after SIGTERM: ")
     assert set(before) <= set(stream.acked)
     assert sum(len(v) for v in stored.values()) >= stream.total - len(stream.failed)
+
+
+def test_kill9_right_after_topic_changes_are_answered_keeps_them(server):
+    """CreateTopics, CreatePartitions, IncrementalAlterConfigs and DeleteTopics answer once their records are durable
+    in __cluster_metadata: a SIGKILL right after the answers loses none of them."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions
+
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    kept, gone = unique_topic("kept"), unique_topic("gone")
+    for name in (kept, gone):
+        admin.create_topics([NewTopic(name, 2, 1, config={"retention.ms": "123456"})])[name].result(timeout=30)
+    admin.create_partitions([NewPartitions(kept, 3)])[kept].result(timeout=30)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, kept, incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+    admin.delete_topics([gone])[gone].result(timeout=30)
+    server.kill9()
+
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    topics = admin.list_topics(timeout=30).topics
+    assert kept in topics and gone not in topics
+    assert topics[kept].error is None and len(topics[kept].partitions) == 3
+    configs = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, kept)])
+    described = next(iter(configs.values())).result(timeout=30)
+    assert (described["retention.ms"].value, described["cleanup.policy"].value) == ("123456", "compact")
+    assert not [name for name in ("topics.json", "producer_ids", "features.json")
+                if (Path(server.data_dir) / name).exists()]

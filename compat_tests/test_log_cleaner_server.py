@@ -253,3 +253,68 @@ def test_metrics_status_page_and_dump_log_show_a_cleaning(server):
     offsets = [int(m) for m in re.findall(r"^\| offset: (\d+) ", dumped.stdout, re.M)]
     assert offsets == sorted(offsets) and len(offsets) < 40      # what compaction removed is not there
     assert "key: k0 payload: v39" in dumped.stdout and "key: k0 payload: v0\n" not in dumped.stdout
+
+
+def _metadata_records(data_dir) -> list:
+    """Every (key, value) record of the data directory's __cluster_metadata log, read from its files."""
+    from trireme.state.log import PartitionLog
+    from trireme.state.storage import FileStorage
+    from trireme.wire import records as rec
+    plog = PartitionLog.open(FileStorage(str(data_dir)), "logs/__cluster_metadata-0", now_ms=int(time.time() * 1000))
+    found = []
+    try:
+        offset, end = plog.log_start_offset, plog.log_end_offset
+        while offset < end:
+            data = plog.read(offset, 1 << 20, end)
+            for pos, header in rec.iter_batch_headers(data):
+                found += [(bytes(r.key), None if r.value is None else bytes(r.value))
+                          for r in rec.decode_records(data, pos)]
+                offset = header.next_offset
+    finally:
+        plog.close()
+    return found
+
+
+@pytest.mark.server_config({"log.cleaner.backoff.ms": 100, "log.roll.ms": 300, "log.cleaner.delete.retention.ms": 0,
+                            "log.cleaner.min.cleanable.ratio": 0.01})
+def test_the_cluster_metadata_log_keeps_the_latest_record_per_topic_and_drops_deleted_topics(server):
+    """Topic records in __cluster_metadata are compacted by the cleaner as the other sections' are: one record per
+    live topic, and a deleted topic's tombstone dropped once past the delete horizon (the second cleaning here)."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+    from trireme.state.cluster_metadata import REMOVE_TOPIC_RECORD, TOPIC_RECORD, decode_key, decode_value, record_type
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    kept, gone = unique_topic("kept"), [unique_topic("gone") for _ in range(3)]
+
+    def alter_kept(value: str) -> None:
+        resource = ConfigResource(ConfigResource.Type.TOPIC, kept, incremental_configs=[
+            ConfigEntry("retention.ms", value, incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource])[resource].result(timeout=OP_TIMEOUT_S)
+
+    _create(server, kept, {})
+    for i, name in enumerate(gone):
+        alter_kept(str(1000 + i))
+        _create(server, name, {})
+        admin.delete_topics([name])[name].result(timeout=OP_TIMEOUT_S)
+        time.sleep(0.4)                              # past segment.ms: the next change rolls the segment
+    checkpoint = server.data_dir / "logs" / "__cluster_metadata-0" / "cleaner-offset.checkpoint"
+    wait_until(checkpoint.exists, timeout=60, what="a cleaning of __cluster_metadata")
+    first = checkpoint.read_bytes()
+    alter_kept("5000")
+    time.sleep(0.4)
+    _create(server, unique_topic("last"), {})        # rolls the segment holding the last change of kept
+    time.sleep(0.4)
+    _create(server, unique_topic("roll"), {})
+    wait_until(lambda: checkpoint.read_bytes() != first, timeout=60, what="a second cleaning of __cluster_metadata")
+    found = []
+    server.restart(between=lambda: found.extend(_metadata_records(server.data_dir)))
+
+    topic_records = [(decode_key(k, "TopicRecordKey").topic_id, v) for k, v in found if record_type(k) == TOPIC_RECORD]
+    names = [decode_value(v, "TopicRecordValue").name for _, v in topic_records if v is not None]
+    assert names.count(kept) == 1                                         # the latest only
+    assert not [v for _, v in topic_records if v is None]                 # deleted topics' tombstones gone
+    assert len(topic_records) == len({topic_id for topic_id, _ in topic_records})
+    removed = sorted(decode_key(k, "RemoveTopicKey").name for k, v in found if record_type(k) == REMOVE_TOPIC_RECORD)
+    assert removed == sorted(gone)                   # each deleted name keeps its next leader epoch
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    configs = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, kept)])
+    assert next(iter(configs.values())).result(timeout=OP_TIMEOUT_S)["retention.ms"].value == "5000"

@@ -15,21 +15,26 @@ import logging
 import os
 import threading
 import time
+import uuid
 
 import trio
 
-from trireme.state.features import TRANSACTION_VERSION, FeatureLevels
+from trireme.state.features import (LEGACY_FEATURES_FILE, TRANSACTION_VERSION, FeatureLevels, feature_record,
+                                    read_legacy_levels)
+from trireme.state.leader_epochs import LeaderEpochCache
 from trireme.state.log import AbortedTxn, PartitionLog, release_files
-from trireme.state.producer_ids import ProducerIdManager
+from trireme.state.producer_ids import (LEGACY_PRODUCER_IDS_FILE, ProducerIdError, ProducerIdManager,
+                                        read_legacy_block_end, reservation_record)
 from trireme.state.producer_state import ProducerStateError, ProducerStateManager
 from trireme.state.storage import FileStorage, Storage, out_of_space
-from trireme.state.topics import INTERNAL_TOPICS, BrokerMeta, Topic, TopicError, TopicRegistry
+from trireme.state.topics import (INTERNAL_TOPICS, LEGACY_REGISTRY_FILE, OP_DELETE, BrokerMeta, Topic, TopicError,
+                                  TopicRegistry, read_legacy_registry, removed_topic_record, topic_record)
 from trireme.wire import error_codes as E
 from trireme.wire import records
 
 from .clock import now_ms
 from .cluster import LocalCluster, ViewCluster
-from .cluster_metadata import CLUSTER_METADATA_TOPIC, ClusterMetadataService
+from .cluster_metadata import CLUSTER_METADATA_TOPIC, ClusterMetadataService, MetadataUnavailable
 from .config import TOPIC_DEFAULT_PROPERTIES, Config, ConfigError
 from .data_dir import DataDirLock
 from .groups import GroupService
@@ -119,6 +124,8 @@ class Partition:
     # fenced by it), and whether the row may not exist yet (created while this broker runs).
     database_epoch: int | None = None
     database_new: bool = False
+    # With the PostgreSQL engine, the leader-epoch cache (None: the local engine's one epoch, from the log start).
+    epochs: LeaderEpochCache | None = None
 
     @property
     def leader_epoch(self) -> int:
@@ -132,6 +139,21 @@ class Partition:
             return 0
         return (E.UNKNOWN_LEADER_EPOCH.code if current_leader_epoch > self.leader_epoch
                 else E.FENCED_LEADER_EPOCH.code)
+
+    def end_offset_for(self, requested_epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch's (epoch, end offset) for ``requested_epoch``, from the leader-epoch cache."""
+        return self._epoch_cache().end_offset_for(requested_epoch, self.log.log_end_offset)
+
+    def epoch_at(self, offset: int) -> int:
+        """The leader epoch the batch at ``offset`` was written in (-1: unknown), from the leader-epoch cache."""
+        return self._epoch_cache().epoch_for_offset(offset)
+
+    def _epoch_cache(self) -> LeaderEpochCache:
+        start = self.log.log_start_offset
+        if self.epochs is None:
+            return LeaderEpochCache([(self.leader_epoch, start)])
+        self.epochs.truncate_from_start(start)
+        return self.epochs
 
     def last_stable_offset(self) -> int:
         """The high watermark, held back to the first offset of any open transaction."""
@@ -227,11 +249,6 @@ class Broker:
         self.quotas = ClientQuotaManager(config, self.security.client_quotas, self.metrics)
         try:
             self.meta = BrokerMeta.load_or_create(self.storage, node_id=config["node.id"])
-            self.topics = TopicRegistry(self.storage, "topics.json")
-            self.topics.load()
-            self.producer_ids = ProducerIdManager(self.storage, "producer_ids")
-            self.features = FeatureLevels(self.storage, "features.json")
-            self.features.load_or_create({TRANSACTION_VERSION: config["transaction.version"]})
         except ValueError as e:             # unreadable, or another node's (BrokerMetaError)
             raise StartupError(f"data directory {config.data_dir}: {e}") from None
         self.node_id = self.meta.node_id
@@ -256,6 +273,7 @@ class Broker:
         self._full_event = trio.Event()         # set when a partition goes offline for want of space
         self.advertised_host = config.advertised_host or config.listen_host
         self.advertised_port = config.advertised_port or config.listen_port
+        self._open_metadata(config)
         started = time.perf_counter()
         if self.engine is not None:
             self._join_cluster(config, stop_requested)
@@ -269,6 +287,7 @@ class Broker:
                  time.perf_counter() - started)
         if self.membership is None:
             self.cluster = LocalCluster(self)
+        self.topics.listeners.append(self._topic_changed)
         # Broker-to-broker requests (server/peers.py): this node's own handlers, other nodes over the wire.
         self.peers = Peers(self.node_id, LocalPeer(self), self._network_peer)
         self.local_peer = self.peers.local
@@ -276,17 +295,12 @@ class Broker:
         self.auto_creation = AutoCreation(self)
         self.groups = GroupService(config, self, self.open_internal_partition)
         self.transactions = TransactionService(config, self, self.open_internal_partition,
-                                               self.producer_ids.next_id, self.peer, self.partition_leader,
+                                               self.allocate_producer_id, self.producer_ids_ready, self.peer,
+                                               self.partition_leader,
                                                self.features.level(TRANSACTION_VERSION))
         self.transactions.abort_orphans([((p.topic.name, p.index), pid, epoch)
                                          for p in self.partitions.values()
                                          for pid, epoch, _ in p.producers.open_transactions()])
-        # ACLs, SCRAM credentials and quotas (server/security.py); the first SCRAM users when the metadata log was
-        # never written (a new data directory; as features.json takes transaction.version when it is missing)
-        self.cluster_metadata = ClusterMetadataService(self, self.open_internal_partition, self.security.metadata)
-        self.security.attach(self.cluster_metadata)
-        if self.cluster_metadata.partition.log.log_end_offset == 0:
-            self.cluster_metadata.bootstrap(self.security.initial_records())
         # The coordinators' topics: not in the registry (clients neither create nor write them), but described
         # to clients as Kafka describes them, marked internal.
         self.internal_topics = {s.partition.topic.name: s.partition.topic for s in (self.groups, self.transactions)}
@@ -332,7 +346,10 @@ class Broker:
             plog.on_log_start_moved = lambda: self._log_start_moved(topic.name, index)
             database_epoch = 0 if new else load_partition(self.engine, (topic.topic_id, index), plog, now_ms(), row)
         producers, start = self._load_producer_snapshot(plog, directory)
+        epochs = None if database_epoch is None else LeaderEpochCache()
         for header in plog.iter_batch_headers(start):
+            if epochs is not None and header.partition_leader_epoch >= 0:
+                epochs.assign(header.partition_leader_epoch, header.base_offset)
             if not header.is_control:
                 producers.load_batch(header)
                 continue
@@ -344,9 +361,11 @@ class Broker:
                 unstable = producers.first_unstable_offset()
                 plog.add_aborted_txn(AbortedTxn(header.producer_id, first_offset, header.base_offset,
                                                 header.base_offset + 1 if unstable is None else unstable))
+        if epochs is not None:
+            epochs.assign(database_epoch, plog.log_end_offset)        # taken at this epoch: it starts at the log end
         partition = Partition(topic, index, plog, producers, PartitionConfig.of(cfg), directory=directory,
                               snapshot_offset=start, snapshot_size=plog.size_bytes, database_epoch=database_epoch,
-                              database_new=new and self.engine is not None)
+                              database_new=new and self.engine is not None, epochs=epochs)
         return partition
 
     # --- the cluster (PostgreSQL engine) ---------------------------------------------------------
@@ -574,18 +593,99 @@ class Broker:
                              f"{more} more partition(s) would make {have + more}, over this broker's limit of "
                              f"{limit} (trireme.max.partitions)")
 
+    # --- cluster metadata: topics, producer ids, features ---------------------------------------
+
+    def _open_metadata(self, config: Config) -> None:
+        """Open and replay ``__cluster_metadata`` (before the data partitions: it names them).  Its sections: topics,
+        producer id blocks and feature levels here, ACLs, SCRAM credentials and quotas (server/security.py).  Then
+        :meth:`_bootstrap_metadata`."""
+        self.topics = TopicRegistry()
+        self.producer_ids = ProducerIdManager(broker_id=self.meta.node_id)
+        self.features = FeatureLevels()
+        self._pending_partitions: dict[tuple[str, int], Partition] = {}   # opened for a topic record not yet durable
+        self._reserving_ahead = False
+        for section in (self.topics, self.producer_ids, self.features):
+            self.security.metadata.register(section)
+        self.cluster_metadata = ClusterMetadataService(self, self.open_internal_partition, self.security.metadata)
+        self.security.attach(self.cluster_metadata)
+        try:
+            self._bootstrap_metadata(config)
+        except ValueError as e:             # a file of an earlier version unreadable
+            raise StartupError(f"data directory {config.data_dir}: {e}") from None
+        self.producer_ids.loaded()
+
+    def _bootstrap_metadata(self, config: Config) -> None:
+        """The records a start writes before the broker serves, in one durable batch: on a new data directory the
+        first SCRAM users (when ``__cluster_metadata`` was never written) and the configured feature levels (when
+        none were ever finalized); on a data directory an earlier version wrote, its topics.json, producer_ids and
+        features.json as records.  Those files are removed only once the records are durable: a start cut short in
+        between finds both, and writes only what the log lacks (nothing twice, nothing older over newer)."""
+        records = []
+        if self.cluster_metadata.partition.log.log_end_offset == 0:
+            records += self.security.initial_records()
+        legacy_topics = read_legacy_registry(self.storage)
+        if legacy_topics is not None:
+            topics, retired = legacy_topics
+            records += [topic_record(t) for t in topics
+                        if self.topics.by_id(t.topic_id) is None and t.name not in self.topics]
+            known = self.topics.retired_epochs()
+            records += [removed_topic_record(name, uuid.UUID(int=0), epoch) for name, epoch in retired.items()
+                        if name not in known and name not in self.topics and all(t.name != name for t in topics)]
+        block_end = read_legacy_block_end(self.storage)
+        if block_end is not None and block_end > self.producer_ids.block_end:
+            records.append(reservation_record(block_end, self.meta.node_id))
+        legacy_levels = read_legacy_levels(self.storage)
+        if self.features.epoch == 0:
+            if legacy_levels is not None:
+                levels, epoch = legacy_levels
+                records += [feature_record(name, level, max(epoch, 1)) for name, level in levels.items()]
+            else:
+                records += self.features.initial_records({TRANSACTION_VERSION: config["transaction.version"]})
+        self.cluster_metadata.bootstrap(records)
+        for path in (LEGACY_REGISTRY_FILE, LEGACY_PRODUCER_IDS_FILE, LEGACY_FEATURES_FILE):
+            if self.storage.exists(path):
+                self.storage.remove(path)
+                log.info("upgraded %s into records of %s, and removed it", path, CLUSTER_METADATA_TOPIC)
+
+    def allocate_producer_id(self) -> int:
+        """A producer id from the blocks reserved durably (ProducerIdError when none is left: await
+        :meth:`producer_ids_ready`).  Once half the current block is handed out, the next one is reserved ahead, in
+        the background, so that InitProducerId seldom waits for a reservation."""
+        producer_id = self.producer_ids.next_id()
+        ids = self.producer_ids
+        if ids.available() < ids.block_size // 2 and not self._reserving_ahead:
+            self._reserving_ahead = self.cluster_metadata.start_soon(self._reserve_producer_ids_ahead)
+        return producer_id
+
+    async def _reserve_producer_ids_ahead(self) -> None:
+        ids = self.producer_ids
+        try:
+            await self.cluster_metadata.update(
+                lambda: (ids.reserve() if ids.available() < ids.block_size // 2 else [], None))
+        except (MetadataUnavailable, ProducerIdError) as e:
+            log.warning("could not reserve the next block of producer ids ahead: %s", e)
+        finally:
+            self._reserving_ahead = False
+
+    async def producer_ids_ready(self) -> None:
+        """Until a producer id is reserved durably (at once, unless every reserved one was handed out): a block
+        reserved, made durable and replayed.  Raises MetadataUnavailable (or ProducerIdError: the ids exhausted)."""
+        ids = self.producer_ids
+        await self.cluster_metadata.update(lambda: (ids.reserve() if ids.available() == 0 else [], None))
+
     def _open_new_partitions(self, topic: Topic, indexes: range) -> None:
-        """Create and open the partitions ``indexes`` of ``topic`` before it is registered with them: if one
-        fails (out of descriptors, disk full), the ones opened are closed and removed again, and the caller
-        registers nothing.  A crash in between leaves directories no topic owns, which start-up sweeps."""
+        """Create and open the partitions ``indexes`` of ``topic`` before its record is written: they are kept
+        apart (not served) until the record is durable and replayed (:meth:`_topic_changed`).  If one fails (out of
+        descriptors, disk full), the ones opened are closed and removed again, and the caller writes nothing.  A
+        crash in between leaves directories no topic owns, which start-up sweeps."""
         opened = []
         try:
             for index in indexes:
                 self._remove_partition_files(topic.name, index)
-                opened.append(self._open_partition(topic, index, new=True))
+                opened.append(self._build_partition(topic, index, new=True))
         except OSError as e:
             for p in opened:
-                del self.partitions[(topic.name, p.index)]
+                self.partitions.pop((topic.name, p.index), None)
                 try:
                     p.log.delete()
                 except OSError:
@@ -593,58 +693,59 @@ class Broker:
             log.error("could not create partitions of %s: %r", topic.name, e)
             raise TopicError(E.KAFKA_STORAGE_ERROR.code,
                              f"could not create the partition files: {e.strerror or e}") from None
+        for p in opened:
+            self._pending_partitions[(topic.name, p.index)] = p
 
-    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None,
-                     validate_only: bool = False) -> Topic:
-        """Create a topic atomically: its partitions are opened first, the registry names it last."""
-        if name == CLUSTER_METADATA_TOPIC:           # Kafka's ControllerApis: hidden, so not "already exists"
-            raise TopicError(E.INVALID_REQUEST.code, f"Creation of internal topic {name} is prohibited.")
-        if name in INTERNAL_TOPICS:
-            raise TopicError(E.TOPIC_ALREADY_EXISTS.code, f"{name} is an internal topic of this broker")
-        if partitions == -1:
-            partitions = self.config["num.partitions"]
-        _check_partition_count(partitions)
-        topic = self.topics.create(name, partitions, configs or {}, validate_only=True)
-        self._check_broker_partitions(topic.partitions)
-        if validate_only:
-            return topic
-        self._open_new_partitions(topic, range(topic.partitions))
+    def _discard_pending(self, name: str) -> None:
+        """The record the pending partitions of topic ``name`` were opened for was not made durable: remove them (if
+        it becomes durable later, :meth:`_topic_changed` opens them again)."""
+        for key in [key for key in self._pending_partitions if key[0] == name]:
+            try:
+                self._pending_partitions.pop(key).log.delete()
+            except OSError:
+                pass                # start-up sweeps it
+
+    async def _change_topics(self, decide, name: str):
+        """``decide()`` → (records, answer) through ``__cluster_metadata`` (durable and replayed before it returns);
+        the log unwritable → TopicError KAFKA_STORAGE_ERROR, which clients retry."""
         try:
-            topic = self.topics.create(name, partitions, configs or {}, topic.topic_id)
-        except BaseException:               # e.g. topics.json not written (disk full): nothing was registered
-            for index in range(topic.partitions):
-                self.partitions.pop((name, index)).log.delete()
+            return await self.cluster_metadata.update(decide)
+        except MetadataUnavailable as e:
+            self._discard_pending(name)
+            raise TopicError(E.KAFKA_STORAGE_ERROR.code, f"could not write the topic metadata: {e}") from None
+        except BaseException:
+            self._discard_pending(name)
             raise
+
+    def _topic_changed(self, old: Topic | None, new: Topic | None) -> None:
+        """A topic record was replayed (durable): the partitions follow.  A new topic's (or new partitions') opened
+        partitions are served from now on; a deleted topic's partitions go, files and committed offsets with them."""
+        if new is None:
+            self._remove_topic_partitions(old)
+            return
+        for index in range(0 if old is None else old.partitions, new.partitions):
+            pending = self._pending_partitions.pop((new.name, index), None)
+            if pending is not None:
+                self.partitions[(new.name, index)] = pending
+                continue
+            try:                    # written while a full disk held it up: the request that asked opened none
+                self._remove_partition_files(new.name, index)
+                self._open_partition(new, index)
+            except OSError as e:
+                log.error("could not open partition %s-%d: %r", new.name, index, e)
+        cfg = self.topic_config(new)
+        for index in range(new.partitions):
+            p = self.partitions.get((new.name, index))
+            if p is None:
+                continue
+            p.topic = new           # partitions and leader epoch come from the topic
+            if old is not None and old.configs != new.configs:
+                p.config = PartitionConfig.of(cfg)
+                p.log.configure(**log_settings(cfg))
+
+    def _remove_topic_partitions(self, topic: Topic) -> None:
         for index in range(topic.partitions):
-            self.partitions[(name, index)].topic = topic
-        log.info("created topic name=%s partitions=%d id=%s", name, topic.partitions, topic.topic_id)
-        return topic
-
-    def ensure_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
-        """Create a topic asked for at start-up (``trireme serve --topic``), unless it exists from an earlier run."""
-        if name not in self.topics:
-            self.create_topic(name, partitions, configs)
-
-    def auto_create(self, name: str) -> Topic | None:
-        """Create a topic a client asked for by name, if auto.create.topics.enable allows it; None if refused.  A
-        storage failure (disk full) raises its TopicError (KAFKA_STORAGE_ERROR): the client should ask again."""
-        if not self.config["auto.create.topics.enable"]:
-            return None
-        try:
-            return self.create_topic(name, -1)
-        except TopicError as refused:
-            log.warning("not auto-creating topic %s: %s", name, refused.message)
-            if refused.code == E.KAFKA_STORAGE_ERROR.code:
-                raise
-            return None
-
-    def delete_topic(self, name: str) -> None:
-        topic = self.topics.get(name)
-        if topic is None:
-            raise TopicError(E.UNKNOWN_TOPIC_OR_PARTITION.code, f"topic {name} does not exist")
-        self.topics.delete(name)
-        for index in range(topic.partitions):
-            partition = self.partitions.pop((name, index), None)
+            partition = self.partitions.pop((topic.name, index), None)
             if partition is not None:
                 self._dirty.discard(partition)
                 if self.engine is not None:
@@ -655,38 +756,95 @@ class Broker:
                 except OSError as e:
                     # The registry no longer has the topic: start-up sweeps the files, and a
                     # re-created topic of that name clears them first.
-                    log.warning("could not remove files of %s-%d yet: %r", name, index, e)
-        self.groups.forget_topic(name)
+                    log.warning("could not remove files of %s-%d yet: %r", topic.name, index, e)
+        self.groups.forget_topic(topic.name)
         self._wake_waiters()                # produce waits on its partitions end now (KAFKA_STORAGE_ERROR)
+
+    def _decide_create(self, name: str, partitions: int, configs: dict[str, str] | None,
+                       validate_only: bool) -> tuple[list, Topic]:
+        if name == CLUSTER_METADATA_TOPIC:           # Kafka's ControllerApis: hidden, so not "already exists"
+            raise TopicError(E.INVALID_REQUEST.code, f"Creation of internal topic {name} is prohibited.")
+        if name in INTERNAL_TOPICS:
+            raise TopicError(E.TOPIC_ALREADY_EXISTS.code, f"{name} is an internal topic of this broker")
+        if partitions == -1:
+            partitions = self.config["num.partitions"]
+        _check_partition_count(partitions)
+        records, topic = self.topics.create(name, partitions, configs or {})
+        self._check_broker_partitions(topic.partitions)
+        if validate_only:
+            return [], topic
+        self._open_new_partitions(topic, range(topic.partitions))
+        return records, topic
+
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None,
+                           validate_only: bool = False) -> Topic:
+        """Create a topic atomically: its partitions are opened first, its record names it last; → once durable."""
+        topic = await self._change_topics(lambda: self._decide_create(name, partitions, configs, validate_only), name)
+        if not validate_only:
+            log.info("created topic name=%s partitions=%d id=%s", name, topic.partitions, topic.topic_id)
+        return topic
+
+    def ensure_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
+        """Create a topic asked for at start-up (``trireme serve --topic``), before the broker serves, unless it
+        exists from an earlier run: its record written and fsynced at once."""
+        if name not in self.topics:
+            records, topic = self._decide_create(name, partitions, configs, False)
+            try:
+                self.cluster_metadata.bootstrap(records)
+            finally:
+                self._discard_pending(name)     # none left once the record was replayed
+            log.info("created topic name=%s partitions=%d id=%s", name, topic.partitions, topic.topic_id)
+
+    async def auto_create(self, name: str) -> Topic | None:
+        """Create a topic a client asked for by name, if auto.create.topics.enable allows it; None if refused.  A
+        storage failure (disk full) raises its TopicError (KAFKA_STORAGE_ERROR): the client should ask again."""
+        if not self.config["auto.create.topics.enable"]:
+            return None
+        try:
+            return await self.create_topic(name, -1)
+        except TopicError as refused:
+            if refused.code == E.TOPIC_ALREADY_EXISTS.code and self.topics.get(name) is not None:
+                return self.topics.get(name)    # created by another request meanwhile
+            log.warning("not auto-creating topic %s: %s", name, refused.message)
+            if refused.code == E.KAFKA_STORAGE_ERROR.code:
+                raise
+            return None
+
+    async def delete_topic(self, name: str) -> None:
+        """Delete a topic: its record removed (durably), then its partitions' files and committed offsets."""
+        def decide():
+            if self.topics.get(name) is None:
+                raise TopicError(E.UNKNOWN_TOPIC_OR_PARTITION.code, f"topic {name} does not exist")
+            return self.topics.delete(name)
+        await self._change_topics(decide, name)
         log.info("deleted topic name=%s", name)
 
-    def add_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
-        """Grow a topic, atomically as create_topic: the new partitions are opened before the registry grows."""
+    async def add_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
+        """Grow a topic, atomically as create_topic: the new partitions are opened before the record grows it."""
         _check_partition_count(total)
-        topic = self.topics.add_partitions(name, total, validate_only=True)
-        before = self.topics.get(name).partitions
-        self._check_broker_partitions(total - before)
-        if validate_only:
-            return
-        self._open_new_partitions(topic, range(before, total))
-        try:
-            topic = self.topics.add_partitions(name, total)
-        except BaseException:
-            for index in range(before, total):
-                self.partitions.pop((name, index)).log.delete()
-            raise
-        for index in range(total):
-            self.partitions[(name, index)].topic = topic     # partitions and leader epoch come from the topic
 
-    def alter_topic_configs(self, name: str, ops, validate_only: bool = False) -> None:
-        topic = self.topics.alter_configs(name, ops, validate_only=validate_only)
-        if not validate_only:
-            cfg = self.topic_config(topic)
-            for index in range(topic.partitions):
-                p = self.partitions[(name, index)]
-                p.topic = topic
-                p.config = PartitionConfig.of(cfg)
-                p.log.configure(**log_settings(cfg))
+        def decide():
+            records, topic = self.topics.add_partitions(name, total)
+            before = self.topics.get(name).partitions
+            self._check_broker_partitions(total - before)
+            if validate_only:
+                return [], None
+            self._open_new_partitions(topic, range(before, total))
+            return records, None
+        await self._change_topics(decide, name)
+
+    async def alter_topic_configs(self, name: str, ops, validate_only: bool = False, whole_set: bool = False) -> None:
+        """IncrementalAlterConfigs ``(key, op, value)`` operations on a topic's configs; ``whole_set`` (AlterConfigs):
+        the configs not named are deleted."""
+        def decide():
+            topic_ops = ops
+            topic = self.topics.get(name)
+            if whole_set and topic is not None:
+                named = {key for key, _, _ in ops}
+                topic_ops = ops + [(key, OP_DELETE, None) for key in sorted(topic.configs) if key not in named]
+            records, _ = self.topics.alter_configs(name, topic_ops)
+            return ([] if validate_only else records), None
+        await self._change_topics(decide, name)
 
     # --- durability ----------------------------------------------------------------------------
 
@@ -921,6 +1079,32 @@ class Broker:
                 await trio.sleep(0.1)
                 self._dirty_event.set()
 
+    def sync_now(self, partition: Partition) -> None:
+        """Make everything appended to ``partition`` durable now, blocking (start-up: a coordinator's first records
+        or its compaction): an fsync, or with the PostgreSQL engine commits.  Raises OSError (DatabaseUnavailable, or
+        a commit refused because another broker leads the partition)."""
+        if self.engine is None:
+            partition.log.sync(now_ms())
+            return
+        partition.log.flush_begin()
+        while True:
+            a = self._append_of(partition)
+            refused = self.engine.commit([a], [])
+            if a.key in refused:
+                raise OSError(f"partition {partition.topic.name}-{partition.index}: the database refused the commit "
+                              f"({refused[a.key]})")
+            partition.database_new = False
+            partition.log.flush_done(a.end_offset)
+            if a.end_offset >= partition.log.log_end_offset:
+                return
+
+    def _append_of(self, p: Partition) -> PartitionAppend:
+        """``p``'s part of a commit: its batches from where its last commit left it (at most ROUND_BYTES)."""
+        start = p.log.durable_offset
+        rows, end = rows_of(p.log, start, p.log.log_end_offset, ROUND_BYTES)
+        return PartitionAppend((p.topic.topic_id, p.index), p.database_epoch, start, end, p.log.log_start_offset,
+                               rows, p.database_new)
+
     async def _commit_round(self, worker: WorkerThread, batch) -> None:
         """A flush round with the PostgreSQL engine: one database transaction commits every partition's batches
         since its last commit (at most ROUND_BYTES of each: the rest goes in the next round), then their high
@@ -930,10 +1114,7 @@ class Broker:
         for p, _target in batch:
             if self.partitions.get((p.topic.name, p.index)) is not p:
                 continue                        # deleted meanwhile
-            start = p.log.durable_offset
-            rows, end = rows_of(p.log, start, p.log.log_end_offset, ROUND_BYTES)
-            appends.append((p, PartitionAppend((p.topic.topic_id, p.index), p.database_epoch, start, end,
-                                               p.log.log_start_offset, rows, p.database_new)))
+            appends.append((p, self._append_of(p)))
         deleted, self._deleted_in_database = self._deleted_in_database, []
         started = time.perf_counter()
         try:

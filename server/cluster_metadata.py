@@ -1,8 +1,10 @@
 """The cluster metadata service: the pure coordinator of state/cluster_metadata.py on the coordinator runtime, over ``__cluster_metadata``.
 
-ACLs, SCRAM credentials and client quotas are records in partition 0 of the internal topic
-``__cluster_metadata`` (as Kafka keeps them in its metadata log).  :meth:`ClusterMetadataService.update`
-is the one way to change them: it waits until every earlier change is replayed, lets the caller
+Topics, producer id blocks, feature levels, ACLs, SCRAM credentials and client quotas are records in
+partition 0 of the internal topic ``__cluster_metadata`` (as Kafka keeps them in its metadata log); it
+is opened and replayed before the data partitions, whose list it holds.
+:meth:`ClusterMetadataService.update` is the one way to change them while the broker serves (before,
+at start-up, :meth:`ClusterMetadataService.bootstrap`): it waits until every earlier change is replayed, lets the caller
 decide on that state (no await in between, so decisions are serialized), appends the records,
 waits until they are durable and replays them; only then does the caller answer.  The topic is
 hidden from clients: not described, not in the registry, its partition not reachable by name
@@ -44,8 +46,9 @@ class ClusterMetadataService(CoordinatorRuntime):
         log.info("loaded cluster metadata records=%d in %.3fs", loaded, time.perf_counter() - started)
 
     def bootstrap(self, records: list) -> None:
-        """Write records at start-up, before the broker serves (the first SCRAM users of a new data directory):
-        appended, fsynced and replayed at once."""
+        """Write records at start-up, before the broker serves (the first records of a new data directory, the
+        upgrade of an earlier version's files, the topics ``trireme serve --topic`` names): appended, fsynced and
+        replayed at once."""
         if not records:
             return
         if self._append_batch(records, sync=True) is None:

@@ -45,6 +45,7 @@ class Durability(Protocol):
     def write_appended(self, partition) -> bool: ...
     async def wait_durable(self, partition, offset: int) -> bool: ...
     def storage_failed(self, partition, error: BaseException) -> None: ...
+    def sync_now(self, partition) -> None: ...
 
 
 class Replay(Protocol):
@@ -125,7 +126,7 @@ class CoordinatorRuntime:
                 if self._append_batch(live, sync=True) is None:
                     return
             else:
-                plog.sync(now_ms())
+                self.durability.sync_now(self.partition)
         except OSError as e:
             # The snapshot stays appended (the same state again) and the log uncompacted; a full disk's retry
             # makes it durable, any other error takes the partition offline as a failed write does.
@@ -146,13 +147,15 @@ class CoordinatorRuntime:
             return None
         now = now_ms()
         batches = rec.validate_batches(batch)
+        for pos, _header in batches:            # stamped with the leader epoch, as every leader append
+            rec.set_partition_leader_epoch(batch, pos, self.partition.leader_epoch)
         try:
             _, last, _ = self.partition.log.append(batch, batches, now)
         except OSError as e:
             self.durability.storage_failed(self.partition, e)
             return None
         if sync:
-            self.partition.log.sync(now)
+            self.durability.sync_now(self.partition)
         else:
             self.durability.appended(self.partition)
         return last

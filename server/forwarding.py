@@ -23,6 +23,7 @@ import socket
 
 import trio
 
+from trireme.state.topics import TopicError
 from trireme.wire import error_codes as E
 from trireme.wire import headers
 from trireme.wire.codec import message
@@ -203,7 +204,10 @@ class AutoCreation:
             try:
                 data = await send(self.broker, envelope)
             except _HereNow:
-                self.broker.auto_create(name)
+                try:
+                    await self.broker.auto_create(name)
+                except TopicError as e:
+                    log.warning("auto-creating topic %s failed: %s", name, e.message)
                 return
             except EnvelopeError as e:
                 log.warning("auto-creating topic %s through the controller failed: %s", name, e)

@@ -21,6 +21,7 @@ import uuid
 
 import trio
 
+from trireme.state.producer_ids import ProducerIdError
 from trireme.state.topics import Topic
 from trireme.state.transactions import MarkerJob, TransactionCoordinator, TxnConfig, TxnOutcome
 from trireme.state.txn_records import TxnState, decode_txn_key
@@ -28,6 +29,7 @@ from trireme.wire import error_codes as E
 from trireme.wire.codec import message
 
 from .clock import now_ms
+from .cluster_metadata import MetadataUnavailable
 from .config import partition_list
 from .coordinator_runtime import CoordinatorRuntime, Durability
 from .peers import PeerUnavailable
@@ -70,12 +72,17 @@ class StuckTxn:
 
 
 class TransactionService(CoordinatorRuntime):
-    def __init__(self, config, durability: Durability, open_internal_partition, allocate_producer_id, peer,
-                 leader_node, transaction_version: int = 0):
+    def __init__(self, config, durability: Durability, open_internal_partition, allocate_producer_id,
+                 producer_ids_ready, peer, leader_node, transaction_version: int = 0):
+        """``allocate_producer_id()``: a producer id reserved durably, ProducerIdError when none is left;
+        ``await producer_ids_ready()``: until one is (raises MetadataUnavailable if the reservation cannot be
+        written); ``peer(node id)``: its Peer (Broker.peer); ``leader_node(topic, index)``: the node id of the
+        partition's leader."""
         self.config = config
         self.allocate_producer_id = allocate_producer_id
-        self.peer = peer                    # node id → its Peer (Broker.peer)
-        self.leader_node = leader_node      # (topic, index) → the node id of the partition's leader
+        self.producer_ids_ready = producer_ids_ready
+        self.peer = peer
+        self.leader_node = leader_node
         coordinator = TransactionCoordinator(TxnConfig(
             max_timeout_ms=config["transaction.max.timeout.ms"],
             id_expiration_ms=config["transactional.id.expiration.ms"],
@@ -142,30 +149,37 @@ class TransactionService(CoordinatorRuntime):
         deadline = trio.current_time() + CONCURRENT_WAIT_S
         while True:
             changed = self._changed
-            outcome = await self.run_operation(self._attempt(attempt), answer_when_staged=answer_when_staged)
+            outcome = await self.run_operation(await self._attempt(attempt), answer_when_staged=answer_when_staged)
             if outcome.error != E.CONCURRENT_TRANSACTIONS.code or trio.current_time() >= deadline:
                 return outcome
             with trio.move_on_at(deadline):
                 await changed.wait()
 
-    def _attempt(self, attempt) -> TxnOutcome:
-        """``attempt()``; if it needed a new block of producer ids and the block could not be reserved on disk (the
-        disk full or failing; the coordinator's state is unchanged then) → COORDINATOR_NOT_AVAILABLE, retriable, as
-        for a record that cannot be written.  Logged once until an attempt succeeds again."""
-        try:
-            outcome = attempt()
-        except OSError as e:
-            if not self._id_block_failed:
-                log.error("cannot reserve producer ids (answering COORDINATOR_NOT_AVAILABLE until it can): %r", e)
-            self._id_block_failed = True
-            return TxnOutcome(error=E.COORDINATOR_NOT_AVAILABLE.code)
+    async def _attempt(self, attempt) -> TxnOutcome:
+        """``attempt()``; when it needed a producer id and none is reserved (the next block is not durable yet), wait
+        for a reservation (the coordinator's state is unchanged then) and attempt again.  If the block cannot be
+        reserved (``__cluster_metadata`` cannot be written: disk full or failing) → COORDINATOR_NOT_AVAILABLE,
+        retriable, as for a record that cannot be written.  Logged once until an attempt succeeds again."""
+        while True:
+            try:
+                outcome = attempt()
+                break
+            except ProducerIdError:
+                pass
+            try:
+                await self.producer_ids_ready()
+            except (MetadataUnavailable, ProducerIdError) as e:
+                if not self._id_block_failed:
+                    log.error("cannot reserve producer ids (answering COORDINATOR_NOT_AVAILABLE until it can): %s", e)
+                self._id_block_failed = True
+                return TxnOutcome(error=E.COORDINATOR_NOT_AVAILABLE.code)
         self._id_block_failed = False
         return outcome
 
-    def idempotent_producer_id(self) -> int | None:
+    async def idempotent_producer_id(self) -> int | None:
         """A new producer id for a non-transactional InitProducerId; None when it needs a block of ids that cannot be
-        reserved on disk (logged as for :meth:`_attempt`: the caller answers COORDINATOR_NOT_AVAILABLE)."""
-        outcome = self._attempt(lambda: TxnOutcome(producer_id=self.allocate_producer_id()))
+        reserved (logged as for :meth:`_attempt`: the caller answers COORDINATOR_NOT_AVAILABLE)."""
+        outcome = await self._attempt(lambda: TxnOutcome(producer_id=self.allocate_producer_id()))
         return None if outcome.error else outcome.producer_id
 
     def resume_after_storage_error(self) -> None:

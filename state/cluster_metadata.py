@@ -1,10 +1,10 @@
-"""The cluster metadata coordinator: security metadata (ACLs, SCRAM credentials, client quotas) kept as records in the internal log ``__cluster_metadata`` and rebuilt by replaying them.
+"""The cluster metadata coordinator: the broker's metadata (topics, producer id blocks, feature levels, ACLs, SCRAM credentials, client quotas) kept as records in the internal log ``__cluster_metadata`` and rebuilt by replaying them.
 
-This is Kafka's own arrangement (its controllers keep ACLs, SCRAM credentials and quotas as records
-in the metadata log ``__cluster_metadata``), run on the same coordinator runtime as the group and
-transaction coordinators (server/cluster_metadata.py): a change is appended as records, made
-durable, and only then replayed into the state the broker answers from.  On start-up the log is
-replayed in full and compacted when it holds much more than the live state.
+This is Kafka's own arrangement (its controllers keep topics, producer id blocks, features, ACLs, SCRAM
+credentials and quotas as records in the metadata log ``__cluster_metadata``), run on the same
+coordinator runtime as the group and transaction coordinators (server/cluster_metadata.py): a change
+is appended as records, made durable, and only then replayed into the state the broker answers from.
+On start-up the log is replayed in full and compacted when it holds much more than the live state.
 
 Record framing
 --------------
@@ -16,13 +16,17 @@ thing (one ACL, one user's credential for one mechanism, one quota of one entity
 record for a key is its state and a tombstone (value ``None``) deletes it; compaction keeps one
 record per live key.  Definitions are ours, under wire/definitions:
 
-====  =====================================================  ==============================  ===========
+====  =====================================================  ==============================  ============
 type  key                                                    value                           section
-====  =====================================================  ==============================  ===========
+====  =====================================================  ==============================  ============
+2     TopicRecordKey (topic id)                              TopicRecordValue (whole topic)  topics
+9     RemoveTopicKey (name of a deleted topic)               RemoveTopicValue                topics
 11    UserScramCredentialKey (user, mechanism)               UserScramCredentialValue        SCRAM
+12    FeatureLevelKey (feature name)                         FeatureLevelValue               features
 14    ClientQuotaKey (entity, quota key)                     ClientQuotaValue                quotas
+15    ProducerIdsKey (empty: one reservation)                ProducerIdsValue                producer ids
 23    AccessControlEntryKey (the whole binding)              AccessControlEntryValue (empty)  ACLs
-====  =====================================================  ==============================  ===========
+====  =====================================================  ==============================  ============
 
 Sections
 --------
@@ -38,10 +42,19 @@ The coordinator itself knows no record type: each kind of metadata is a *section
   them as the log's new beginning).
 
 A section decides changes itself (pure functions returning records and answers) and hands the
-records to ``Security.write`` / ``Security.update`` (server/security.py), which append them to the
-log and replay them here.  Records of a type no section owns (written by a newer version) are kept
+records to ``ClusterMetadataService.update`` (server/cluster_metadata.py; for the security sections
+through ``Security.write`` / ``Security.update``), which appends them to the log and replays them here.  Records of a type no section owns (written by a newer version) are kept
 as they are, and kept by compaction.  :class:`AclRecords` is the ACL section; SCRAM credentials are
-in state/scram_credentials.py; client quotas in state/client_quotas.py.
+in state/scram_credentials.py; client quotas in state/client_quotas.py; topics in state/topics.py
+(TopicRegistry); producer id blocks in state/producer_ids.py; feature levels in state/features.py.
+
+A topic is one record keyed by its id whose value carries all of it (name, partition count, configs,
+leader epoch, creation order) rather than Kafka's TopicRecord, PartitionRecords and ConfigRecords: one
+broker has no per-partition replicas or ISR to record, and one record per topic makes "the latest
+record for a key is its state" hold for topics as for everything else here, so the log cleaner's
+compaction keeps exactly one record per live topic and drops a deleted topic's tombstone after the
+delete horizon.  A deleted name keeps one RemoveTopic record (the leader epoch a topic created again
+under that name continues from) until the name is used again.
 """
 from __future__ import annotations
 
@@ -53,8 +66,12 @@ from trireme.wire.codec import message
 from .acls import AclBinding, AclFilter, Authorizer, creation_error
 from .coordinator_records import RecordError, decode, encode, split_version
 
+TOPIC_RECORD = 2
+REMOVE_TOPIC_RECORD = 9
 USER_SCRAM_CREDENTIAL = 11
+FEATURE_LEVEL = 12
 CLIENT_QUOTA = 14
+PRODUCER_IDS = 15
 ACCESS_CONTROL_ENTRY = 23
 
 _TYPE = struct.Struct(">h")

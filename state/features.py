@@ -1,10 +1,10 @@
-"""Finalized feature levels (KIP-584): which levels this node supports, which are finalized, and their epoch, persisted as JSON.
+"""Finalized feature levels (KIP-584): which levels this node supports, which are finalized, and their epoch, kept as records of ``__cluster_metadata``.
 
-Kafka finalizes features in its metadata log; a single node keeps them in ``features.json``
-(written with ``write_atomic``).  The one feature with behaviour here is ``transaction.version``
-(KIP-890): 0 is the classic protocol with v0 transaction-log values, 1 writes flexible (v1)
-values, 2 is transactions V2 (an epoch bump per transaction, partitions added implicitly by
-Produce v12 and TxnOffsetCommit v5).  A client learns the levels from ApiVersions v3+; the
+Kafka finalizes features in its metadata log, as FeatureLevelRecords; so does this node (the features
+section of ``__cluster_metadata``: one record per feature, carrying its level and the epoch after the
+change).  The one feature with behaviour here is ``transaction.version`` (KIP-890): 0 is the
+classic protocol with v0 transaction-log values, 1 writes flexible (v1) values, 2 is transactions V2
+(an epoch bump per transaction, partitions added implicitly by Produce v12 and TxnOffsetCommit v5).  A client learns the levels from ApiVersions v3+; the
 finalized-features epoch rises with every change so that a client can tell newer information
 from older.  UpdateFeatures changes a level under Kafka's rules (:meth:`FeatureLevels.validate`).
 """
@@ -15,11 +15,14 @@ from dataclasses import dataclass
 
 from trireme.state.storage import Storage
 from trireme.wire import error_codes as E
+from trireme.wire.codec import message
+
+from .cluster_metadata import FEATURE_LEVEL, decode_key, decode_value, encode_key, encode_value
 
 TRANSACTION_VERSION = "transaction.version"
 # feature → (min, max) level this node supports
 SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2)}
-FILE_VERSION = 1
+LEGACY_FEATURES_FILE = "features.json"       # where earlier versions kept the levels (read to upgrade)
 
 # UpdateFeatures' UpgradeType (v1+); v0 has AllowDowngrade instead.
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
@@ -32,35 +35,47 @@ class FeatureUpdate:
     upgrade_type: int = UPGRADE
 
 
-class FeatureLevels:
-    """The finalized level of each supported feature and the epoch of that information, kept at ``path``."""
+def feature_record(feature: str, level: int, epoch: int) -> tuple[bytes, bytes]:
+    key = encode_key(FEATURE_LEVEL, "FeatureLevelKey", message("FeatureLevelKey").cls(name=feature))
+    return key, encode_value("FeatureLevelValue", message("FeatureLevelValue").cls(feature_level=level, epoch=epoch))
 
-    def __init__(self, storage: Storage, path: str = "features.json") -> None:
-        self._storage = storage
-        self._path = path
+
+class FeatureLevels:
+    """The finalized level of each supported feature and the epoch of that information: the features section of
+    ``__cluster_metadata``.  The epoch is 0 until a level was ever finalized (a new data directory)."""
+
+    record_types = (FEATURE_LEVEL,)
+
+    def __init__(self) -> None:
         self.levels: dict[str, int] = {name: 0 for name in SUPPORTED}
         self.epoch = 0
+        self._unsupported: dict[str, tuple[int, int]] = {}     # records of features this node does not know
 
-    def load_or_create(self, initial: dict[str, int]) -> None:
-        """Read the file; on a new data directory finalize ``initial`` (the configured levels) first."""
-        try:
-            data = self._storage.read_all(self._path)
-        except FileNotFoundError:
-            for update in self.validate([FeatureUpdate(n, level) for n, level in initial.items()]).values():
-                if update:
-                    raise ValueError(f"initial feature levels {initial}: {update[1]}")
-            self._write({**self.levels, **initial}, 1)
-            return
-        try:
-            doc = json.loads(data)
-            if doc["version"] != FILE_VERSION:
-                raise ValueError(f"unsupported version {doc['version']!r}")
-            levels = {str(k): int(v) for k, v in doc["levels"].items()}
-            epoch = int(doc["epoch"])
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ValueError(f"malformed feature file {self._path!r}: {exc!r}") from exc
-        self.levels = {name: levels.get(name, 0) for name in SUPPORTED}
-        self.epoch = epoch
+    # --- the durable section
+    def replay(self, key: bytes, value: bytes | None) -> None:
+        name = decode_key(key, "FeatureLevelKey").name
+        level, epoch = (0, self.epoch) if value is None else _level_epoch(value)
+        if name in SUPPORTED:
+            self.levels[name] = level
+        elif value is None:
+            self._unsupported.pop(name, None)
+        else:
+            self._unsupported[name] = (level, epoch)
+        self.epoch = max(self.epoch, epoch)
+
+    def live_records(self) -> list[tuple[bytes, bytes]]:
+        if self.epoch == 0:
+            return []
+        return ([feature_record(name, level, self.epoch) for name, level in self.levels.items()]
+                + [feature_record(name, level, epoch) for name, (level, epoch) in self._unsupported.items()])
+
+    def initial_records(self, initial: dict[str, int]) -> list[tuple[bytes, bytes]]:
+        """On a new data directory (no level ever finalized): the records finalizing ``initial`` (the configured
+        levels); ValueError if they are not valid levels."""
+        for problem in self.validate([FeatureUpdate(n, level) for n, level in initial.items()]).values():
+            if problem:
+                raise ValueError(f"initial feature levels {initial}: {problem[1]}")
+        return [feature_record(name, level, 1) for name, level in {**self.levels, **initial}.items()]
 
     def level(self, feature: str) -> int:
         return self.levels.get(feature, 0)
@@ -95,17 +110,36 @@ class FeatureLevels:
                 results[u.feature] = None
         return results
 
-    def apply(self, updates: list[FeatureUpdate]) -> bool:
-        """Finalize validated updates (durably, before they are visible) → whether any level changed."""
+    def apply(self, updates: list[FeatureUpdate]) -> tuple[list, bool]:
+        """Validated updates → (the records finalizing them, whether any level changes); nothing changes until the
+        records are replayed."""
         levels = dict(self.levels)
         for u in updates:
             levels[u.feature] = max(u.level, 0)
-        if levels == self.levels:
-            return False
-        self._write(levels, self.epoch + 1)
-        return True
+        changed = {name: level for name, level in levels.items() if level != self.levels.get(name)}
+        if not changed:
+            return [], False
+        return [feature_record(name, level, self.epoch + 1) for name, level in changed.items()], True
 
-    def _write(self, levels: dict[str, int], epoch: int) -> None:
-        doc = {"version": FILE_VERSION, "epoch": epoch, "levels": levels}
-        self._storage.write_atomic(self._path, json.dumps(doc, indent=1, sort_keys=True).encode())
-        self.levels, self.epoch = levels, epoch
+
+def _level_epoch(value) -> tuple[int, int]:
+    v = decode_value(value, "FeatureLevelValue")
+    return v.feature_level, v.epoch
+
+
+def read_legacy_levels(storage: Storage, path: str = LEGACY_FEATURES_FILE) -> tuple[dict[str, int], int] | None:
+    """The levels and epoch earlier versions kept in the JSON file ``path`` (None if there is none), for the
+    upgrade that turns them into records."""
+    try:
+        data = storage.read_all(path)
+    except FileNotFoundError:
+        return None
+    try:
+        doc = json.loads(data)
+        if doc["version"] != 1:
+            raise ValueError(f"unsupported version {doc['version']!r}")
+        levels = {str(k): int(v) for k, v in doc["levels"].items()}
+        epoch = int(doc["epoch"])
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"malformed feature file {path!r}: {exc!r}") from exc
+    return {name: levels.get(name, 0) for name in SUPPORTED}, epoch

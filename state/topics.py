@@ -1,8 +1,8 @@
 """The topic registry (names, topic ids, partition counts, configs, leader epochs) and the broker's identity.
 
 Topic configs use Kafka's names, types, defaults and validity rules.  Configs are kept as the strings
-clients send; :func:`parse_config_value` turns one into its typed value.  Every change to the registry
-is written with ``write_atomic`` before it becomes visible.
+clients send; :func:`parse_config_value` turns one into its typed value.  The registry is a section of
+``__cluster_metadata``: every change is a record, visible once durable and replayed.
 """
 from __future__ import annotations
 
@@ -15,6 +15,11 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Protocol
 
+from trireme.wire.codec import message
+
+from .cluster_metadata import (REMOVE_TOPIC_RECORD, TOPIC_RECORD, MetadataRecordError, decode_key, decode_value,
+                               encode_key, encode_value, record_type)
+
 # Kafka error codes used here.
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_TOPIC_EXCEPTION = 17
@@ -24,7 +29,6 @@ INVALID_REPLICATION_FACTOR = 38
 INVALID_CONFIG = 40
 INVALID_REQUEST = 42
 UNKNOWN_TOPIC_ID = 100
-KAFKA_STORAGE_ERROR = 56
 
 # Kafka's ConfigSource values, for DescribeConfigs.
 SOURCE_DYNAMIC_TOPIC_CONFIG = 1
@@ -43,7 +47,7 @@ _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _INT_RANGE = (-2**31, 2**31 - 1)
 _LONG_RANGE = (-2**63, 2**63 - 1)
-REGISTRY_VERSION = 1
+LEGACY_REGISTRY_FILE = "topics.json"       # where earlier versions kept the registry (read to upgrade)
 
 
 class Storage(Protocol):
@@ -60,11 +64,6 @@ class TopicError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
-
-
-class TopicStorageError(TopicError, OSError):
-    """The registry could not be written (disk full or failing): nothing changed, and the request that asked gets
-    KAFKA_STORAGE_ERROR, which clients retry."""
 
 
 # --- topic configs -------------------------------------------------------------------------
@@ -237,40 +236,56 @@ def _collision_key(name: str) -> str:
 
 
 class TopicRegistry:
-    """All topics, persisted as JSON at ``path`` on every change."""
+    """All topics: the topics section of ``__cluster_metadata`` (state/cluster_metadata.py).
 
-    def __init__(self, storage: Storage, path: str = "topics.json") -> None:
-        self._storage = storage
-        self._path = path
+    A change is decided by the methods below on the current state (they change nothing and return the records
+    that make the change, with the topic as it would be); it happens when those records are replayed, once
+    durable.  One record per topic, keyed by topic id (:func:`topic_record`), and one per deleted name whose
+    leader epochs a re-created topic continues (:func:`removed_topic_record`).  ``listeners`` are called with
+    (topic before, topic after) after each replayed change (None: no topic)."""
+
+    record_types = (TOPIC_RECORD, REMOVE_TOPIC_RECORD)
+
+    def __init__(self) -> None:
         self._topics: dict[str, Topic] = {}
         self._names_by_id: dict[uuid.UUID, str] = {}
         self._next_order = 0
         # Leader epoch a re-created topic starts from, so a name's epochs never go backwards.
-        self._retired_epochs: dict[str, int] = {}
+        self._retired: dict[str, tuple[uuid.UUID, int]] = {}
+        self.listeners: list[Callable[[Topic | None, Topic | None], None]] = []
+
+    # --- the durable section -------------------------------------------------------------------
+
+    def replay(self, key: bytes, value: bytes | None) -> None:
+        if record_type(key) == REMOVE_TOPIC_RECORD:
+            name = decode_key(key, "RemoveTopicKey").name
+            if value is None:
+                self._retired.pop(name, None)
+            else:
+                v = decode_value(value, "RemoveTopicValue")
+                self._retired[name] = (v.topic_id, v.next_leader_epoch)
+            return
+        topic_id = decode_key(key, "TopicRecordKey").topic_id
+        old = self.by_id(topic_id)
+        new = None if value is None else _decode_topic(topic_id, value)
+        if old is not None:
+            del self._topics[old.name]
+            del self._names_by_id[topic_id]
+        if new is not None:
+            if new.name in self._topics:
+                raise MetadataRecordError(f"topic record {topic_id} names {new.name}, a topic with another id")
+            self._topics[new.name] = new
+            self._names_by_id[topic_id] = new.name
+            self._next_order = max(self._next_order, new.created_order + 1)
+        if old is not None or new is not None:
+            for listener in self.listeners:
+                listener(old, new)
+
+    def live_records(self) -> list[tuple[bytes, bytes]]:
+        return ([removed_topic_record(name, topic_id, epoch) for name, (topic_id, epoch) in self._retired.items()]
+                + [topic_record(t) for t in self.all()])
 
     # --- reading -----------------------------------------------------------------------------
-
-    def load(self) -> None:
-        """Read the registry from storage; a missing file means no topics."""
-        try:
-            data = self._storage.read_all(self._path)
-        except FileNotFoundError:
-            return
-        try:
-            doc = json.loads(data)
-            if doc["version"] != REGISTRY_VERSION:
-                raise ValueError(f"unsupported version {doc['version']!r}")
-            topics = {}
-            for t in doc["topics"]:
-                topic = Topic(str(t["name"]), uuid.UUID(t["topic_id"]), int(t["partitions"]),
-                              {str(k): str(v) for k, v in t["configs"].items()},
-                              int(t["created_order"]), int(t["leader_epoch"]))
-                topics[topic.name] = topic
-            next_order = int(doc["next_order"])
-            retired = {str(k): int(v) for k, v in doc["retired_epochs"].items()}
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ValueError(f"malformed topic registry {self._path!r}: {exc!r}") from exc
-        self._install(topics, next_order, retired)
 
     def get(self, name: str) -> Topic | None:
         return self._topics.get(name)
@@ -283,17 +298,21 @@ class TopicRegistry:
         """Every topic, in creation order."""
         return sorted(self._topics.values(), key=lambda t: t.created_order)
 
+    def retired_epochs(self) -> dict[str, int]:
+        """Deleted names → the leader epoch a topic created again under the name starts from."""
+        return {name: epoch for name, (_, epoch) in self._retired.items()}
+
     def __contains__(self, name: object) -> bool:
         return name in self._topics
 
     def __len__(self) -> int:
         return len(self._topics)
 
-    # --- changing ----------------------------------------------------------------------------
+    # --- deciding changes: → (records, the topic as it would be) ------------------------------
 
     def create(self, name: str, partitions: int, configs: Mapping[str, str | None] | None = None,
                topic_id: uuid.UUID | None = None, *, replication_factor: int = -1,
-               default_partitions: int = 1, validate_only: bool = False) -> Topic:
+               default_partitions: int = 1) -> tuple[list, Topic]:
         """Create a topic (``partitions``/``replication_factor`` -1 mean the defaults); TopicError if refused."""
         problem = validate_topic_name(name)
         if problem is not None:
@@ -322,32 +341,26 @@ class TopicRegistry:
             topic_id = _new_topic_id(self)
         elif topic_id.int == 0 or self.by_id(topic_id) is not None:
             raise TopicError(INVALID_REQUEST, f"Topic id {topic_id} is zero or already in use.")
-        topic = Topic(name, topic_id, partitions, checked, self._next_order,
-                      self._retired_epochs.get(name, 0))
-        if not validate_only:
-            topics = dict(self._topics)
-            topics[name] = topic
-            retired = {k: v for k, v in self._retired_epochs.items() if k != name}
-            self._commit(topics, self._next_order + 1, retired)
-        return topic
+        retired = self._retired.get(name)
+        topic = Topic(name, topic_id, partitions, checked, self._next_order, 0 if retired is None else retired[1])
+        records = [topic_record(topic)]
+        if retired is not None:
+            records.append(removed_topic_tombstone(name))
+        return records, topic
 
-    def delete(self, name: str) -> Topic:
+    def delete(self, name: str) -> tuple[list, Topic]:
         """Delete a topic; TopicError(UNKNOWN_TOPIC_OR_PARTITION) if there is none."""
         topic = self._require(name)
-        topics = {k: v for k, v in self._topics.items() if k != name}
-        retired = dict(self._retired_epochs)
-        retired[name] = topic.leader_epoch + 1
-        self._commit(topics, self._next_order, retired)
-        return topic
+        return [removed_topic_record(name, topic.topic_id, topic.leader_epoch + 1), topic_tombstone(topic)], topic
 
-    def delete_by_id(self, topic_id: uuid.UUID) -> Topic:
+    def delete_by_id(self, topic_id: uuid.UUID) -> tuple[list, Topic]:
         """Delete a topic by id; TopicError(UNKNOWN_TOPIC_ID) if there is none."""
         topic = self.by_id(topic_id)
         if topic is None:
             raise TopicError(UNKNOWN_TOPIC_ID, f"Topic id {topic_id} not found.")
         return self.delete(topic.name)
 
-    def add_partitions(self, name: str, new_total: int, *, validate_only: bool = False) -> Topic:
+    def add_partitions(self, name: str, new_total: int) -> tuple[list, Topic]:
         """Grow a topic to ``new_total`` partitions (CreatePartitions)."""
         topic = self._require(name)
         if new_total == topic.partitions:
@@ -356,10 +369,9 @@ class TopicRegistry:
             raise TopicError(INVALID_PARTITIONS,
                              f"The topic {name} currently has {topic.partitions} partition(s); "
                              f"{new_total} would not be an increase.")
-        return self._replace(replace(topic, partitions=new_total), validate_only)
+        return _changed(replace(topic, partitions=new_total))
 
-    def alter_configs(self, name: str, ops: Iterable[tuple[str, int, str | None]], *,
-                      validate_only: bool = False) -> Topic:
+    def alter_configs(self, name: str, ops: Iterable[tuple[str, int, str | None]]) -> tuple[list, Topic]:
         """Apply IncrementalAlterConfigs ``(key, op, value)`` operations, all or none."""
         topic = self._require(name)
         configs = dict(topic.configs)
@@ -391,19 +403,17 @@ class TopicRegistry:
                 configs[key] = new_value
             else:
                 raise TopicError(INVALID_REQUEST, f"Unknown config operation {op}")
-        return self._replace(replace(topic, configs=configs), validate_only)
+        return _changed(replace(topic, configs=configs))
 
-    def replace_configs(self, name: str, configs: Mapping[str, str | None], *,
-                        validate_only: bool = False) -> Topic:
+    def replace_configs(self, name: str, configs: Mapping[str, str | None]) -> tuple[list, Topic]:
         """Make ``configs`` the topic's whole set of overrides (the legacy AlterConfigs)."""
         topic = self._require(name)
-        checked = _checked_configs(configs.items())
-        return self._replace(replace(topic, configs=checked), validate_only)
+        return _changed(replace(topic, configs=_checked_configs(configs.items())))
 
-    def bump_leader_epoch(self, name: str) -> int:
-        """Increase the topic's leader epoch by one and return it."""
+    def bump_leader_epoch(self, name: str) -> tuple[list, Topic]:
+        """Increase the topic's leader epoch by one."""
         topic = self._require(name)
-        return self._replace(replace(topic, leader_epoch=topic.leader_epoch + 1), False).leader_epoch
+        return _changed(replace(topic, leader_epoch=topic.leader_epoch + 1))
 
     # --- internals ---------------------------------------------------------------------------
 
@@ -413,37 +423,69 @@ class TopicRegistry:
             raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
         return topic
 
-    def _replace(self, topic: Topic, validate_only: bool) -> Topic:
-        if not validate_only:
-            topics = dict(self._topics)
-            topics[topic.name] = topic
-            self._commit(topics, self._next_order, self._retired_epochs)
-        return topic
 
-    def _commit(self, topics: dict[str, Topic], next_order: int, retired: dict[str, int]) -> None:
-        # Write first: if the write fails the in-memory registry stays as it was.
-        doc = {
-            "version": REGISTRY_VERSION,
-            "next_order": next_order,
-            "retired_epochs": retired,
-            "topics": [
-                {"name": t.name, "topic_id": str(t.topic_id), "partitions": t.partitions,
-                 "configs": dict(t.configs), "created_order": t.created_order,
-                 "leader_epoch": t.leader_epoch}
-                for t in sorted(topics.values(), key=lambda t: t.created_order)
-            ],
-        }
-        try:
-            _ensure_parent(self._storage, self._path)
-            self._storage.write_atomic(self._path, json.dumps(doc, indent=1, sort_keys=True).encode())
-        except OSError as e:        # disk full or failing: the registry is unchanged, the request fails retriably
-            raise TopicStorageError(KAFKA_STORAGE_ERROR, f"could not write the topic registry: {e.strerror or e}") \
-                from e
-        self._install(topics, next_order, dict(retired))
+def _changed(topic: Topic) -> tuple[list, Topic]:
+    return [topic_record(topic)], topic
 
-    def _install(self, topics: dict[str, Topic], next_order: int, retired: dict[str, int]) -> None:
-        self._topics, self._next_order, self._retired_epochs = topics, next_order, retired
-        self._names_by_id = {t.topic_id: t.name for t in topics.values()}
+
+def topic_key(topic_id: uuid.UUID) -> bytes:
+    return encode_key(TOPIC_RECORD, "TopicRecordKey", message("TopicRecordKey").cls(topic_id=topic_id))
+
+
+def topic_record(topic: Topic) -> tuple[bytes, bytes]:
+    """The record that makes ``topic`` what it is (creates it, or replaces the topic of its id)."""
+    cls = message("TopicRecordValue").cls
+    value = cls(name=topic.name, partitions=topic.partitions,
+                configs=[cls.TopicConfig(name=k, value=v) for k, v in sorted(topic.configs.items())],
+                created_order=topic.created_order, leader_epoch=topic.leader_epoch)
+    return topic_key(topic.topic_id), encode_value("TopicRecordValue", value)
+
+
+def topic_tombstone(topic: Topic) -> tuple[bytes, None]:
+    return topic_key(topic.topic_id), None
+
+
+def _decode_topic(topic_id: uuid.UUID, value) -> Topic:
+    v = decode_value(value, "TopicRecordValue")
+    if validate_topic_name(v.name) is not None or v.partitions < 1:
+        raise MetadataRecordError(f"topic record {topic_id} is invalid: {v.name!r} with {v.partitions} partitions")
+    return Topic(v.name, topic_id, v.partitions, {c.name: c.value for c in v.configs}, v.created_order,
+                 v.leader_epoch)
+
+
+def _removed_key(name: str) -> bytes:
+    return encode_key(REMOVE_TOPIC_RECORD, "RemoveTopicKey", message("RemoveTopicKey").cls(name=name))
+
+
+def removed_topic_record(name: str, topic_id: uuid.UUID, next_leader_epoch: int) -> tuple[bytes, bytes]:
+    """A deleted name: a topic created again under it starts from ``next_leader_epoch``."""
+    value = message("RemoveTopicValue").cls(topic_id=topic_id, next_leader_epoch=next_leader_epoch)
+    return _removed_key(name), encode_value("RemoveTopicValue", value)
+
+
+def removed_topic_tombstone(name: str) -> tuple[bytes, None]:
+    return _removed_key(name), None
+
+
+def read_legacy_registry(storage: Storage, path: str = LEGACY_REGISTRY_FILE
+                         ) -> tuple[list[Topic], dict[str, int]] | None:
+    """The topics and retired leader epochs of the JSON registry earlier versions kept at ``path`` (None if
+    there is none), for the upgrade that turns it into records."""
+    try:
+        data = storage.read_all(path)
+    except FileNotFoundError:
+        return None
+    try:
+        doc = json.loads(data)
+        if doc["version"] != 1:
+            raise ValueError(f"unsupported version {doc['version']!r}")
+        topics = [Topic(str(t["name"]), uuid.UUID(t["topic_id"]), int(t["partitions"]),
+                        {str(k): str(v) for k, v in t["configs"].items()}, int(t["created_order"]),
+                        int(t["leader_epoch"])) for t in doc["topics"]]
+        retired = {str(k): int(v) for k, v in doc["retired_epochs"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"malformed topic registry {path!r}: {exc!r}") from exc
+    return topics, retired
 
 
 def _require_valid(name: str, value: str | None) -> None:

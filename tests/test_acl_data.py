@@ -50,13 +50,13 @@ def by_missing(codes: dict):
 # --- set-up ----------------------------------------------------------------------------------
 
 async def orders(broker):
-    broker.create_topic("orders", 2)
+    await broker.create_topic("orders", 2)
     return None
 
 
 async def transactional_producer(broker, *, add=True):
     """An initialized transactional producer (TID) with, when ``add``, orders-0 and orders-1 in its transaction."""
-    broker.create_topic("orders", 2)
+    await broker.create_topic("orders", 2)
     init = await broker.local_peer.call("InitProducerId", 4, IP(transactional_id=TID, transaction_timeout_ms=60000,
                                                                   producer_id=-1, producer_epoch=-1))
     assert init.error_code == NONE
@@ -131,8 +131,8 @@ def _partition_codes(response):
 def test_produce_answers_per_topic():
     """A topic the principal may not write is refused partition by partition; the other topic's batches go in."""
     async def body(b):
-        b.create_topic("orders", 2)
-        b.create_topic("audit", 1)
+        await b.create_topic("orders", 2)
+        await b.create_topic("audit", 1)
         grant(b, [topic("audit", WRITE)])
         response = await call_as(b, "Produce", 9, produce_request({"orders": [0, 1], "audit": [0]}))
         assert _partition_codes(response) == {("orders", 0): TOPIC_DENIED, ("orders", 1): TOPIC_DENIED,
@@ -159,7 +159,7 @@ def test_produce_topic_denial_comes_before_existence_and_internal_topics():
 def test_produce_asks_once_per_topic_and_request(fast):
     """The check is on the hot path: one question per topic per request, however many partitions or batches."""
     async def body(b):
-        b.create_topic("orders", 3)
+        await b.create_topic("orders", 3)
         security = grant(b, [topic("orders", WRITE)])
         send = call_fast if fast else call_as
         response = await send(b, "Produce", 9, produce_request({"orders": [0] if fast else [0, 1, 2]}))
@@ -170,7 +170,7 @@ def test_produce_asks_once_per_topic_and_request(fast):
 
 def test_produce_fast_path_leaves_a_denial_to_the_handler_and_counts_it_once():
     async def body(b):
-        b.create_topic("orders", 1)
+        await b.create_topic("orders", 1)
         grant(b, [])
         response = await call_fast(b, "Produce", 9, produce_request({"orders": [0]}))
         assert _partition_codes(response) == {("orders", 0): TOPIC_DENIED}
@@ -181,7 +181,7 @@ def test_produce_fast_path_leaves_a_denial_to_the_handler_and_counts_it_once():
 def test_transactional_id_without_transactional_batches_is_not_checked():
     """As Kafka: Write on the TransactionalId is asked only when a batch is transactional."""
     async def body(b):
-        b.create_topic("orders", 1)
+        await b.create_topic("orders", 1)
         security = grant(b, [topic("orders", WRITE)])
         response = await call_as(b, "Produce", 9, produce_request({"orders": [0]}, tid=TID))
         assert set(_partition_codes(response).values()) == {NONE}
@@ -196,7 +196,7 @@ FE = req("Fetch")
 
 async def orders_with_data(broker):
     """orders (2 partitions) with one durable batch in each."""
-    broker.create_topic("orders", 2)
+    await broker.create_topic("orders", 2)
     for index in (0, 1):
         answer = await broker.local_peer.call("Produce", 9, produce_request({"orders": [index]}))
         assert set(error_codes(answer)) == {NONE}
@@ -254,7 +254,7 @@ def test_fetch_matrix(case):
 def test_fetch_answers_per_topic_and_asks_once():
     async def body(b):
         await orders_with_data(b)
-        b.create_topic("audit", 1)
+        await b.create_topic("audit", 1)
         security = grant(b, [topic("audit", READ)])
         response = await call_as(b, "Fetch", 12, fetch_request({"orders": [0, 1], "audit": [0], "missing": [0]}))
         codes = {(t.topic, p.partition_index): p.error_code for t in response.responses for p in t.partitions}
@@ -267,7 +267,7 @@ def test_fetch_answers_per_topic_and_asks_once():
 def test_a_long_poll_asks_once():
     """A long poll woken by flushes reads again without asking the authorizer again."""
     async def body(b):
-        b.create_topic("orders", 1)
+        await b.create_topic("orders", 1)
         security = grant(b, [topic("orders", READ)])
         request = fetch_request({"orders": [0]})
         request.max_wait_ms, request.min_bytes = 5000, 1
@@ -318,7 +318,7 @@ def describe_producers_request(broker, _):
 
 
 async def idempotent_data(broker):
-    broker.create_topic("orders", 2)
+    await broker.create_topic("orders", 2)
     for index in (0, 1):
         answer = await broker.local_peer.call("Produce", 9, produce_request(
             {"orders": [index]}, producer_id=11, producer_epoch=0, base_sequence=0))
@@ -424,8 +424,8 @@ def test_metadata_matrix(case):
 
 def test_metadata_all_topics_leaves_out_what_may_not_be_described():
     async def body(b):
-        b.create_topic("orders", 1)
-        b.create_topic("audit", 1)
+        await b.create_topic("orders", 1)
+        await b.create_topic("audit", 1)
         grant(b, [topic("audit", DESCRIBE), topic("__consumer_offsets", DESCRIBE)])
         for version in (0, 1, 12):
             response = await call_as(b, "Metadata", version, metadata_request(*(() if version == 0 else (None,))))
@@ -440,7 +440,7 @@ def test_metadata_all_topics_leaves_out_what_may_not_be_described():
 
 def test_metadata_by_topic_id_answers_the_id_without_the_name():
     async def body(b):
-        b.create_topic("orders", 1)
+        await b.create_topic("orders", 1)
         orders_id = b.topics.get("orders").topic_id
         grant(b, [])
         response = await call_as(b, "Metadata", 12, MD(topics=[MD.MetadataRequestTopic(name=None, topic_id=orders_id)]))
@@ -473,7 +473,7 @@ def _bits(*operations) -> int:
 
 def test_metadata_reports_the_real_authorized_operations():
     async def body(b):
-        b.create_topic("orders", 1)
+        await b.create_topic("orders", 1)
         grant(b, [topic("orders", READ), topic("orders", DESCRIBE), topic("orders", Operation.ALTER_CONFIGS)])
         response = await call_as(b, "Metadata", 10, metadata_request("orders", ops=True, version=10))
         assert response.cluster_authorized_operations == 0                  # no Describe on the cluster
@@ -524,7 +524,7 @@ def test_describe_topic_partitions_pages_skip_what_may_not_be_described():
     """Kafka's lazy filter: a refused topic takes no room in the page and is never the next cursor."""
     async def body(b):
         for name in "abcd":
-            b.create_topic(name, 1)
+            await b.create_topic(name, 1)
         grant(b, [topic(n, DESCRIBE) for n in "acd"] + [topic("a", READ)])
         named = await call_as(b, "DescribeTopicPartitions", 0, describe_topics_request("a", "b", "c", "d", limit=2))
         assert [(t.name, t.error_code, len(t.partitions)) for t in named.topics] == [
@@ -697,7 +697,7 @@ def test_idempotent_init_producer_id_with_write_on_any_topic():
 def test_add_partitions_refuses_the_whole_add_when_a_topic_is_denied():
     async def body(b):
         ids = await transactional_producer(b, add=False)
-        b.create_topic("audit", 1)
+        await b.create_topic("audit", 1)
         grant(b, [txn(TID, WRITE), topic("audit", WRITE), topic("__consumer_offsets", WRITE)])
         await settled(b)
         before = broker_state(b)
@@ -714,7 +714,7 @@ def test_add_partitions_refuses_the_whole_add_when_a_topic_is_denied():
 def test_txn_offset_commit_commits_the_topics_it_may_read():
     async def body(b):
         ids = await offsets_in_transaction(b)
-        b.create_topic("audit", 1)
+        await b.create_topic("audit", 1)
         grant(b, [txn(TID, WRITE), group(GROUP_ID, READ), topic("audit", READ)])
         response = await call_as(b, "TxnOffsetCommit", 3, txn_commit_request(ids, ("orders", "audit")))
         assert {t.name: t.partitions[0].error_code for t in response.topics} == {"orders": TOPIC_DENIED,
@@ -746,7 +746,7 @@ async def open_transaction_with_data(broker):
 
 async def idempotent_producer(broker):
     """A producer id handed out to an idempotent producer (no transaction the coordinator knows of)."""
-    broker.create_topic("orders", 2)
+    await broker.create_topic("orders", 2)
     init = await broker.local_peer.call("InitProducerId", 4, init_request(None))
     return init.producer_id, init.producer_epoch
 
@@ -824,7 +824,7 @@ def test_transaction_tooling_matrix(case):
 def test_describe_transactions_per_id_and_only_describable_topics():
     async def body(b):
         await transactional_producer(b)
-        b.create_topic("audit", 1)
+        await b.create_topic("audit", 1)
         grant(b, [txn(TID, DESCRIBE), topic("audit", DESCRIBE)])
         response = await call_as(b, "DescribeTransactions", 0, DX(transactional_ids=[TID, "other"]))
         mine, other = response.transaction_states
@@ -842,7 +842,7 @@ def test_describe_transactions_per_id_and_only_describable_topics():
 @pytest.mark.parametrize("version", [0, 2])
 def test_list_transactions_lists_only_describable_ids(version):
     async def body(b):
-        b.create_topic("orders", 1)
+        await b.create_topic("orders", 1)
         for tid in ("tx-a", "tx-b", "other"):
             init = await b.local_peer.call("InitProducerId", 4, init_request(tid))
             assert init.error_code == NONE
@@ -862,7 +862,7 @@ def test_list_transactions_lists_only_describable_ids(version):
 def test_a_fetch_with_nothing_it_may_read_is_answered_at_once():
     """As Kafka: no partition that exists and may be read, nothing to wait for (no long poll of max_wait)."""
     async def body(b):
-        b.create_topic("orders", 1)
+        await b.create_topic("orders", 1)
         grant(b, [topic("missing", READ)])
         handler = HANDLERS[API_KEYS["Fetch"]]
         for names in ({"orders": [0]}, {"missing": [0]}, {"orders": [0], "missing": [0]}):
@@ -886,7 +886,7 @@ def test_a_fetch_with_nothing_it_may_read_is_answered_at_once():
 def test_acks0_transactional_refusal_closes_the_connection(tid):
     """Kafka answers an error it cannot send (acks=0) by closing the connection; nothing is appended."""
     async def body(b):
-        b.create_topic("orders", 1)
+        await b.create_topic("orders", 1)
         grant(b, [topic("orders", WRITE)])
         request = produce_request({"orders": [0]}, tid=tid, producer_id=5, producer_epoch=0, base_sequence=0,
                                   transactional=True)

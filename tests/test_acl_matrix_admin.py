@@ -119,7 +119,7 @@ G, G2 = "g", "g2"
 
 
 async def orders(broker):
-    broker.create_topic(ORDERS, 2)
+    await broker.create_topic(ORDERS, 2)
 
 
 async def stable_member(broker):
@@ -362,8 +362,8 @@ SECRET = "secret"
 
 
 async def two_topics(broker):
-    broker.create_topic(ORDERS, 2)
-    broker.create_topic(SECRET, 1)
+    await broker.create_topic(ORDERS, 2)
+    await broker.create_topic(SECRET, 1)
 
 
 def partition_codes(response):

@@ -9,11 +9,13 @@ from __future__ import annotations
 import uuid
 
 import pytest
+import trio
 
 from trireme.server import dispatch
 from trireme.server.broker import Broker
 from trireme.server.clock import now_ms
 from trireme.server.config import PROPERTIES, SENSITIVE_PROPERTIES, Config
+from trireme.server.deferred import Deferred
 from trireme.server.dispatch import API_KEYS, HANDLERS, RequestContext
 from trireme.server.handlers.metadata import CLUSTER_OPERATIONS, TOPIC_OPERATIONS
 from trireme.state.topics import TOPIC_CONFIGS
@@ -51,10 +53,25 @@ def call(broker, api, version, request):
     ctx = RequestContext(broker=broker, api_key=h.api_key, api_version=version, correlation_id=7,
                          client_id="tests", principal="User:ANONYMOUS", connection=None, frame=frame)
     response = h.fn(ctx, decoded)
+    if isinstance(response, Deferred):      # the answer waits for __cluster_metadata's records: run the broker
+        response = wait_deferred(broker, response)
     data = h.response.encode_bytes(response, version)
     out, end = h.response.decode(data, version)
     assert end == len(data)
     return out
+
+
+def wait_deferred(broker, deferred):
+    """The response a Deferred gives, with the broker's tasks (its flush round) running meanwhile."""
+    result = []
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            result.append(await deferred.wait())
+            nursery.cancel_scope.cancel()
+    trio.run(main)
+    return result[0]
 
 
 def make_broker(path, **props):

@@ -24,7 +24,7 @@ def _broker(tmp_path, **props):
     config = Config(data_dir=str(tmp_path))
     config.update(props)
     broker = Broker(config)
-    broker.create_topic("t", 1)
+    broker.ensure_topic("t", 1)
     return broker, broker.partition("t", 0)
 
 

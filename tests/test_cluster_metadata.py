@@ -245,12 +245,12 @@ def test_acls_and_credentials_survive_restart_and_compaction(tmp_path):
         await security.update(lambda: security.scram.alter([], [upsert("alice", SCRAM_SHA_512)]))
     run_with_broker(broker, body)
     end = broker.cluster_metadata.partition.log.log_end_offset
-    assert end == 3 + 1400 + 1
+    assert end == 1 + 3 + 1400 + 1                 # the first: the new data directory's feature level
     broker.close()
 
     again = make_broker(tmp_path)
     log = again.cluster_metadata.partition.log
-    assert log.log_start_offset == end and log.log_end_offset == end + 4      # compacted to the live records
+    assert log.log_start_offset == end and log.log_end_offset == end + 5      # compacted to the live records
     assert sorted(b.name for b in again.security.authorizer.bindings()) == ["t0", "t1", "t2"]
     assert again.security.authorize(ALICE, "h", Operation.WRITE, ResourceType.TOPIC, "t1")
     assert not again.security.authorize(ALICE, "h", Operation.WRITE, ResourceType.TOPIC, "t3")
@@ -300,10 +300,14 @@ def test_record_type_errors_are_record_errors():
     assert record_type(key) == 7
 
 
-def test_add_scram_applies_while_the_metadata_log_is_empty(tmp_path):
-    """"New" is the metadata log never written (as features.json missing takes transaction.version): a start that
-    stored nothing (or crashed before the users were durable) leaves the next start new."""
-    make_broker(tmp_path).close()
-    broker = make_broker(tmp_path, **{"trireme.storage.add.scram": "SCRAM-SHA-256=[name=late,password=x]"})
+def test_add_scram_applies_only_while_the_metadata_log_is_empty(tmp_path):
+    """"New" is the metadata log never written: a first start writes its feature levels (and the users) in one
+    durable batch, so a later start's users are not applied (as Kafka's format-time --add-scram)."""
+    setting = {"trireme.storage.add.scram": "SCRAM-SHA-256=[name=late,password=x]"}
+    make_broker(tmp_path / "a").close()
+    broker = make_broker(tmp_path / "a", **setting)
+    assert broker.security.scram_credential("late", "SCRAM-SHA-256") is None
+    broker.close()
+    broker = make_broker(tmp_path / "b", **setting)
     assert broker.security.scram_credential("late", "SCRAM-SHA-256") is not None
     broker.close()

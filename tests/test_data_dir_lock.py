@@ -62,7 +62,7 @@ def test_failed_start_gives_the_lock_back(tmp_path):
 
 def test_stop_requested_while_loading(tmp_path):
     broker = Broker(Config(data_dir=str(tmp_path)))
-    broker.create_topic("t", 3)
+    broker.ensure_topic("t", 3)
     broker.close()
     with pytest.raises(StartupInterrupted):
         Broker(Config(data_dir=str(tmp_path)), stop_requested=lambda: True)

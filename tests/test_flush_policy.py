@@ -33,7 +33,7 @@ async def _until_durable(p, offset: int) -> None:
 def _broker_with_partition(tmp_path, **props):
     """A broker with the flush policy ``props`` and the partition t-0."""
     broker = _broker(tmp_path, **props)
-    broker.create_topic("t", 1)
+    broker.ensure_topic("t", 1)
     return broker, broker.partition("t", 0)
 
 
@@ -80,7 +80,7 @@ def test_a_round_over_many_partitions_fsyncs_them_at_once_and_keeps_each_failure
     fails alone: the others of the same round become durable."""
     at_once = 4
     broker = _broker(tmp_path, **{"trireme.fsync.threads": at_once})
-    broker.create_topic("t", 6)
+    broker.ensure_topic("t", 6)
     parts = [broker.partition("t", i) for i in range(6)]
     together = threading.Barrier(at_once, timeout=10)       # only passes if they run at once
     threads = set()
@@ -109,7 +109,7 @@ def test_a_round_over_many_partitions_fsyncs_them_at_once_and_keeps_each_failure
 
 def test_with_one_fsync_thread_a_round_fsyncs_one_partition_after_another(tmp_path, monkeypatch):
     broker = _broker(tmp_path, **{"trireme.fsync.threads": 1})
-    broker.create_topic("t", 3)
+    broker.ensure_topic("t", 3)
     parts = [broker.partition("t", i) for i in range(3)]
     threads = []
     for p in parts:

@@ -27,7 +27,7 @@ def _fetched(broker, group):
 
 def test_commit_is_visible_once_answered_and_survives_restart(tmp_path):
     broker = _broker(tmp_path)
-    broker.create_topic("t", 2)
+    broker.ensure_topic("t", 2)
 
     async def body(b):
         await _commit(b, "g", [("t", 0, 5, -1, "m"), ("t", 1, 7, -1, None)])
@@ -40,9 +40,23 @@ def test_commit_is_visible_once_answered_and_survives_restart(tmp_path):
     again.close()
 
 
+def test_the_coordinators_batches_carry_the_partitions_leader_epoch(tmp_path):
+    """As every leader append in Kafka, the coordinator's batches are stamped with the partition's leader epoch."""
+    broker = _broker(tmp_path)
+    broker.create_topic("t", 1)
+
+    async def body(b):
+        await _commit(b, "g", [("t", 0, 5, -1, "m")])
+    run_with_broker(broker, body)
+    partition = broker.groups.partition
+    epochs = [h.partition_leader_epoch for h in partition.log.iter_batch_headers()]
+    assert epochs and epochs == [partition.leader_epoch] * len(epochs)
+    broker.close()
+
+
 def test_offsets_log_is_compacted_on_load(tmp_path):
     broker = _broker(tmp_path)
-    broker.create_topic("t", 3)
+    broker.ensure_topic("t", 3)
 
     async def body(b):
         for i in range(700):
@@ -67,7 +81,7 @@ def test_offsets_log_is_compacted_on_load(tmp_path):
 
 def test_session_timer_expires_a_silent_member(tmp_path):
     broker = _broker(tmp_path)
-    broker.create_topic("t", 1)
+    broker.ensure_topic("t", 1)
 
     async def body(b):
         groups = b.groups

@@ -135,9 +135,14 @@ def _broker(tmp_path, **props) -> Broker:
     return Broker(config)
 
 
+def _alter_configs(broker, topic: str, ops) -> None:
+    """IncrementalAlterConfigs on a broker not serving yet: the record written at once, as start-up writes them."""
+    broker.cluster_metadata.bootstrap(broker.topics.alter_configs(topic, ops)[0])
+
+
 def _fill(broker, topic: str, batches: int, *, keys: int = 10, policy: str = "compact") -> None:
     """``batches`` batches of 10 records to a new topic whose segments hold about 2 batches each."""
-    broker.create_topic(topic, 1, {"cleanup.policy": policy, "segment.bytes": "400"})
+    broker.ensure_topic(topic, 1, {"cleanup.policy": policy, "segment.bytes": "400"})
     p = broker.partition(topic, 0)
     for b in range(batches):
         data = bytearray(rec.build_batch([(b"k%d" % ((b * 10 + i) % keys), b"v%d" % b) for i in range(10)]))
@@ -199,7 +204,7 @@ def test_min_cleanable_dirty_ratio_from_the_topic_and_the_broker_default(tmp_pat
     p = broker.partition("t", 0)
     cleaner.core.first_dirty[p] = p.log.segment_base_offsets[3]      # dirty ratio below 0.9
     assert cleaner.grab_filthiest(now_ms()) is None
-    broker.alter_topic_configs("t", [("min.cleanable.dirty.ratio", 0, "0.1")])
+    _alter_configs(broker, "t", [("min.cleanable.dirty.ratio", 0, "0.1")])
     assert cleaner.grab_filthiest(now_ms())[0] is p
 
 
@@ -296,7 +301,7 @@ def test_log_cleaner_enable_false_runs_nothing(tmp_path):
 def test_retention_leaves_a_partition_being_cleaned_alone(tmp_path):
     broker = _broker(tmp_path, **{"log.retention.check.interval.ms": 10})
     _fill(broker, "t", 12, policy="compact,delete")
-    broker.alter_topic_configs("t", [("retention.bytes", 0, "100")])
+    _alter_configs(broker, "t", [("retention.bytes", 0, "100")])
     cleaner = _cleaner(broker)
     p = broker.partition("t", 0)
     cleaner.in_progress.add(p)
@@ -364,7 +369,7 @@ def test_metrics_and_status_page_show_the_cleaning(tmp_path):
 def test_dump_log_prints_batches_and_records_as_kafka_dump_log(tmp_path, capsys):
     from trireme.server.cli import main
     broker = _broker(tmp_path)
-    broker.create_topic("t", 1, {"cleanup.policy": "compact"})
+    broker.ensure_topic("t", 1, {"cleanup.policy": "compact"})
     p = broker.partition("t", 0)
     batches = [rec.build_batch([(b"k1", b"v1"), (b"k2", None)], producer_id=7, producer_epoch=3, base_sequence=5,
                                transactional=True, base_timestamp=1000),
@@ -466,7 +471,7 @@ def test_a_partition_deleted_during_its_cleaning_is_given_up_quietly(tmp_path, c
     token = []
 
     def delete_then_fail(storage, plan, throttle):
-        trio.from_thread.run_sync(broker.delete_topic, "t", trio_token=token[0])
+        trio.from_thread.run(broker.delete_topic, "t", trio_token=token[0])
         return clean(storage, plan, throttle)
     core.clean_function = lambda: delete_then_fail
 

@@ -182,34 +182,3 @@ def test_marker_applied_only_at_the_epoch_with_nothing_open():
     assert not state.marker_applied(7, 0) and not state.marker_applied(7, 2)
     state.commit(7, 1, 0, 0, 2, 12, is_transactional=True)       # the next transaction, at epoch 1
     assert not state.marker_applied(7, 1)
-
-
-def test_producer_ids_handed_out():
-    from trireme.state.producer_ids import ProducerIdManager
-
-    class Memory:
-        def __init__(self):
-            self.files = {}
-
-        def read_all(self, path):
-            if path not in self.files:
-                raise FileNotFoundError(path)
-            return self.files[path]
-
-        def write_atomic(self, path, data):
-            self.files[path] = data
-
-        def exists(self, path):
-            return True
-
-        def makedirs(self, path):
-            pass
-
-    storage = Memory()
-    ids = ProducerIdManager(storage, "producer_ids", block_size=10)
-    assert not ids.handed_out(0)
-    first, second = ids.next_id(), ids.next_id()
-    assert ids.handed_out(first) and ids.handed_out(second)
-    assert not ids.handed_out(second + 1) and not ids.handed_out(-1)
-    again = ProducerIdManager(storage, "producer_ids", block_size=10)      # a restart: above the reserved block
-    assert again.handed_out(second) and again.handed_out(9) and not again.handed_out(10)

@@ -28,7 +28,7 @@ def make(storage=None, **props) -> Broker:
     config = Config(data_dir="/data")
     config.update(props)
     broker = Broker(config, storage or MemoryStorage())
-    broker.create_topic("t", 2)
+    broker.ensure_topic("t", 2)
     return broker
 
 

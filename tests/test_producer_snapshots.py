@@ -38,7 +38,7 @@ def _abort(broker, partition, *, pid, epoch):
 
 
 def _fill(broker):
-    broker.create_topic("t", 1)
+    broker.ensure_topic("t", 1)
     p = broker.partition("t", 0)
     _append(broker, p, pid=7, epoch=0, seq=0)
     _append(broker, p, pid=7, epoch=0, seq=3)

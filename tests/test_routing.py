@@ -9,6 +9,7 @@ from __future__ import annotations
 import types
 
 import pytest
+import trio
 
 from trireme.server.broker import Broker
 from trireme.server.cluster import ClusterBroker, PartitionLeadership
@@ -17,6 +18,7 @@ from trireme.server.deferred import Deferred
 from trireme.server.dispatch import API_KEYS, HANDLERS, NOT_HANDLED, RequestContext, load_handlers
 from trireme.server.groups import OFFSETS_TOPIC
 from trireme.server.peers import PeerUnavailable
+from tests.test_admin_handlers import wait_deferred
 from trireme.server.routing import coordinator_partition, java_string_hash
 from trireme.server.transactions import TRANSACTION_STATE_TOPIC
 from trireme.state.storage import MemoryStorage
@@ -65,7 +67,7 @@ class FakeCluster:
 @pytest.fixture
 def broker():
     b = Broker(Config(data_dir="/data"), MemoryStorage())
-    b.create_topic("t", 5)
+    b.ensure_topic("t", 5)
     b.cluster = FakeCluster(b)
     yield b
     b.close()
@@ -87,11 +89,23 @@ def call(broker, api, version, request, connection=None):
     ctx = RequestContext(broker=broker, api_key=h.api_key, api_version=version, correlation_id=7,
                          client_id="tests", principal="User:ANONYMOUS", connection=connection, frame=frame)
     response = h.fn(ctx, decoded)
-    assert type(response) is not Deferred          # nothing here waits: every partition asked for is led elsewhere
+    if isinstance(response, Deferred):      # CreateTopics and CreatePartitions wait for __cluster_metadata's records
+        assert api in ("CreateTopics", "CreatePartitions"), api   # nothing else waits: led elsewhere, answered at once
+        response = wait_deferred(broker, response)
     data = h.response.encode_bytes(response, version)
     out, end = h.response.decode(data, version)
     assert end == len(data)
     return out
+
+
+def run_broker_while(broker, awaitable):
+    """``await awaitable`` with the broker's tasks (its flush round) running."""
+    async def main():
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            await awaitable
+            nursery.cancel_scope.cancel()
+    trio.run(main)
 
 
 def req(api):
@@ -246,9 +260,9 @@ def test_fetch_answers_at_once_when_a_partition_is_led_elsewhere(broker):
 @pytest.mark.parametrize("version", [15, 16, 18])
 def test_fetch_fenced_leader_epoch_names_the_current_leader(broker, version):
     """As Kafka from v16: FENCED_LEADER_EPOCH carries the current leader (this broker) and its endpoint too."""
-    broker.create_topic("e", 1)
-    broker.delete_topic("e")
-    broker.create_topic("e", 1)                     # leader epoch 1
+    broker.ensure_topic("e", 1)
+    run_broker_while(broker, broker.delete_topic("e"))
+    broker.ensure_topic("e", 1)                     # leader epoch 1
     out = call(broker, "Fetch", version, fetch_request(broker, [0], current_leader_epoch=0, topic="e"))
     [p] = out.responses[0].partitions
     assert p.error_code == E.FENCED_LEADER_EPOCH.code

@@ -30,7 +30,7 @@ def quick_retry(monkeypatch):
 
 def _broker(storage: MemoryStorage) -> Broker:
     broker = Broker(Config(data_dir="<memory:diskfull>"), storage)
-    broker.create_topic("t", 1)
+    broker.ensure_topic("t", 1)
     return broker
 
 
@@ -196,8 +196,8 @@ def test_a_producer_id_block_that_cannot_be_reserved_is_coordinator_not_availabl
     async def body(b):
         storage.full = True
         assert (await b.transactions.init_producer_id("x", 60000)).error == E.COORDINATOR_NOT_AVAILABLE.code
-        storage.full = False
-        await _until(lambda: not b.transactions.partition.storage_error, "__transaction_state writable")
+        storage.full = False                # the reservation is a record of __cluster_metadata: once it is back
+        await _until(lambda: not b.cluster_metadata.partition.storage_error, "__cluster_metadata writable")
         assert (await b.transactions.init_producer_id("x", 60000)).error == 0
     run_with_broker(broker, body)
 
@@ -216,6 +216,7 @@ def test_an_idempotent_producers_id_block_that_cannot_be_reserved_is_coordinator
             answer = await b.local_peer.call("InitProducerId", 4, request)
             assert (answer.error_code, answer.producer_id) == (E.COORDINATOR_NOT_AVAILABLE.code, -1)
         storage.full = False
+        await _until(lambda: not b.cluster_metadata.partition.storage_error, "__cluster_metadata writable")
         answer = await b.local_peer.call("InitProducerId", 4, request)
         assert answer.error_code == 0 and answer.producer_id >= 0
     run_with_broker(broker, body)
@@ -250,7 +251,7 @@ def test_segment_rolls_and_their_indexes_recover_and_survive_a_restart():
     after the retry every acknowledged record is there, and a restart finds the same log."""
     storage = MemoryStorage()
     broker = Broker(Config(data_dir="<memory:diskfull>"), storage)
-    broker.create_topic("t", 1, {"segment.bytes": "300"})
+    broker.ensure_topic("t", 1, {"segment.bytes": "300"})
     p = broker.partition("t", 0)
     acked: list[bytes] = []
 
@@ -398,7 +399,7 @@ def test_a_complete_record_refused_while_full_is_written_once_space_returns():
     config = Config(data_dir="<memory:diskfull>")
     config.update({"trireme.debug.transaction.marker.delay.ms": 200})      # time to fill the disk before the markers
     broker = Broker(config, storage)
-    broker.create_topic("t", 1)
+    broker.ensure_topic("t", 1)
     txn = broker.transactions
     state, p = txn.partition, broker.partition("t", 0)
     real_retry = broker._retry_full
@@ -439,7 +440,7 @@ def test_an_operator_completed_transaction_whose_complete_record_was_refused_com
     config = Config(data_dir="<memory:diskfull>")
     config.update({"trireme.debug.transaction.marker.refuse": "t-0"})      # the coordinator's own marker is refused
     broker = Broker(config, storage)
-    broker.create_topic("t", 1)
+    broker.ensure_topic("t", 1)
     txn = broker.transactions
     real_complete = txn._complete
     filled = []

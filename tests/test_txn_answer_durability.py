@@ -8,7 +8,7 @@ from trireme.server.config import Config
 
 def _broker(tmp_path) -> Broker:
     broker = Broker(Config(data_dir=str(tmp_path)))
-    broker.create_topic("t", 1)
+    broker.ensure_topic("t", 1)
     return broker
 
 

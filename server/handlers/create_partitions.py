@@ -21,6 +21,7 @@ Behaviour / version notes:
 """
 from __future__ import annotations
 
+from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.state.acls import Operation, ResourceType
 from trireme.state.topics import TopicError
@@ -29,7 +30,7 @@ from trireme.wire import error_codes as E
 from .create_topics import assignment_problem, live_brokers
 
 
-def _grow(broker, t, validate_only: bool) -> None:
+async def _grow(broker, t, validate_only: bool) -> None:
     topic = broker.topics.get(t.name)
     if topic is None:
         raise TopicError(E.UNKNOWN_TOPIC_OR_PARTITION.code, None)
@@ -52,7 +53,7 @@ def _grow(broker, t, validate_only: bool) -> None:
             problem = assignment_problem(a.broker_ids, live, replicas)
             if problem is not None:
                 raise TopicError(E.INVALID_REPLICA_ASSIGNMENT.code, problem)
-    broker.add_partitions(t.name, t.count, validate_only=validate_only)
+    await broker.add_partitions(t.name, t.count, validate_only=validate_only)
 
 
 @handles("CreatePartitions", 0, 3)
@@ -73,13 +74,16 @@ def create_partitions(ctx, request):
             if not alterable[name]:
                 response.results.append(rcls(name=name, error_code=E.TOPIC_AUTHORIZATION_FAILED.code,
                                              error_message=None))
-    for t in request.topics:
-        if counts[t.name] > 1 or not alterable[t.name]:
-            continue
-        try:
-            _grow(ctx.broker, t, request.validate_only)
-        except TopicError as refused:
-            response.results.append(rcls(name=t.name, error_code=refused.code, error_message=refused.message))
-            continue
-        response.results.append(rcls(name=t.name, error_code=0, error_message=None))
-    return response
+
+    async def grow():
+        for t in request.topics:
+            if counts[t.name] > 1 or not alterable[t.name]:
+                continue
+            try:
+                await _grow(ctx.broker, t, request.validate_only)
+            except TopicError as refused:
+                response.results.append(rcls(name=t.name, error_code=refused.code, error_message=refused.message))
+                continue
+            response.results.append(rcls(name=t.name, error_code=0, error_message=None))
+        return response
+    return Deferred(grow)

@@ -34,6 +34,7 @@ Behaviour / version notes:
 """
 from __future__ import annotations
 
+from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.state.topics import TopicError, validate_config, validate_topic_name
@@ -107,7 +108,7 @@ def _layout(broker, t) -> tuple[int, int]:
     return broker.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions, rf
 
 
-def _create(broker, t, validate_only: bool):
+async def _create(broker, t, validate_only: bool):
     name = t.name
     problem = validate_topic_name(name)
     if problem is not None:
@@ -127,7 +128,7 @@ def _create(broker, t, validate_only: bool):
         if problem is not None:
             raise TopicError(E.INVALID_CONFIG.code, problem)
     partitions, replication_factor = _layout(broker, t)
-    return broker.create_topic(name, partitions, configs, validate_only=validate_only), replication_factor
+    return await broker.create_topic(name, partitions, configs, validate_only=validate_only), replication_factor
 
 
 @handles("CreateTopics", 2, 7)
@@ -146,31 +147,34 @@ def create_topics(ctx, request):
         creatable = {name for name in unique if ctx.authorize(Operation.CREATE, ResourceType.TOPIC, name)}
     describable = {name for name in unique
                    if ctx.authorize(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name, log_if_denied=False)}
-    for t in request.topics:
-        if t.name not in creatable:
-            continue
-        try:
-            topic, replication_factor = _create(broker, t, request.validate_only)
-        except TopicError as refused:
-            response.topics.append(rcls(name=t.name, error_code=refused.code, error_message=refused.message))
-            continue
-        if t.name not in describable:
-            response.topics.append(rcls(name=t.name, topic_id=topic.topic_id, error_code=0, error_message=None,
-                                        topic_config_error_code=E.TOPIC_AUTHORIZATION_FAILED.code,
-                                        num_partitions=-1, replication_factor=-1))
-            continue
-        result = rcls(name=t.name, topic_id=topic.topic_id, error_code=0, error_message=None,
-                      topic_config_error_code=0, num_partitions=topic.partitions,
-                      replication_factor=replication_factor)
-        result.configs = [ccls(name=e.name, value=e.value, read_only=False, config_source=e.source,
-                               is_sensitive=False) for e in topic_config_entries(broker, topic)]
-        response.topics.append(result)
-    for name, count in counts.items():
-        if count > 1:
-            response.topics.append(rcls(name=name, error_code=E.INVALID_REQUEST.code,
-                                        error_message="Duplicate topic name."))
-    for name in unique:
-        if name not in creatable:
-            response.topics.append(rcls(name=name, error_code=E.TOPIC_AUTHORIZATION_FAILED.code,
-                                        error_message="Authorization failed."))
-    return response
+
+    async def create():
+        for t in request.topics:
+            if t.name not in creatable:
+                continue
+            try:
+                topic, replication_factor = await _create(broker, t, request.validate_only)
+            except TopicError as refused:
+                response.topics.append(rcls(name=t.name, error_code=refused.code, error_message=refused.message))
+                continue
+            if t.name not in describable:
+                response.topics.append(rcls(name=t.name, topic_id=topic.topic_id, error_code=0, error_message=None,
+                                            topic_config_error_code=E.TOPIC_AUTHORIZATION_FAILED.code,
+                                            num_partitions=-1, replication_factor=-1))
+                continue
+            result = rcls(name=t.name, topic_id=topic.topic_id, error_code=0, error_message=None,
+                          topic_config_error_code=0, num_partitions=topic.partitions,
+                          replication_factor=replication_factor)
+            result.configs = [ccls(name=e.name, value=e.value, read_only=False, config_source=e.source,
+                                   is_sensitive=False) for e in topic_config_entries(broker, topic)]
+            response.topics.append(result)
+        for name, count in counts.items():
+            if count > 1:
+                response.topics.append(rcls(name=name, error_code=E.INVALID_REQUEST.code,
+                                            error_message="Duplicate topic name."))
+        for name in unique:
+            if name not in creatable:
+                response.topics.append(rcls(name=name, error_code=E.TOPIC_AUTHORIZATION_FAILED.code,
+                                            error_message="Authorization failed."))
+        return response
+    return Deferred(create)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import uuid
 
+from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.state.topics import TopicError
@@ -118,13 +119,15 @@ def delete_topics(ctx, request):
                    "The provided topic name maps to an ID that was already supplied.")
         else:
             doomed[topic.topic_id] = (pos, name)
-    for topic_id, (pos, name) in doomed.items():
-        try:
-            broker.delete_topic(name)
-        except TopicError as refused:       # the registry could not be written (disk full): the topic stays
-            answer(pos, name, topic_id, refused.code, refused.message)
-            continue
-        answer(pos, name, topic_id)
 
-    response.responses = [result for _, result in sorted(results, key=lambda item: item[0])]
-    return response
+    async def delete():
+        for topic_id, (pos, name) in doomed.items():
+            try:
+                await broker.delete_topic(name)
+            except TopicError as refused:   # the metadata log could not be written (disk full): the topic stays
+                answer(pos, name, topic_id, refused.code, refused.message)
+                continue
+            answer(pos, name, topic_id)
+        response.responses = [result for _, result in sorted(results, key=lambda item: item[0])]
+        return response
+    return Deferred(delete)

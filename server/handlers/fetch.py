@@ -26,7 +26,13 @@ Behaviour / version notes:
   answers (``Limits.response_headroom``).  An answer whose listing alone (every partition named,
   estimated from the request) does not fit waits for room, past max_wait if need be.  Reads are
   synchronous (pread), so the room is read and taken in one step of the event loop.
-- CurrentLeaderEpoch (v9+) newer than ours → UNKNOWN_LEADER_EPOCH, older → FENCED_LEADER_EPOCH.
+- CurrentLeaderEpoch (v9+) newer than ours → UNKNOWN_LEADER_EPOCH, older → FENCED_LEADER_EPOCH, answered
+  at once (a long poll does not wait), as Kafka answers a read error.
+- LastFetchedEpoch (v12+; Kafka's Partition.readRecords checks it on every fetch that sends it, a follower's
+  or not, though the Java client and librdkafka consumers send -1): its end offset from the leader-epoch cache
+  (as OffsetsForLeaderEpoch) unknown, or a fetch offset below the log start → OFFSET_OUT_OF_RANGE; an epoch
+  that ended before the fetch offset, or a smaller epoch found → DivergingEpoch (that epoch and its end
+  offset) and no records.  Either is answered at once.
 - A partition this broker does not lead (another broker does, none does at the moment, or it is
   not open here: server/routing.py over ``broker.cluster``) → NOT_LEADER_OR_FOLLOWER (offsets -1),
   as Kafka's ReplicaManager, and the fetch is answered at once (Kafka's errorReadingData).  From
@@ -177,8 +183,22 @@ def _may_wait(ctx, request, denied: set) -> bool:
             partition = led_partition(broker, topic, fp.partition)
             if type(partition) is NotLeader:
                 return False
+            if partition is not None and (partition.leader_epoch_error(fp.current_leader_epoch) or (
+                    fp.last_fetched_epoch >= 0 and _last_fetched_epoch_check(partition, fp) != (0, None))):
+                return False
             readable = readable or partition is not None
     return readable
+
+
+def _last_fetched_epoch_check(partition, fp) -> tuple[int, tuple[int, int] | None]:
+    """Kafka's check of a fetch's LastFetchedEpoch (Partition.readRecords) → (error, None) or (0, the diverging
+    epoch and its end offset, or None when the log has not diverged)."""
+    epoch, end_offset = partition.end_offset_for(fp.last_fetched_epoch)
+    if end_offset < 0 or fp.fetch_offset < partition.log.log_start_offset:
+        return E.OFFSET_OUT_OF_RANGE.code, None
+    if epoch < fp.last_fetched_epoch or end_offset < fp.fetch_offset:
+        return 0, (epoch, end_offset)
+    return 0, None
 
 
 def _readable(ctx, request, denied: set) -> bool:
@@ -270,6 +290,12 @@ def _fill(ctx, request, response, listing: int, denied: set) -> tuple[int, dict[
                     result.current_leader = leaders.current_leader(
                         pcls.LeaderIdAndEpoch, *current_leader(broker, topic, fp.partition))
                 continue
+            if fp.last_fetched_epoch >= 0:
+                result.error_code, diverging = _last_fetched_epoch_check(partition, fp)
+                if result.error_code or diverging is not None:
+                    if diverging is not None:
+                        result.diverging_epoch = pcls.EpochEndOffset(epoch=diverging[0], end_offset=diverging[1])
+                    continue
             limit = min(fp.partition_max_bytes, budget - gathered)
             if limit <= 0:
                 result.records = b""

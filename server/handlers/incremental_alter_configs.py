@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 
 from trireme.server.config import LISTENER_PREFIX, ConfigError
+from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.server.tls import RECONFIGURABLE
 from trireme.state.acls import Operation
@@ -55,7 +56,7 @@ OP_DELETE = 1
 log = logging.getLogger("trireme.config")
 
 
-def _alter(broker, resource, ops, validate_only: bool, whole_set: bool, ctx) -> None:
+async def _alter(broker, resource, ops, validate_only: bool, whole_set: bool, ctx) -> None:
     """Check one resource's ``(name, op, value)`` operations as Kafka does, then apply them (or only check).
     ``whole_set`` (AlterConfigs): the configs given replace the topic's overrides, the others are deleted."""
     names = [name for name, _, _ in ops]
@@ -79,12 +80,9 @@ def _alter(broker, resource, ops, validate_only: bool, whole_set: bool, ctx) -> 
     problem = validate_topic_name(name)
     if problem is not None:
         raise TopicError(E.INVALID_TOPIC_EXCEPTION.code, problem)
-    topic = broker.topics.get(name)
-    if topic is None:
+    if broker.topics.get(name) is None:
         raise TopicError(E.UNKNOWN_TOPIC_OR_PARTITION.code, f"The topic '{name}' does not exist.")
-    if whole_set:
-        ops = ops + [(key, OP_DELETE, None) for key in sorted(topic.configs) if key not in names]
-    broker.alter_topic_configs(name, ops, validate_only=validate_only)
+    await broker.alter_topic_configs(name, ops, validate_only=validate_only, whole_set=whole_set)
 
 
 def _alter_listener_ssl(broker, resource_name: str, ops, validate_only: bool, whole_set: bool) -> None:
@@ -150,19 +148,22 @@ def alter_resources(ctx, request, ops_of, whole_set: bool = False) -> object:
     for r in request.resources:
         key = (r.resource_type, r.resource_name)
         seen[key] = seen.get(key, 0) + 1
-    for r in request.resources:
-        result = rcls(error_code=0, error_message=None, resource_type=r.resource_type,
-                      resource_name=r.resource_name)
-        response.responses.append(result)
-        if seen[(r.resource_type, r.resource_name)] > 1:
-            result.error_code = E.INVALID_REQUEST.code
-            result.error_message = "Each resource must appear at most once."
-            continue
-        try:
-            _alter(ctx.broker, r, ops_of(r), request.validate_only, whole_set, ctx)
-        except TopicError as refused:
-            result.error_code, result.error_message = refused.code, refused.message
-    return response
+
+    async def alter():
+        for r in request.resources:
+            result = rcls(error_code=0, error_message=None, resource_type=r.resource_type,
+                          resource_name=r.resource_name)
+            response.responses.append(result)
+            if seen[(r.resource_type, r.resource_name)] > 1:
+                result.error_code = E.INVALID_REQUEST.code
+                result.error_message = "Each resource must appear at most once."
+                continue
+            try:
+                await _alter(ctx.broker, r, ops_of(r), request.validate_only, whole_set, ctx)
+            except TopicError as refused:
+                result.error_code, result.error_message = refused.code, refused.message
+        return response
+    return Deferred(alter)
 
 
 @handles("IncrementalAlterConfigs", 0, 1)

@@ -2,7 +2,7 @@
 
 Behaviour / version notes:
 - v0-6.  Without a transactional id: a fresh producer id (unique across restarts, reserved in
-  blocks on disk) with epoch 0.  A request carrying an existing producer id and epoch (v3+,
+  blocks in __cluster_metadata) with epoch 0.  A request carrying an existing producer id and epoch (v3+,
   KIP-360) gets that id with the epoch bumped, which is how an idempotent producer recovers
   from OUT_OF_ORDER_SEQUENCE_NUMBER; if the epoch would overflow a new id is issued.
 - With a transactional id the transaction coordinator answers once its record is durable: a new
@@ -68,12 +68,15 @@ def init_producer_id(ctx, request):
         response.producer_id = request.producer_id
         response.producer_epoch = request.producer_epoch + 1
         return response
-    producer_id = broker.transactions.idempotent_producer_id()
-    if producer_id is None:                 # a new block of ids could not be reserved (disk full): retriable
-        response.error_code = E.COORDINATOR_NOT_AVAILABLE.code
+
+    async def idempotent():
+        producer_id = await broker.transactions.idempotent_producer_id()
+        if producer_id is None:             # a new block of ids could not be reserved (disk full): retriable
+            response.error_code = E.COORDINATOR_NOT_AVAILABLE.code
+            return response
+        response.producer_id, response.producer_epoch = producer_id, 0
         return response
-    response.producer_id, response.producer_epoch = producer_id, 0
-    return response
+    return Deferred(idempotent)
 
 
 def _refusal(ctx, transactional_id: str | None) -> int:

@@ -7,8 +7,10 @@ Behaviour / version notes:
   first record holding the largest timestamp; -4 earliest local (v8+) → log start offset; -5 earliest
   pending upload (v9+) → -1 (no tiered storage).  A timestamp ≥ 0 → the first record whose
   timestamp is ≥ it, or -1 when none (the time index finds the batch; that batch is decoded).
-- Leader epoch in answers is the partition's current epoch.  CurrentLeaderEpoch (v4+) newer than
-  ours → UNKNOWN_LEADER_EPOCH, older → FENCED_LEADER_EPOCH.
+- Leader epoch in answers, as Kafka's: the partition's current epoch for latest, else the epoch the
+  offset found was written in (the partition's leader-epoch cache, state/leader_epochs.py; with the
+  local engine a topic has one epoch, the current one).  CurrentLeaderEpoch (v4+) newer than ours →
+  UNKNOWN_LEADER_EPOCH, older → FENCED_LEADER_EPOCH.
 - Unknown topic or partition → UNKNOWN_TOPIC_OR_PARTITION; a partition that exists but that this
   broker does not lead (another broker does, or none at the moment: server/routing.py over
   ``broker.cluster``) → NOT_LEADER_OR_FOLLOWER, as Kafka's ReplicaManager (timestamp and offset -1).
@@ -58,7 +60,8 @@ def list_offsets(ctx, request):
             if ts == LATEST:
                 result.offset, result.leader_epoch = bound, epoch
             elif ts in (EARLIEST, EARLIEST_LOCAL):
-                result.offset, result.leader_epoch = plog.log_start_offset, epoch
+                result.offset = plog.log_start_offset
+                result.leader_epoch = partition.epoch_at(result.offset)
             elif ts == EARLIEST_PENDING_UPLOAD:
                 pass
             elif ts == MAX_TIMESTAMP:
@@ -66,12 +69,14 @@ def list_offsets(ctx, request):
                 if 0 <= offset < bound:
                     exact = plog.first_record_at_or_after(offset, stamp, bound)
                     if exact is not None:
-                        result.offset, result.timestamp, result.leader_epoch = *exact, epoch
+                        result.offset, result.timestamp = exact
+                        result.leader_epoch = partition.epoch_at(result.offset)
             else:
                 found = plog.offset_for_timestamp(ts)
                 if found is not None and found[0] < bound:
                     exact = plog.first_record_at_or_after(found[0], ts, bound)
                     if exact is not None:
-                        result.offset, result.timestamp, result.leader_epoch = *exact, epoch
+                        result.offset, result.timestamp = exact
+                        result.leader_epoch = partition.epoch_at(result.offset)
     return response
 

@@ -41,6 +41,7 @@ Behaviour / version notes:
 import uuid
 
 from trireme.server import forwarding
+from trireme.server.deferred import Deferred
 from trireme.server.dispatch import API_KEYS, handles
 from trireme.server.authorized_operations import SUPPORTED_OPERATIONS, authorized_operations
 from trireme.server.handlers import first_of_each
@@ -109,23 +110,43 @@ def metadata(ctx, request):
             if validate_topic_name(name) is not None:
                 topics.append((name, None, E.INVALID_TOPIC_EXCEPTION.code, ZERO_UUID, True))
                 continue
-            if auto_create and broker.config["auto.create.topics.enable"] and forwarding.is_forwarded(broker,
-                                                                                                    CREATE_TOPICS):
-                # the controller creates it (Kafka's AutoTopicCreationManager): the client asks again
-                broker.auto_creation.create(name, ctx)
-                topics.append((name, None, E.LEADER_NOT_AVAILABLE.code, ZERO_UUID, True))
-                continue
-            if auto_create:
-                try:
-                    topic = broker.auto_create(name)
-                except TopicError as failed:            # the disk is full: retriable, the client asks again
-                    topics.append((name, None, failed.code, ZERO_UUID, True))
+            if auto_create and broker.config["auto.create.topics.enable"]:
+                if forwarding.is_forwarded(broker, CREATE_TOPICS):
+                    # the controller creates it (Kafka's AutoTopicCreationManager): the client asks again
+                    broker.auto_creation.create(name, ctx)
+                    topics.append((name, None, E.LEADER_NOT_AVAILABLE.code, ZERO_UUID, True))
                     continue
-            if topic is None:
-                topics.append((name, None, E.UNKNOWN_TOPIC_OR_PARTITION.code, ZERO_UUID, True))
+                topics.append((name, _AUTO_CREATE, 0, ZERO_UUID, True))
                 continue
+            topics.append((name, None, E.UNKNOWN_TOPIC_OR_PARTITION.code, ZERO_UUID, True))
+            continue
         topics.append((name, topic, 0, topic.topic_id, True))
-    with_operations = version >= 8 and request.include_topic_authorized_operations
+    creating = [i for i, entry in enumerate(topics) if entry[1] is _AUTO_CREATE]
+    if not creating:
+        return _answer(ctx, request, response, topics)
+
+    async def create():
+        """The topics to auto-create, each once its record is durable, then the answer."""
+        for i in creating:
+            name = topics[i][0]
+            try:
+                topic = await broker.auto_create(name)
+            except TopicError as failed:                # the disk is full: retriable, the client asks again
+                topics[i] = (name, None, failed.code, ZERO_UUID, True)
+                continue
+            topics[i] = ((name, None, E.UNKNOWN_TOPIC_OR_PARTITION.code, ZERO_UUID, True) if topic is None
+                         else (name, topic, 0, topic.topic_id, True))
+        return _answer(ctx, request, response, topics)
+    return Deferred(create)
+
+
+_AUTO_CREATE = object()         # a topic entry whose topic is auto-created before the answer
+
+
+def _answer(ctx, request, response, topics):
+    cls = type(response)
+    cluster = DescribedCluster(ctx)
+    with_operations = ctx.api_version >= 8 and request.include_topic_authorized_operations
     out = []
     for name, topic, error, topic_id, described in topics:
         t = cls.MetadataResponseTopic(error_code=error, name=name, topic_id=topic_id)

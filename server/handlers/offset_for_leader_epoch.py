@@ -3,16 +3,21 @@
 Behaviour / version notes:
 - v2-4.  replica_id (v3+) is not checked: consumers send -1, debugging tools -2, and there are no
   followers (the partition's leader answers; a follower id gets the same answer).
-- A topic has a single leader epoch E (partition.leader_epoch) for its whole life, starting at
-  its log start offset, so Kafka's leader-epoch cache holds one entry (E, log start offset).
-  Kafka's lookup on that cache gives, for the requested epoch R:
+- The answer comes from the partition's leader-epoch cache (state/leader_epochs.py, Kafka's
+  LeaderEpochFileCache: (epoch, start offset) entries, the first cut at the log start offset), as Kafka's
+  leader answers (UnifiedLog.endOffsetForEpoch), for the requested epoch R and the latest epoch L:
     R == -1 (undefined)  → leader_epoch -1, end_offset -1
-    R == E               → leader_epoch E, end_offset = log end offset
-    R > E                → leader_epoch -1, end_offset -1 (no such epoch)
-    R < E (other)        → leader_epoch R, end_offset = log start offset (the start of the
-                           first epoch after R; Kafka answers R itself when no epoch ≤ R is known)
+    R == L               → leader_epoch L, end_offset = log end offset
+    R > L                → leader_epoch -1, end_offset -1 (no such epoch)
+    R < L                → the largest epoch ≤ R (R itself when the cache has none), ending at the start
+                           of the first epoch after R
   The error code is NONE in all four cases.
-- current_leader_epoch other than -1: newer than E → UNKNOWN_LEADER_EPOCH, older →
+  With the local engine a topic has a single leader epoch E (partition.leader_epoch) for its whole life, so
+  the cache is the one entry (E, log start offset): R < E answers (R, log start offset).
+  With the PostgreSQL engine the cache is rebuilt from the batches' partition_leader_epoch when a broker
+  takes the partition, and gets (the new epoch, the log end offset) then: each time a broker takes the
+  partition its epoch rises (server/postgresql/engine.py) and what it appends carries that epoch.
+- current_leader_epoch other than -1: newer than the partition's leader epoch → UNKNOWN_LEADER_EPOCH, older →
   FENCED_LEADER_EPOCH (leader_epoch and end_offset -1).
 - Unknown topic or partition → UNKNOWN_TOPIC_OR_PARTITION; a partition that exists but that this
   broker does not lead (another broker does, or none at the moment: server/routing.py over
@@ -55,15 +60,7 @@ def offset_for_leader_epoch(ctx, request):
             if partition is None or type(partition) is NotLeader:
                 result.error_code = E.UNKNOWN_TOPIC_OR_PARTITION.code if partition is None else partition.error_code
                 continue
-            epoch = partition.leader_epoch
             result.error_code = partition.leader_epoch_error(p.current_leader_epoch)
-            if result.error_code:
-                continue
-            wanted = p.leader_epoch
-            if wanted == UNDEFINED or wanted > epoch:
-                continue
-            if wanted == epoch:
-                result.leader_epoch, result.end_offset = epoch, partition.log.log_end_offset
-            else:
-                result.leader_epoch, result.end_offset = wanted, partition.log.log_start_offset
+            if not result.error_code:
+                result.leader_epoch, result.end_offset = partition.end_offset_for(p.leader_epoch)
     return response

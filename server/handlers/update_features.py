@@ -2,7 +2,7 @@
 
 Behaviour / version notes:
 - v0-2, as a KRaft controller answers it: every update is checked first and nothing changes unless
-  all are valid (one durable write of state/features.py's file, then the new levels and a raised
+  all are valid (FeatureLevelRecords made durable in __cluster_metadata, then the new levels and a raised
   finalized-features epoch show in ApiVersions).  v0's AllowDowngrade is upgrade type 2 (safe
   downgrade) when true; v1+ carry UpgradeType (1 upgrade, 2 safe, 3 unsafe downgrade) and
   ValidateOnly.  A level below 1 removes the feature (level 0).
@@ -17,6 +17,8 @@ Behaviour / version notes:
   "Cluster authorization failed." with no per-feature results, and nothing changes.
 """
 from trireme.server.dispatch import handles
+from trireme.server.cluster_metadata import MetadataUnavailable
+from trireme.server.deferred import Deferred
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
 
@@ -39,15 +41,30 @@ def update_features(ctx, request):
     updates = [FeatureUpdate(u.feature, u.max_version_level,
                              u.upgrade_type if version >= 1 else (SAFE_DOWNGRADE if u.allow_downgrade else UPGRADE))
                for u in request.feature_updates]
-    failed = [(feature, problem) for feature, problem in broker.features.validate(updates).items() if problem]
-    if failed:
-        feature, (code, message) = failed[0]
-        response.error_code = code
-        response.error_message = f"{feature}:{message}" if version > RESULTS_UNTIL else message
-        return response
-    if not (version >= 1 and request.validate_only) and broker.features.apply(updates):
+
+    def decide():
+        failed = [(feature, problem) for feature, problem in broker.features.validate(updates).items() if problem]
+        if failed:
+            return [], failed[0]
+        if version >= 1 and request.validate_only:
+            return [], None
+        return broker.features.apply(updates)[0], None
+
+    async def update():
+        try:
+            refused = await broker.cluster_metadata.update(decide)
+        except MetadataUnavailable as e:
+            response.error_code = E.KAFKA_STORAGE_ERROR.code
+            response.error_message = f"feature levels not stored: {e}"
+            return response
+        if refused:
+            feature, (code, message) = refused
+            response.error_code = code
+            response.error_message = f"{feature}:{message}" if version > RESULTS_UNTIL else message
+            return response
         broker.transactions.set_transaction_version(broker.features.level(TRANSACTION_VERSION))
-    if version <= RESULTS_UNTIL:
-        cls = type(response).UpdatableFeatureResult
-        response.results = [cls(feature=u.feature, error_code=0, error_message=None) for u in updates]
-    return response
+        if version <= RESULTS_UNTIL:
+            cls = type(response).UpdatableFeatureResult
+            response.results = [cls(feature=u.feature, error_code=0, error_message=None) for u in updates]
+        return response
+    return Deferred(update)
