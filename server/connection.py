@@ -577,7 +577,7 @@ class Connection:
                 except CodecError as e:
                     raise CloseConnection(f"malformed {handler.name} v{api_version} request: {e}") from None
                 started = time.perf_counter()           # handler time: decoding is not the handler's
-                if forwarding.is_forwarded(self.broker, api_key):
+                if forwarding.is_forwarded(self.broker, api_key, request):
                     result = forwarding.forward(ctx, request)       # to the controller, in an Envelope
                 else:
                     result = handler.fn(ctx, request)

@@ -99,10 +99,19 @@ def address_text(data: bytes) -> str:
     return str(ipaddress.ip_address(bytes(data)))
 
 
-def is_forwarded(broker, api_key: int) -> bool:
-    """Whether a request of ``api_key`` arriving here goes to the controller: a forwarded API, and this broker is
-    not the controller (with no live controller it waits for one)."""
-    return api_key in FORWARDED and broker.cluster.controller_id != broker.node_id
+# AlterConfigs / IncrementalAlterConfigs naming a BROKER (4) or BROKER_LOGGER (8) resource are handled where they
+# arrive: a broker's dynamic configs (its listeners' key material) live in its memory, and Kafka's brokers handle
+# BROKER_LOGGER themselves too.
+_CONFIG_APIS = frozenset((dispatch.API_KEYS["AlterConfigs"], dispatch.API_KEYS["IncrementalAlterConfigs"]))
+_BROKER_RESOURCES = frozenset((4, 8))
+
+
+def is_forwarded(broker, api_key: int, request=None) -> bool:
+    """Whether ``request`` (of ``api_key``) arriving here goes to the controller: a forwarded API, this broker is
+    not the controller (with no live controller it waits for one), and no broker config of this broker's."""
+    if api_key not in FORWARDED or broker.cluster.controller_id == broker.node_id:
+        return False
+    return not (api_key in _CONFIG_APIS and any(r.resource_type in _BROKER_RESOURCES for r in request.resources))
 
 
 def forward(ctx, request) -> Deferred:

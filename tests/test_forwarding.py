@@ -457,3 +457,24 @@ def test_metadata_auto_creation_goes_to_the_controller():
         assert (PRINCIPAL, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME) in controller.security.asked
         assert peer.calls == 1
     run_two(controller, follower, body)
+
+
+def test_a_brokers_own_configs_are_not_forwarded():
+    """AlterConfigs / IncrementalAlterConfigs naming a BROKER or BROKER_LOGGER resource are handled where they arrive
+    (the broker's dynamic SSL configs live in its memory); topic configs go to the controller."""
+    controller = make_broker()
+    follower = follower_of(EnvelopePeer(controller))
+    IAC, AC = req("IncrementalAlterConfigs"), req("AlterConfigs")
+    for cls, key in ((IAC, API_KEYS["IncrementalAlterConfigs"]), (AC, API_KEYS["AlterConfigs"])):
+        def of(*types):
+            return cls(resources=[cls.AlterConfigsResource(resource_type=t, resource_name="1", configs=[])
+                                  for t in types])
+        assert forwarding.is_forwarded(follower, key, of(2))
+        assert not forwarding.is_forwarded(follower, key, of(4))
+        assert not forwarding.is_forwarded(follower, key, of(2, 8))
+    assert forwarding.is_forwarded(follower, API_KEYS["CreateTopics"], create_request())
+    assert not forwarding.is_forwarded(follower, API_KEYS["Metadata"], req("Metadata")(topics=None))
+    follower.cluster = OtherController(follower.cluster, follower.node_id)
+    assert not forwarding.is_forwarded(follower, API_KEYS["CreateTopics"], create_request())
+    follower.close()
+    controller.close()
