@@ -38,7 +38,6 @@ class Handler:
     advertised_min: int                   # may be below min_version (Produce 0-2, see produce.py)
     fast: Callable | None = None          # see fast_path
     unstable_max: bool = False            # max_version is Kafka's "latestVersionUnstable" last version
-    advertised: bool = True               # listed by ApiVersions (Envelope is not: Kafka 4's brokers do not list it)
 
     def enabled_max(self, unstable_enabled: bool) -> int:
         """The highest version served and advertised: as Kafka, a definition's unstable last version only
@@ -107,12 +106,13 @@ NOT_HANDLED = object()       # what a fast path returns for a request it leaves 
 
 HANDLERS: dict[int, Handler] = {}
 LEGACY: dict[int, Handler] = {}
+UNADVERTISED: set[int] = set()      # served, but not listed by ApiVersions (broker-to-broker APIs)
 
 
 def handles(name: str, min_version: int, max_version: int, *, advertised_min: int | None = None,
             advertised: bool = True):
-    """Register the decorated function as the handler for API ``name`` at these versions (``advertised``: listed
-    by ApiVersions)."""
+    """Register the decorated function as the handler for API ``name`` at these versions; ``advertised=False``: a
+    broker-to-broker API that ApiVersions does not list to clients (Kafka's brokers do not list them either)."""
     def register(fn):
         key = API_KEYS[name]
         request = message(name + "Request")
@@ -123,7 +123,9 @@ def handles(name: str, min_version: int, max_version: int, *, advertised_min: in
         HANDLERS[key] = Handler(key, name, min_version, max_version, fn, request, response,
                                 min_version if advertised_min is None else advertised_min,
                                 unstable_max=request.spec.latest_version_unstable
-                                and max_version == request.max_version, advertised=advertised)
+                                and max_version == request.max_version)
+        if not advertised:
+            UNADVERTISED.add(key)
         return fn
     return register
 
@@ -162,10 +164,10 @@ def advertised_versions(unstable_enabled: bool = False) -> dict[int, tuple[int, 
     """API key → (min, max) as ApiVersions reports them (with ``unstable.api.versions.enable`` as given)."""
     load_handlers()
     return {key: (h.advertised_min, h.enabled_max(unstable_enabled)) for key, h in sorted(HANDLERS.items())
-            if h.advertised}
+            if key not in UNADVERTISED}
 
 
 def implemented_versions() -> dict[int, tuple[int, int]]:
-    """API key → (min, max) actually served to clients (advertised ranges may start lower, see Produce)."""
+    """API key → (min, max) actually served (advertised ranges may start lower, see Produce)."""
     load_handlers()
-    return {key: (h.min_version, h.max_version) for key, h in sorted(HANDLERS.items()) if h.advertised}
+    return {key: (h.min_version, h.max_version) for key, h in sorted(HANDLERS.items())}

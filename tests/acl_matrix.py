@@ -204,7 +204,7 @@ def broker_state(broker: Broker) -> dict[str, Any]:
         "partitions": partitions,
         "transactions": sorted((tid, repr(m.value)) for tid, m in coordinator.transactions.items()),
         "pending transactions": sorted(coordinator.pending),
-        "next producer id": broker.producer_ids._next,
+        "producer ids": (broker.producer_ids.block_end, [tuple(b) for b in broker.producer_ids._blocks]),
         "groups": sorted(groups.groups),
         "committed offsets": repr(sorted(groups.offsets.items())),
         "pending offsets": repr(sorted(groups.pending.items())),
