@@ -645,9 +645,9 @@ class Connection:
                         self._polls.discard(scope)
         except BaseException as e:
             self._release_request(item.charged)
-            if isinstance(e, Exception):
+            if isinstance(e, Exception) and not isinstance(e, CloseConnection):
                 raise self._failed(item) from None
-            raise
+            raise                   # CloseConnection: the answer ends the connection (a forwarded request's)
         return self._finished(item, value)
 
     def _finish_now(self, item: _Waiting) -> _Outgoing | None:

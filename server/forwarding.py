@@ -10,7 +10,8 @@ broker is its own controller and nothing is forwarded.
 As Kafka's forwarding channel, a request waits while there is no live controller and is sent again when the
 controller could not be reached or answered NOT_CONTROLLER (it moved), for at most :data:`RETRY_TIMEOUT_S` (Kafka's
 60 s), then the client gets its API's error response with REQUEST_TIMED_OUT; an Envelope error (a broker
-misconfigured) is UNKNOWN_SERVER_ERROR for the client, as in Kafka.  A Metadata request that would auto-create a
+misconfigured) is UNKNOWN_SERVER_ERROR for the client, except UNSUPPORTED_VERSION (a controller that cannot read
+the client's request), which closes the client's connection, as in Kafka.  A Metadata request that would auto-create a
 topic on a broker that is not the controller answers LEADER_NOT_AVAILABLE for it and sends CreateTopics to the
 controller in the background (Kafka's AutoTopicCreationManager), in an Envelope with the client's principal.
 """
@@ -132,6 +133,10 @@ def forward(ctx, request) -> Deferred:
                 result = await result.wait()
             return result
         except EnvelopeError as e:
+            if e.error_code == E.UNSUPPORTED_VERSION.code:
+                # the controller serves other versions (brokers of different releases): as Kafka, the client's
+                # connection closes, and it learns the versions again on its next one
+                raise dispatch.CloseConnection(f"forwarded {handler.name} v{ctx.api_version}: {e}") from None
             log.warning("forwarding %s to the controller failed: %s", handler.name, e)
             return error_response(ctx, request, e.error_code)
         try:
@@ -168,6 +173,8 @@ async def send(broker, envelope) -> bytes:
                 else:
                     if answer.error_code == 0 and answer.response_data is not None:
                         return answer.response_data
+                    if answer.error_code == E.UNSUPPORTED_VERSION.code:
+                        raise EnvelopeError(E.UNSUPPORTED_VERSION.code, "the controller cannot read the request")
                     if answer.error_code != E.NOT_CONTROLLER.code:
                         raise EnvelopeError(E.UNKNOWN_SERVER_ERROR.code, "the controller answered the Envelope "
                                             f"with {E.for_code(answer.error_code).name}")

@@ -10,7 +10,7 @@ import acl_matrix
 from acl_matrix import PRINCIPAL, Grant, call_as, cluster, error_codes, grant, make_broker
 from test_acl_matrix_admin import ADMIN_CASES, GROUP_PROPS, state
 from trireme.server import forwarding
-from trireme.server.dispatch import API_KEYS, HANDLERS, Encoded, RequestContext, advertised_versions
+from trireme.server.dispatch import API_KEYS, HANDLERS, CloseConnection, Encoded, RequestContext, advertised_versions
 from trireme.server.peers import PeerUnavailable, decode_response, encode_request
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
@@ -349,6 +349,17 @@ def test_envelope_error_is_unknown_server_error_for_the_client():
     run_two(controller, follower, body)
 
 
+def test_unsupported_version_from_the_controller_closes_the_clients_connection():
+    controller = make_broker()
+    follower = follower_of(EnvelopePeer(controller, [E.UNSUPPORTED_VERSION.code]))
+
+    async def body():
+        with pytest.raises(CloseConnection):
+            await forwarded(follower, "CreateTopics", 7, create_request())
+        assert controller.topics.get("fresh") is None
+    run_two(controller, follower, body)
+
+
 @pytest.mark.parametrize("controller_id", [-1, 2], ids=["no-controller", "unreachable"])
 def test_no_controller_is_request_timed_out(monkeypatch, controller_id):
     monkeypatch.setattr(forwarding, "RETRY_TIMEOUT_S", 0.3)
@@ -478,3 +489,63 @@ def test_a_brokers_own_configs_are_not_forwarded():
     assert not forwarding.is_forwarded(follower, API_KEYS["CreateTopics"], create_request())
     follower.close()
     controller.close()
+
+
+# --- through a connection: the hook in Connection._dispatch --------------------------------------------------------
+
+class CannedController:
+    """A controller that answers every Envelope with ``error_code``, or else with a CreateTopics v7 response of its
+    own making for the embedded request (its correlation id), and keeps what it was sent."""
+
+    def __init__(self, error_code=0):
+        self.error_code = error_code
+        self.sent = []
+
+    async def call(self, api, version, request):
+        self.sent.append(request)
+        response = message("EnvelopeResponse").cls
+        if self.error_code:
+            return response(error_code=self.error_code, response_data=None)
+        correlation_id = int.from_bytes(request.request_data[4:8], "big")
+        created = message("CreateTopicsResponse")
+        body = created.cls(topics=[created.cls.CreatableTopicResult(name="made-there", error_code=0,
+                                                                    num_partitions=7, replication_factor=1)])
+        return response(error_code=0, response_data=correlation_id.to_bytes(4, "big") + b"\x00" +
+                        created.encode_bytes(body, 7))
+
+
+def exchange(port, frame: bytes) -> bytes:
+    """Send one request frame; → the answer's frame (b"" if the broker closed the connection instead)."""
+    import socket
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        sock.sendall(len(frame).to_bytes(4, "big") + frame)
+        data = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return data
+            data += chunk
+            if len(data) >= 4 and len(data) >= 4 + int.from_bytes(data[:4], "big"):
+                return data[4:]
+
+
+@pytest.mark.parametrize("error_code", [0, E.UNSUPPORTED_VERSION.code], ids=["answered", "unsupported-version"])
+def test_a_client_connection_gets_the_controllers_answer(error_code):
+    from trireme.testing import TriremeBroker
+    controller = CannedController(error_code)
+    with TriremeBroker() as running:
+        broker = running._listener.broker
+        broker.cluster = OtherController(broker.cluster, broker.node_id + 1)
+        broker.peer = lambda node_id: controller
+        frame = bytes(embedded_frame("CreateTopics", 7, create_request(), correlation_id=1234))
+        answer = exchange(running.port, frame)
+        assert [envelope.request_data for envelope in controller.sent] == [frame]     # the client's bytes as sent
+        assert forwarding.deserialize_principal(controller.sent[0].request_principal) == "User:ANONYMOUS"
+        assert forwarding.address_text(controller.sent[0].client_host_address) == "127.0.0.1"
+        if error_code:
+            assert answer == b""                            # closed, as Kafka closes it
+            assert "internal error" not in running.log_text()
+        else:
+            response = decode_response(HANDLERS[API_KEYS["CreateTopics"]], 7, answer, 1234)
+            assert [(t.name, t.num_partitions) for t in response.topics] == [("made-there", 7)]
+            assert broker.topics.get("made-there") is None and broker.topics.get("fresh") is None
