@@ -158,8 +158,8 @@ class _HereNow(Exception):
 
 async def send(broker, envelope) -> bytes:
     """Send ``envelope`` to the controller, waiting and retrying as Kafka's forwarding channel → the embedded
-    response's bytes.  EnvelopeError: REQUEST_TIMED_OUT after RETRY_TIMEOUT_S, UNKNOWN_SERVER_ERROR for an Envelope
-    error; _HereNow when this broker became the controller."""
+    response's bytes.  EnvelopeError: REQUEST_TIMED_OUT after RETRY_TIMEOUT_S, UNSUPPORTED_VERSION as the controller
+    answered it, UNKNOWN_SERVER_ERROR for any other Envelope error; _HereNow when this broker became the controller."""
     with trio.move_on_after(RETRY_TIMEOUT_S):
         while True:
             controller = broker.cluster.controller_id
