@@ -42,6 +42,7 @@ from .data_dir import DataDirLock
 from .groups import GroupService
 from .limits import Limits, out_of_descriptors
 from .log_cleaner import LogCleaner, set_when_cancelled
+from .forwarding import AutoCreation
 from .local_peer import LocalPeer
 from .network_peer import NetworkPeer, inter_broker_security
 from .peers import Peers, PeerUnavailable
@@ -300,6 +301,8 @@ class Broker:
         # Broker-to-broker requests (server/peers.py): this node's own handlers, other nodes over the wire.
         self.peers = Peers(self.node_id, LocalPeer(self), self._network_peer)
         self.local_peer = self.peers.local
+        # Topics a Metadata request auto-creates through the controller, when this broker is not it.
+        self.auto_creation = AutoCreation(self)
         self.groups = GroupService(config, self, self.open_internal_partition)
         self.transactions = TransactionService(config, self, self.open_internal_partition,
                                                self.allocate_producer_id, self.producer_ids_ready, self.peer,
@@ -1403,6 +1406,7 @@ class Broker:
         """The broker's background tasks; started before the listener."""
         async with trio.open_nursery() as nursery:
             await nursery.start(self.peers.run)
+            await nursery.start(self.auto_creation.run)
             nursery.start_soon(self.run_flusher)
             if self.ack_before_flush and self.flush_interval_ms < 9223372036854775807:
                 nursery.start_soon(self.run_interval_flusher)
