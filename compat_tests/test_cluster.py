@@ -158,8 +158,11 @@ def test_a_deposed_leader_that_wakes_up_cannot_append(tmp_path, postgres_databas
         new = 2 if old == 1 else 1
         stopped = cluster.brokers[old]
         batch = records.build_batch([(None, b"before")])
-        with RawConn(stopped.bootstrap) as conn:
-            assert produce(conn, "fenced", {0: batch})[0].error_code == 0
+
+        def written() -> bool:      # NOT_LEADER_OR_FOLLOWER (retriable) until the leader has opened the partition
+            with RawConn(stopped.bootstrap) as conn:
+                return produce(conn, "fenced", {0: batch})[0].error_code == 0
+        wait_for("the leader taking the write", written)
         stopped.proc.send_signal(signal.SIGSTOP)
         try:
             wait_for("the partition led by the other broker",

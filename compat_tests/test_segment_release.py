@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from compat_tests.clients import wait_until
 from compat_tests.python_clients import OP_TIMEOUT_S, unique_topic
@@ -36,8 +36,6 @@ def _deleted_files_held(server) -> list[str]:
 def test_segments_below_the_log_start_are_removed_and_let_go(server, how):
     topic = unique_topic("release")
     configs = {"segment.bytes": str(1 << 20)}
-    if how == "retention":
-        configs["retention.bytes"] = str(1 << 20)
     admin = AdminClient({"bootstrap.servers": server.bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1, config=configs)])[topic].result(timeout=OP_TIMEOUT_S)
     producer = Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 5, "acks": "all"})
@@ -57,7 +55,10 @@ def test_segments_below_the_log_start_are_removed_and_let_go(server, how):
     elif how == "delete_topic":
         admin.delete_topics([topic])[topic].result(timeout=OP_TIMEOUT_S)
         assert not os.path.exists(directory)                                      # gone at once
-    else:
+    else:       # retention.bytes set only now: set from the start, it races the producer on a slow machine
+        resource = ConfigResource("topic", topic, incremental_configs=[
+            ConfigEntry("retention.bytes", str(1 << 20), incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource])[resource].result(timeout=OP_TIMEOUT_S)
         wait_until(lambda: len([n for n in os.listdir(directory) if n.endswith(".log")]) <= 2, timeout=60,
                    what="retention.bytes removing the old segments")
     wait_until(lambda: not _deleted_files_held(server), timeout=30,

@@ -272,6 +272,7 @@ class Broker:
         self._dirty_event = trio.Event()
         self._deleted_in_database: list = []   # deleted partitions the next commit round removes (PostgreSQL engine)
         self._cluster_poke = trio.Event()       # set when the cluster should be polled at once (run_membership)
+        self._leadership_lock = trio.Lock()     # _follow_leadership
         self._membership_running = trio.CancelScope()   # cancelled by controlled_shutdown
         self._membership_ended = trio.Event()
         self._bursts: set = set()               # connections in a burst a flush round waits for (gather_burst)
@@ -496,7 +497,11 @@ class Broker:
     async def _follow_leadership(self, view) -> None:
         """Open the partitions ``view`` names this broker to lead that are not open here, close those it names
         another broker (or nobody live) to lead.  Opening rebuilds the partition from the database in a worker
-        thread; only then does it serve."""
+        thread; only then does it serve.  One at a time (a partition must be taken once, at one leader epoch)."""
+        async with self._leadership_lock:
+            await self._follow_leadership_now(view)
+
+    async def _follow_leadership_now(self, view) -> None:
         for key, p in [((p.topic.topic_id, p.index), p) for p in self.partitions.values()
                        if p.database_epoch is not None and not p.topic.is_internal]:
             found = view.leaders.get(key)
@@ -839,13 +844,27 @@ class Broker:
         """``decide()`` → (records, answer) through ``__cluster_metadata`` (durable and replayed before it returns);
         the log unwritable → TopicError KAFKA_STORAGE_ERROR, which clients retry."""
         try:
-            return await self.cluster_metadata.update(decide)
+            answer = await self.cluster_metadata.update(decide)
         except MetadataUnavailable as e:
             self._discard_pending(name)
             raise TopicError(E.KAFKA_STORAGE_ERROR.code, f"could not write the topic metadata: {e}") from None
         except BaseException:
             self._discard_pending(name)
             raise
+        if self.membership is not None:
+            await self._assign_now()
+        return answer
+
+    async def _assign_now(self) -> None:
+        """In a cluster, after a topic change became durable on the controller: assign the new partitions' leaders
+        (and let the others know) before the change is answered, so that the answer, and Metadata after it, name
+        them, as Kafka's do.  The database unreachable: the next poll does it."""
+        try:
+            view = await trio.to_thread.run_sync(self._refresh_view)
+        except DatabaseUnavailable:
+            return
+        self.cluster = ViewCluster(view)
+        await self._follow_leadership(view)
 
     def _topic_changed(self, old: Topic | None, new: Topic | None) -> None:
         """A topic record was replayed (durable): the partitions follow.  A new topic's (or new partitions') opened
