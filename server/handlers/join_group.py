@@ -13,6 +13,7 @@ Behaviour / version notes:
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.state.acls import Operation, ResourceType
+from trireme.state.groups import JoinGroupResult
 from trireme.wire import error_codes as E
 
 
@@ -31,7 +32,7 @@ def join_group(ctx, request):
         request.session_timeout_ms, rebalance_timeout, ctx.now_ms(),
         require_known_member_id=version >= 4, supports_skip_assignment=version >= 9,
         client_id=ctx.client_id or "", client_host="/" + ctx.connection.peer.rsplit(":", 1)[0],
-        reason=request.reason)
+        reason=request.reason, if_moved=JoinGroupResult(E.NOT_COORDINATOR.code))
 
     async def wait():
         result = await answer()

@@ -11,6 +11,7 @@ Behaviour / version notes:
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.state.acls import Operation, ResourceType
+from trireme.state.groups import SyncGroupResult
 from trireme.wire import error_codes as E
 
 
@@ -27,7 +28,8 @@ def sync_group(ctx, request):
         groups.coordinator.sync_group, request.group_id, request.generation_id, request.member_id,
         request.group_instance_id, request.protocol_type if version >= 5 else None,
         request.protocol_name if version >= 5 else None,
-        [(a.member_id, a.assignment) for a in request.assignments], ctx.now_ms())
+        [(a.member_id, a.assignment) for a in request.assignments], ctx.now_ms(),
+        if_moved=SyncGroupResult(E.NOT_COORDINATOR.code))
 
     async def wait():
         result = await answer()
