@@ -540,10 +540,32 @@ def verify_in_transaction(peer, transactional_id: str, producer_id: int, produce
         transactional_id, producer_id, producer_epoch, partitions, verify_only=True)))
 
 
-async def add_to_transaction(peer, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-    """KIP-890 part 2 (transactions V2), the partition side: the coordinator adds the partitions to the producer's
-    transaction (an encoded AddPartitionsToTxn, VerifyOnly false), starting it if none is open → error code per
-    partition (0: added, or already in it)."""
-    return _partition_errors(await peer.call("AddPartitionsToTxn", BROKER_ADD_VERSION, _partitions_request(
-        transactional_id, producer_id, producer_epoch, partitions, verify_only=False)))
+def coordinator_here(broker) -> bool:
+    """Whether this broker leads ``__transaction_state``'s partition (a request to the coordinator can be answered
+    at once by its own handlers)."""
+    return broker.partition_leader(TRANSACTION_STATE_TOPIC, 0) == broker.node_id
+
+
+async def ask_coordinator(broker, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: list[tuple[str, int]], *, verify_only: bool) -> dict[tuple[str, int], int]:
+    """The partition side of KIP-890, wherever the transaction coordinator is: an AddPartitionsToTxn (v5) to the
+    broker that leads ``__transaction_state``'s partition → error code per partition.  ``verify_only`` (part 1):
+    whether each partition is in the producer's ongoing transaction (0: it is); else (part 2, transactions V2)
+    the coordinator adds them, starting a transaction if none is open (0: added, or already in it).  As Kafka's
+    AddPartitionsToTxnManager: no live leader → COORDINATOR_NOT_AVAILABLE; no answer (disconnected, timed out)
+    → NETWORK_EXCEPTION; an error for the whole request → that error (CLUSTER_AUTHORIZATION_FAILED: the
+    INVALID_TXN_STATE a client understands) for each partition."""
+    node = broker.partition_leader(TRANSACTION_STATE_TOPIC, 0)
+    if node < 0:
+        return {tp: E.COORDINATOR_NOT_AVAILABLE.code for tp in partitions}
+    try:
+        response = await broker.peer(node).call("AddPartitionsToTxn", BROKER_ADD_VERSION, _partitions_request(
+            transactional_id, producer_id, producer_epoch, partitions, verify_only=verify_only))
+    except PeerUnavailable as e:
+        log.warning("AddPartitionsToTxn to the transaction coordinator (node %d) not answered: %s", node, e)
+        return {tp: E.NETWORK_EXCEPTION.code for tp in partitions}
+    if response.error_code:
+        error = E.INVALID_TXN_STATE.code if response.error_code == E.CLUSTER_AUTHORIZATION_FAILED.code \
+            else response.error_code
+        return {tp: error for tp in partitions}
+    return _partition_errors(response)
