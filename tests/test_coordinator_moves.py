@@ -1,4 +1,5 @@
 """The coordinators move with their partitions: inactive ones answer NOT_COORDINATOR in each API's own error fields, deactivation answers what waits, activation replays the log and resumes prepared transactions."""
+import psycopg
 import trio
 import trio.testing
 
@@ -219,5 +220,45 @@ def test_activation_writes_the_markers_of_a_transaction_left_prepared(tmp_path):
                 await trio.sleep(0.01)
         data = b.partitions[("t", 0)]
         assert data.producers.entry(pid).current_txn_first_offset is None      # the commit marker is there
+    run_with_broker(broker, body)
+    broker.close()
+
+
+async def _until(condition, timeout_s: float = 10) -> None:
+    with trio.fail_after(timeout_s):
+        while not condition():
+            await trio.sleep(0.01)
+
+
+async def _commit(b, group: str, offset: int) -> int:
+    topic = _req("OffsetCommit").OffsetCommitRequestTopic
+    r = await _call(b, "OffsetCommit", 8, group_id=group, generation_id_or_member_epoch=-1, member_id="", topics=[
+        topic(name="t", partitions=[topic.OffsetCommitRequestPartition(partition_index=0, committed_offset=offset)])])
+    return r.topics[0].partitions[0].error_code
+
+
+def test_with_postgresql_a_coordinator_follows_its_partitions_leadership(tmp_path, postgres_database):
+    """The controller assigns ``__consumer_offsets``' partition; the broker it names opens it (a new leader epoch)
+    and activates the coordinator; fenced (another leader epoch in the database), the coordinator answers
+    NOT_COORDINATOR, and once the broker is named again it replays what was committed."""
+    config = Config(data_dir=str(tmp_path))
+    config.update({"trireme.storage": "postgresql", "trireme.storage.postgresql.dsn": postgres_database,
+                   "trireme.cluster.metadata.poll.ms": 50})
+    broker = Broker(config)
+    broker.ensure_topic("t", 1)
+
+    async def body(b):
+        await _until(lambda: b.groups.active and b.transactions.active)
+        first_epoch = _offsets_partition(b).leader_epoch
+        assert await _commit(b, "g", 42) == 0
+        with psycopg.connect(postgres_database) as conn:      # another leader took it meanwhile
+            conn.execute("UPDATE trireme_partition SET leader_epoch = leader_epoch + 1 WHERE topic_id = %s",
+                         (b.groups.TOPIC.topic_id,))
+        assert await _commit(b, "g", 43) == NOT_COORDINATOR   # the commit is fenced: the coordinator moves
+        await _until(lambda: b.groups.active)                 # named leader again: opened at a new epoch
+        assert _offsets_partition(b).leader_epoch > first_epoch + 1
+        fetch = _req("OffsetFetch")
+        r = await _call(b, "OffsetFetch", 8, groups=[fetch.OffsetFetchRequestGroup(group_id="g", topics=None)])
+        assert [p.committed_offset for t in r.groups[0].topics for p in t.partitions] == [42]
     run_with_broker(broker, body)
     broker.close()
