@@ -7,6 +7,8 @@ import time
 
 import psycopg
 import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.cluster_support import Cluster, cluster_config
 from compat_tests.conftest import ServerProcess, server_command, write_toml
@@ -71,3 +73,113 @@ def test_the_controller_role_moves_when_its_broker_stops(tmp_path, postgres_data
         other = 2 if first == 1 else 1
         wait_for("the other broker as controller", lambda: controller(postgres_database) == other)
         assert brokers_table(postgres_database)[first] is False
+
+
+def metadata_leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    """partition → leader, as Metadata through ``bootstrap`` answers ({} while the topic is not there)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    md = admin.list_topics(topic, timeout=10).topics[topic]
+    return {} if md.error is not None else {p: md.partitions[p].leader for p in md.partitions}
+
+
+def test_a_topic_created_on_the_controller_is_led_by_every_broker_and_served_by_all(tmp_path, postgres_database):
+    """Every broker follows __cluster_metadata: a topic created through one broker is described by all three, its
+    partitions spread over the three as leaders; a producer that knows only one broker writes every partition
+    (librdkafka goes to each leader), and every record is read back, through any broker."""
+    with Cluster(tmp_path, postgres_database, size=3) as cluster:
+        wait_for("three live brokers", lambda: brokers_table(postgres_database) == {1: True, 2: True, 3: True})
+        first = cluster.brokers[1].bootstrap
+        admin = AdminClient({"bootstrap.servers": first})
+        admin.create_topics([NewTopic("spread", 12, 3)])["spread"].result(30)
+        for b in cluster.brokers.values():
+            found = wait_for(f"the topic and its leaders on {b.bootstrap}",
+                             lambda: _all_led(metadata_leaders(b.bootstrap, "spread"), 12))
+        assert set(found.values()) == {1, 2, 3}
+        producer = Producer({"bootstrap.servers": cluster.brokers[2].bootstrap, "acks": "all",
+                             "enable.idempotence": True})
+        acked = []
+        for i in range(600):
+            producer.produce("spread", b"%d" % i, partition=i % 12, on_delivery=lambda e, m: acked.append(e))
+        assert producer.flush(30) == 0
+        assert acked == [None] * 600
+        consumer = Consumer({"bootstrap.servers": cluster.brokers[3].bootstrap, "group.id": "unused",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition("spread", p, 0) for p in range(12)])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 600 and time.monotonic() < deadline:
+            for m in consumer.consume(100, timeout=0.5):
+                assert m.error() is None, m.error()
+                got.append(int(m.value()))
+        consumer.close()
+        assert sorted(got) == list(range(600))
+
+
+def _all_led(found: dict[int, int], count: int) -> dict[int, int] | None:
+    return found if len(found) == count and all(leader >= 0 for leader in found.values()) else None
+
+
+def test_brokers_hand_out_producer_ids_from_blocks_of_their_own(tmp_path, postgres_database):
+    """InitProducerId (idempotent, no transactional id) through each of three brokers: the two that are not the
+    controller get blocks of their own from it (AllocateProducerIds), so no id is handed out twice."""
+    from compat_tests.test_bad_input import RawConn, req
+    with Cluster(tmp_path, postgres_database, size=3) as cluster:
+        wait_for("three live brokers", lambda: brokers_table(postgres_database) == {1: True, 2: True, 3: True})
+        def init_producer_id(bootstrap: str):
+            with RawConn(bootstrap) as conn:
+                answer = conn.request("InitProducerId", 4, req("InitProducerId", transactional_id=None,
+                                                              transaction_timeout_ms=-1, producer_id=-1,
+                                                              producer_epoch=-1))
+            # COORDINATOR_NOT_AVAILABLE (retriable, as clients retry it) until the controller knows the broker
+            return answer.producer_id if answer.error_code == 0 else None
+        ids = [wait_for(f"a producer id from {b.bootstrap}", lambda b=b: init_producer_id(b.bootstrap))
+               for _ in range(3) for b in cluster.brokers.values()]
+        assert len(set(ids)) == 9, ids
+        with psycopg.connect(postgres_database) as conn:
+            controller_id = conn.execute("SELECT controller_id FROM trireme_cluster").fetchone()[0]
+        assert controller_id in (1, 2, 3)
+
+
+def test_a_deposed_leader_that_wakes_up_cannot_append(tmp_path, postgres_database):
+    """The leader of a partition is stopped (SIGSTOP) past its session: the controller names the other broker, which
+    takes the partition with a new leader epoch and is written to.  Woken (SIGCONT), the old leader is sent a
+    produce at once, before anything tells it: it does not acknowledge it (its commit is fenced by the row: another
+    leader), and the partition holds only what the new leader acknowledged."""
+    import signal
+    from compat_tests.test_bad_input import RawConn, produce
+    from trireme.wire import records
+    with Cluster(tmp_path, postgres_database, size=2) as cluster:
+        wait_for("two live brokers", lambda: brokers_table(postgres_database) == {1: True, 2: True})
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        wait_for("both listed", lambda: len(admin.list_topics(timeout=10).brokers) == 2)
+        admin.create_topics([NewTopic("fenced", 2, 2)])["fenced"].result(30)
+        found = wait_for("leaders", lambda: _all_led(metadata_leaders(cluster.bootstrap, "fenced"), 2))
+        old = found[0]
+        new = 2 if old == 1 else 1
+        stopped = cluster.brokers[old]
+        batch = records.build_batch([(None, b"before")])
+        with RawConn(stopped.bootstrap) as conn:
+            assert produce(conn, "fenced", {0: batch})[0].error_code == 0
+        stopped.proc.send_signal(signal.SIGSTOP)
+        try:
+            wait_for("the partition led by the other broker",
+                     lambda: metadata_leaders(cluster.brokers[new].bootstrap, "fenced").get(0) == new, timeout=30)
+            with RawConn(cluster.brokers[new].bootstrap) as conn:
+                assert produce(conn, "fenced", {0: records.build_batch([(None, b"after")])})[0].error_code == 0
+            conn = RawConn(stopped.bootstrap, timeout=30)
+        finally:
+            stopped.proc.send_signal(signal.SIGCONT)
+        with conn:
+            [answer] = produce(conn, "fenced", {0: records.build_batch([(None, b"zombie")])})
+        assert answer.error_code != 0, answer
+        consumer = Consumer({"bootstrap.servers": cluster.brokers[new].bootstrap, "group.id": "unused",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition("fenced", 0, 0)])
+        got = []
+        deadline = time.monotonic() + 20
+        while len(got) < 2 and time.monotonic() < deadline:
+            got += [m.value() for m in consumer.consume(10, timeout=0.5) if m.error() is None]
+        time.sleep(1)
+        got += [m.value() for m in consumer.consume(10, timeout=0.5) if m.error() is None]
+        consumer.close()
+        assert got == [b"before", b"after"]

@@ -31,10 +31,12 @@ from trireme.state.topics import (INTERNAL_TOPICS, LEGACY_REGISTRY_FILE, OP_DELE
                                   TopicRegistry, read_legacy_registry, removed_topic_record, topic_record)
 from trireme.wire import error_codes as E
 from trireme.wire import records
+from trireme.wire.codec import message
 
 from .clock import now_ms
-from .cluster import LocalCluster, ViewCluster
-from .cluster_metadata import CLUSTER_METADATA_TOPIC, CLUSTER_METADATA_TOPIC_ID, ClusterMetadataService, MetadataUnavailable
+from .cluster import LocalCluster, ViewCluster, rendezvous
+from .cluster_metadata import (CLUSTER_METADATA_TOPIC, CLUSTER_METADATA_TOPIC_ID, ClusterMetadataService,
+                               MetadataUnavailable)
 from .config import TOPIC_DEFAULT_PROPERTIES, Config, ConfigError
 from .data_dir import DataDirLock
 from .groups import GroupService
@@ -44,8 +46,8 @@ from .local_peer import LocalPeer
 from .network_peer import NetworkPeer, inter_broker_security
 from .peers import Peers, PeerUnavailable
 from .metrics import Metrics
-from .postgresql.engine import (DatabaseUnavailable, PartitionAppend, PartitionRow, PostgresEngine, load_partition,
-                                rows_of)
+from .postgresql.engine import (DatabaseUnavailable, PartitionAppend, PartitionRow, PostgresEngine, append_committed,
+                                load_partition, rows_of)
 from .postgresql.membership import Membership, NodeIdInUse
 from .quotas import ClientQuotaManager
 from .security import Security
@@ -59,6 +61,8 @@ log = logging.getLogger("trireme.broker")
 # so start-up replays only the batch headers after the snapshot (Kafka snapshots at segment rolls).
 PRODUCER_SNAPSHOT = "producer-state.snapshot"
 SNAPSHOT_INTERVAL_BYTES = 64 * 1024 * 1024
+
+_ALLOCATE_PRODUCER_IDS = message("AllocateProducerIdsRequest").cls
 
 # One request must not be able to make the broker open millions of files.
 MAX_PARTITIONS_PER_TOPIC = 10000
@@ -123,6 +127,7 @@ class Partition:
     # fenced by it), and whether the row may not exist yet (created while this broker runs).
     database_epoch: int | None = None
     database_new: bool = False
+    following: bool = False                # a copy of a log another broker leads (``__cluster_metadata``)
     # With the PostgreSQL engine, the leader-epoch cache (None: the local engine's one epoch, from the log start).
     epochs: LeaderEpochCache | None = None
 
@@ -272,10 +277,12 @@ class Broker:
         self._full_event = trio.Event()         # set when a partition goes offline for want of space
         self.advertised_host = config.advertised_host or config.listen_host
         self.advertised_port = config.advertised_port or config.listen_port
+        if self.engine is not None:
+            self._register(config)
         self._open_metadata(config)
         started = time.perf_counter()
         if self.engine is not None:
-            self._join_cluster(config, stop_requested)
+            self._open_led_partitions(stop_requested)
         else:
             for topic in self.topics.all():
                 for index in range(topic.partitions):
@@ -329,7 +336,7 @@ class Broker:
         return partition
 
     def _build_partition(self, topic: Topic, index: int, config: dict[str, str] | None = None, *,
-                         new: bool = False, row: PartitionRow | None = None) -> Partition:
+                         new: bool = False, row: PartitionRow | None = None, follow: bool = False) -> Partition:
         """_open_partition's work, without making the partition one of the broker's: safe in a worker thread.
         ``row``: the database's row of a partition this broker was named to lead (PostgresEngine.open)."""
         cfg = config or self.topic_config(topic)
@@ -344,7 +351,12 @@ class Broker:
         database_epoch = None
         if self.engine is not None:
             plog.on_log_start_moved = lambda: self._log_start_moved(topic.name, index)
-            database_epoch = 0 if new else load_partition(self.engine, (topic.topic_id, index), plog, now_ms(), row)
+            if follow:                      # a copy: the rows as they are (none yet: empty), the partition not taken
+                if row is not None:
+                    load_partition(self.engine, (topic.topic_id, index), plog, now_ms(), row)
+            else:
+                database_epoch = 0 if new else load_partition(self.engine, (topic.topic_id, index), plog, now_ms(),
+                                                              row)
         producers, start = self._load_producer_snapshot(plog, directory)
         epochs = None if database_epoch is None else LeaderEpochCache()
         for header in plog.iter_batch_headers(start):
@@ -365,20 +377,30 @@ class Broker:
             epochs.assign(database_epoch, plog.log_end_offset)        # taken at this epoch: it starts at the log end
         partition = Partition(topic, index, plog, producers, PartitionConfig.of(cfg), directory=directory,
                               snapshot_offset=start, snapshot_size=plog.size_bytes, database_epoch=database_epoch,
+                              following=follow,
                               database_new=new and self.engine is not None, epochs=epochs)
         return partition
 
     # --- the cluster (PostgreSQL engine) ---------------------------------------------------------
 
-    def _join_cluster(self, config: Config, stop_requested) -> None:
-        """Start-up with the PostgreSQL engine: register this broker (a live duplicate node.id is refused), take the
-        controller's role if nobody holds it, have leaders assigned, and open the partitions this broker leads."""
+    def _register(self, config: Config) -> None:
+        """Start-up with the PostgreSQL engine, before the metadata log opens: register this broker (a live duplicate
+        node.id is refused) and take the controller's role if nobody holds it; the controller leads
+        ``__cluster_metadata``, the others follow it."""
         self.membership = Membership(config["trireme.storage.postgresql.dsn"], self.node_id, self.meta.directory_id,
                                      session_ms=config["broker.session.timeout.ms"])
         try:
             self.membership.register(self._advertised_endpoints(), config["broker.rack"] or None)
         except NodeIdInUse as e:
             raise StartupError(str(e)) from None
+        view = self.membership.poll()
+        if view.controller_id not in view.brokers and self.membership.elect() is not None:
+            view = self.membership.poll()
+        self.cluster = ViewCluster(view)
+
+    def _open_led_partitions(self, stop_requested) -> None:
+        """Start-up with the PostgreSQL engine, once the metadata log names the topics: have leaders assigned (as the
+        controller) and open the partitions this broker leads."""
         view = self._refresh_view()
         self.cluster = ViewCluster(view)
         for (topic_id, index), (leader, _epoch) in sorted(view.leaders.items(), key=lambda kv: str(kv[0])):
@@ -452,10 +474,15 @@ class Broker:
                     await self._sleep_or_poke(poll_s)
                     continue
                 self.cluster = ViewCluster(view)
+                await self._follow_metadata(view)
                 await self._follow_leadership(view)
                 await self._sleep_or_poke(poll_s)
         finally:
             worker.close()
+
+    def poll_cluster_soon(self) -> None:
+        """Poll the cluster now rather than at the next interval (something here suggests it changed)."""
+        self._cluster_poke.set()
 
     async def _sleep_or_poke(self, seconds: float) -> None:
         """Until the next poll, or sooner: the controller announced new leaders (Membership.listen), or something
@@ -565,11 +592,85 @@ class Broker:
 
     def open_internal_partition(self, topic: Topic, index: int, *, segment_bytes: int) -> Partition:
         """A partition of an internal topic (not in the registry, never subject to retention)."""
-        return self._open_partition(topic, index, self._internal_config(topic, segment_bytes))
+        config = self._internal_config(topic, segment_bytes)
+        if self.membership is not None and topic.topic_id == CLUSTER_METADATA_TOPIC_ID:
+            return self._open_metadata_partition(topic, config)
+        return self._open_partition(topic, index, config)
 
     def _internal_config(self, topic: Topic, segment_bytes: int) -> dict[str, str]:
         return {**self.topic_config(topic), "segment.bytes": str(segment_bytes), "retention.ms": "-1",
                 "retention.bytes": "-1", "cleanup.policy": "compact"}
+
+    async def _follow_metadata(self, view) -> None:
+        """In a cluster, after each poll: keep this broker's copy of ``__cluster_metadata`` up with what the
+        controller committed, and replay it (topics, ACLs, quotas... appear here as the controller writes them); lead
+        it once named the controller, with a new leader epoch; follow again once another broker leads it (the copy
+        rebuilt from the rows: what this broker appended but never committed is dropped)."""
+        p = self.cluster_metadata.partition
+        key = (CLUSTER_METADATA_TOPIC_ID, 0)
+        leader = view.leaders.get(key, (None, None))[0]
+        if not p.following:
+            if leader != self.node_id:
+                await self._rebuild_metadata_copy(p, f"node {leader} leads it now")
+            return
+        row = await trio.to_thread.run_sync(self.engine.row, key)
+        if row is None:
+            return
+        if row.log_start_offset > p.log.log_end_offset:
+            await self._rebuild_metadata_copy(p, "the controller compacted past this copy")
+            return
+        self._append_metadata_rows(p, await trio.to_thread.run_sync(
+            lambda: list(self.engine.batches(key, p.log.log_end_offset, row.log_end_offset))))
+        if leader == self.node_id:
+            row = await trio.to_thread.run_sync(self.engine.open, key)
+            if row is None:
+                return
+            self._append_metadata_rows(p, await trio.to_thread.run_sync(
+                lambda: list(self.engine.batches(key, p.log.log_end_offset, row.log_end_offset))))
+            p.following, p.database_epoch, p.database_new = False, row.leader_epoch, False
+            log.info("leading %s at leader epoch %d (this broker is the controller)", CLUSTER_METADATA_TOPIC,
+                     row.leader_epoch)
+
+    def _append_metadata_rows(self, p: Partition, rows: list) -> None:
+        """Append the controller's committed rows to this broker's copy and replay them."""
+        if not rows:
+            return
+        replayed = p.log.high_watermark
+        append_committed(p.log, rows, now_ms())
+        self.cluster_metadata.follow(p, replayed)
+
+    async def _rebuild_metadata_copy(self, old: Partition, why: str) -> None:
+        """Replace this broker's copy of ``__cluster_metadata`` by one rebuilt from the rows, and go on replaying from
+        where the state is (records of the old copy never committed are forgotten, not replayed)."""
+        log.warning("following %s again: %s", CLUSTER_METADATA_TOPIC, why)
+        key = (CLUSTER_METADATA_TOPIC_ID, 0)
+        replayed = old.log.durable_offset
+        row = await trio.to_thread.run_sync(self.engine.row, key)
+        new = await trio.to_thread.run_sync(functools.partial(
+            self._build_partition, old.topic, 0, self._metadata_config, row=row, follow=True))
+        self.cluster_metadata.drop_unreplayed()
+        self.partitions[(old.topic.name, 0)] = new
+        self._dirty.discard(old)
+        old.log.close()
+        self.cluster_metadata.follow(new, replayed)
+        self._wake_waiters()
+
+    def _open_metadata_partition(self, topic: Topic, config: dict[str, str]) -> Partition:
+        """``__cluster_metadata`` in a cluster: the controller leads it (a new leader epoch fences the controller
+        before it), every other broker keeps a copy it follows (:meth:`_follow_metadata`)."""
+        key = (topic.topic_id, 0)
+        view = self.cluster.view
+        self._metadata_config = config
+        row = None
+        if view.controller_id == self.node_id:
+            self.membership.assign(view, {key: self.node_id})
+            row = self.engine.open(key)
+        if row is not None:
+            p = self._build_partition(topic, 0, config, row=row)
+        else:
+            p = self._build_partition(topic, 0, config, row=self.engine.row(key), follow=True)
+        self.partitions[(topic.name, 0)] = p
+        return p
 
     def _remove_partition_files(self, topic: str, index: int) -> None:
         """Remove whatever a deleted topic of this name left in the partition's directory."""
@@ -648,7 +749,10 @@ class Broker:
         first SCRAM users (when ``__cluster_metadata`` was never written) and the configured feature levels (when
         none were ever finalized); on a data directory an earlier version wrote, its topics.json, producer_ids and
         features.json as records.  Those files are removed only once the records are durable: a start cut short in
-        between finds both, and writes only what the log lacks (nothing twice, nothing older over newer)."""
+        between finds both, and writes only what the log lacks (nothing twice, nothing older over newer).  In a
+        cluster only the controller writes them; the others follow."""
+        if self.cluster_metadata.partition.following:
+            return
         records = []
         if self.cluster_metadata.partition.log.log_end_offset == 0:
             records += self.security.initial_records()
@@ -689,8 +793,7 @@ class Broker:
     async def _reserve_producer_ids_ahead(self) -> None:
         ids = self.producer_ids
         try:
-            await self.cluster_metadata.update(
-                lambda: (ids.reserve() if ids.available() < ids.block_size // 2 else [], None))
+            await self._reserve_producer_ids(lambda: ids.available() < ids.block_size // 2)
         except (MetadataUnavailable, ProducerIdError) as e:
             log.warning("could not reserve the next block of producer ids ahead: %s", e)
         finally:
@@ -699,8 +802,28 @@ class Broker:
     async def producer_ids_ready(self) -> None:
         """Until a producer id is reserved durably (at once, unless every reserved one was handed out): a block
         reserved, made durable and replayed.  Raises MetadataUnavailable (or ProducerIdError: the ids exhausted)."""
+        await self._reserve_producer_ids(lambda: self.producer_ids.available() == 0)
+
+    async def _reserve_producer_ids(self, wanted) -> None:
+        """Reserve the next block of producer ids for this broker if ``wanted()``: a record of ``__cluster_metadata``
+        written here, or, in a cluster, asked of the controller (AllocateProducerIds), which writes it, unless this
+        broker is the controller.  Raises MetadataUnavailable when neither can be done now."""
         ids = self.producer_ids
-        await self.cluster_metadata.update(lambda: (ids.reserve() if ids.available() == 0 else [], None))
+        if not self.cluster_metadata.partition.following:
+            await self.cluster_metadata.update(lambda: (ids.reserve() if wanted() else [], None))
+            return
+        if not wanted():
+            return
+        controller = self.cluster.controller_id
+        try:
+            answer = await self.peer(controller).call("AllocateProducerIds", 0,
+                                                      _ALLOCATE_PRODUCER_IDS(broker_id=self.node_id, broker_epoch=-1))
+        except PeerUnavailable as e:
+            raise MetadataUnavailable(f"the controller (node {controller}) cannot be reached: {e}") from None
+        if answer.error_code:
+            raise MetadataUnavailable(f"the controller (node {controller}) answered "
+                                      f"{E.for_code(answer.error_code).name}")
+        ids.granted(answer.producer_id_start, answer.producer_id_start + answer.producer_id_len)
 
     def _open_new_partitions(self, topic: Topic, indexes: range) -> None:
         """Create and open the partitions ``indexes`` of ``topic`` before its record is written: they are kept
@@ -708,6 +831,9 @@ class Broker:
         descriptors, disk full), the ones opened are closed and removed again, and the caller writes nothing.  A
         crash in between leaves directories no topic owns, which start-up sweeps."""
         opened = []
+        if self.membership is not None:     # in a cluster: only those the controller will name this broker to lead
+            live = [b.node_id for b in self.cluster.brokers()]
+            indexes = [i for i in indexes if rendezvous((topic.topic_id, i), live)[:1] == [self.node_id]]
         try:
             for index in indexes:
                 self._remove_partition_files(topic.name, index)
@@ -757,6 +883,8 @@ class Broker:
             if pending is not None:
                 self.partitions[(new.name, index)] = pending
                 continue
+            if self.membership is not None:
+                continue            # the controller names the partition's leader, which opens it
             try:                    # written while a full disk held it up: the request that asked opened none
                 self._remove_partition_files(new.name, index)
                 self._open_partition(new, index)
@@ -773,13 +901,14 @@ class Broker:
                 p.log.configure(**log_settings(cfg))
 
     def _remove_topic_partitions(self, topic: Topic) -> None:
+        if self.membership is not None and self.cluster.controller_id == self.node_id:
+            # the controller removes the partitions' rows and batches (their leaders close them as they replay this)
+            self._deleted_in_database.extend((topic.topic_id, index) for index in range(topic.partitions))
+            self._dirty_event.set()
         for index in range(topic.partitions):
             partition = self.partitions.pop((topic.name, index), None)
             if partition is not None:
                 self._dirty.discard(partition)
-                if self.engine is not None:
-                    self._deleted_in_database.append((topic.topic_id, index))
-                    self._dirty_event.set()
                 try:
                     partition.log.delete()
                 except OSError as e:
@@ -1162,8 +1291,10 @@ class Broker:
                     and a.from_offset < row.log_end_offset <= p.log.log_end_offset:
                 p.log.flush_done(row.log_end_offset)    # a commit whose answer was lost did commit
             else:
-                self._close_partition(p, f"fenced: the database names node {row.leader_id} its leader at leader "
-                                         f"epoch {row.leader_epoch} (this broker led it at {a.leader_epoch})")
+                if p is not self.cluster_metadata.partition:    # that one is followed again (_follow_metadata)
+                    self._close_partition(p, f"fenced: the database names node {row.leader_id} its leader at "
+                                             f"leader epoch {row.leader_epoch} (this broker led it at "
+                                             f"{a.leader_epoch})")
                 self._cluster_poke.set()
                 continue
             if p.storage_retrying:

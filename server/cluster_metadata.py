@@ -29,7 +29,8 @@ CLUSTER_METADATA_TOPIC_ID = uuid.UUID(int=3)
 
 
 class MetadataUnavailable(Exception):
-    """The metadata log cannot take a write now (its partition is offline: disk full or failed)."""
+    """The metadata log cannot take a write now (its partition is offline: disk full or failed; or, in a cluster,
+    this broker is not the controller, which writes it)."""
 
 
 class ClusterMetadataService(CoordinatorRuntime):
@@ -40,10 +41,19 @@ class ClusterMetadataService(CoordinatorRuntime):
         super().__init__(CLUSTER_METADATA_TOPIC, partition, durability, coordinator)
         started = time.perf_counter()
         loaded = self.load()
-        self.compact(self.coordinator.compact_records(), loaded)
+        if not partition.following:
+            self.compact(self.coordinator.compact_records(), loaded)
         if self.coordinator.unreadable:
             log.warning("skipped %d unreadable records in %s", self.coordinator.unreadable, CLUSTER_METADATA_TOPIC)
         log.info("loaded cluster metadata records=%d in %.3fs", loaded, time.perf_counter() - started)
+
+    def follow(self, partition, from_offset: int) -> int:
+        """In a cluster: replay what ``partition`` holds from ``from_offset`` to its high watermark — this broker's
+        copy of the log the controller writes, grown (or rebuilt from the database) — and write it from now on if
+        this broker leads it → how many records."""
+        self.partition = partition
+        partition.runtime = self
+        return self.replay_from(from_offset)
 
     def bootstrap(self, records: list) -> None:
         """Write records at start-up, before the broker serves (the first records of a new data directory, the
@@ -66,6 +76,8 @@ class ClusterMetadataService(CoordinatorRuntime):
             await self.wait_replayed()
         if self.partition.storage_error:
             raise MetadataUnavailable(self.partition.storage_error)
+        if self.partition.following:
+            raise MetadataUnavailable("this broker is not the controller, which writes the cluster's metadata")
         records, answer = decide()
         if records and not await self.write_records(records):
             raise MetadataUnavailable(self.partition.storage_error or "not durable")

@@ -165,8 +165,13 @@ class CoordinatorRuntime:
 
     def load(self) -> int:
         """Replay the whole log into the coordinator; → how many records it held."""
+        return self.replay_from(self.partition.log.log_start_offset)
+
+    def replay_from(self, offset: int) -> int:
+        """Replay the log from ``offset`` to its high watermark into the coordinator (start-up, and a follower's copy
+        of a log another broker writes as it grows); → how many records that was."""
         plog = self.partition.log
-        offset, end = plog.log_start_offset, plog.high_watermark
+        offset, end = max(offset, plog.log_start_offset), plog.high_watermark
         count = 0
         while offset < end:
             data = plog.read(offset, READ_CHUNK, end)
@@ -322,6 +327,11 @@ class CoordinatorRuntime:
                 result = result._replace(error=E.COORDINATOR_NOT_AVAILABLE.code)
             waiter.result = result
             waiter.event.set()
+
+    def drop_unreplayed(self) -> None:
+        """Forget what was appended but never became durable (in a cluster: this broker lost the partition, and
+        another broker's records take those offsets); whoever waits for it is answered as after a failed write."""
+        self._unreplayed.clear()
 
     def _replay_durable(self) -> None:
         if not self.active:

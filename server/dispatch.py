@@ -102,10 +102,13 @@ NOT_HANDLED = object()       # what a fast path returns for a request it leaves 
 
 HANDLERS: dict[int, Handler] = {}
 LEGACY: dict[int, Handler] = {}
+UNADVERTISED: set[int] = set()      # served, but not listed by ApiVersions (broker-to-broker APIs)
 
 
-def handles(name: str, min_version: int, max_version: int, *, advertised_min: int | None = None):
-    """Register the decorated function as the handler for API ``name`` at these versions."""
+def handles(name: str, min_version: int, max_version: int, *, advertised_min: int | None = None,
+            advertised: bool = True):
+    """Register the decorated function as the handler for API ``name`` at these versions; ``advertised=False``: a
+    broker-to-broker API that ApiVersions does not list to clients (Kafka's brokers do not list them either)."""
     def register(fn):
         key = API_KEYS[name]
         request = message(name + "Request")
@@ -117,6 +120,8 @@ def handles(name: str, min_version: int, max_version: int, *, advertised_min: in
                                 min_version if advertised_min is None else advertised_min,
                                 unstable_max=request.spec.latest_version_unstable
                                 and max_version == request.max_version)
+        if not advertised:
+            UNADVERTISED.add(key)
         return fn
     return register
 
@@ -154,7 +159,8 @@ def load_handlers() -> None:
 def advertised_versions(unstable_enabled: bool = False) -> dict[int, tuple[int, int]]:
     """API key → (min, max) as ApiVersions reports them (with ``unstable.api.versions.enable`` as given)."""
     load_handlers()
-    return {key: (h.advertised_min, h.enabled_max(unstable_enabled)) for key, h in sorted(HANDLERS.items())}
+    return {key: (h.advertised_min, h.enabled_max(unstable_enabled)) for key, h in sorted(HANDLERS.items())
+            if key not in UNADVERTISED}
 
 
 def implemented_versions() -> dict[int, tuple[int, int]]:

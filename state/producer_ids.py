@@ -48,18 +48,22 @@ class ProducerIdManager:
             raise ValueError("block_size must be positive")
         self.block_size = block_size
         self.broker_id = broker_id
-        self.block_end = 0          # every id below is reserved (durably)
-        self._next = 0
+        self.block_end = 0          # every id below is reserved (durably), for this broker or another
+        self._blocks: list[list[int]] = []  # [next, end) of this broker's blocks reserved while it runs
+        self._granted: list[tuple[int, int]] = []  # every block granted to it while it runs
         self._loaded = False
 
     # --- the durable section
     def replay(self, key: bytes, value: bytes | None) -> None:
         if value is None:
             return                  # a reservation is never taken back
-        end = decode_value(value, "ProducerIdsValue").next_producer_id
+        reservation = decode_value(value, "ProducerIdsValue")
+        start, end = self.block_end, reservation.next_producer_id
         self.block_end = max(self.block_end, end)
-        if not self._loaded:
-            self._next = self.block_end     # loading: whatever an earlier run reserved may have been handed out
+        # loading: whatever an earlier run reserved may have been handed out; afterwards a block reserved for this
+        # broker is its own to hand out (in a cluster each broker has blocks of its own: Kafka's AllocateProducerIds)
+        if self._loaded and reservation.broker_id == self.broker_id:
+            self.granted(start, end)
 
     def live_records(self) -> list[tuple[bytes, bytes]]:
         return [reservation_record(self.block_end, self.broker_id)] if self.block_end else []
@@ -69,29 +73,44 @@ class ProducerIdManager:
         self._loaded = True
 
     # --- allocation
+    def granted(self, start: int, end: int) -> None:
+        """The block [start, end) is this broker's (its reservation replayed, or the controller's answer to its
+        AllocateProducerIds, whichever comes first: the other changes nothing)."""
+        if end <= start or any(start < b_end and b_start < end for b_start, b_end in self._granted):
+            return
+        self._granted = [*self._granted[-15:], (start, end)]   # the recent ones: a block is granted twice at most
+        self._blocks.append([start, end])
+
     def available(self) -> int:
         """How many ids :meth:`next_id` can hand out without a new reservation."""
-        return self.block_end - self._next
+        return sum(end - nxt for nxt, end in self._blocks)
 
     def reserve(self) -> list[tuple[bytes, bytes]]:
-        """The record reserving the next block (the state changes when it is replayed)."""
+        """The record reserving the next block for this broker (the state changes when it is replayed)."""
+        return self.reserve_for(self.broker_id)[0]
+
+    def reserve_for(self, broker_id: int) -> tuple[list[tuple[bytes, bytes]], int]:
+        """The record reserving the next block for ``broker_id`` (the controller's side of AllocateProducerIds)
+        → (records, the block's first id); its ids are the block_size from there."""
         new_end = self.block_end + self.block_size
         if new_end - 1 > MAX_PRODUCER_ID:
             raise ProducerIdError("producer id space exhausted")
-        return [reservation_record(new_end, self.broker_id)]
+        return [reservation_record(new_end, broker_id)], self.block_end
 
     def next_id(self) -> int:
         """A producer id never returned before on this data (reserved durably); ProducerIdError if none is left."""
-        if self._next >= self.block_end:
+        while self._blocks and self._blocks[0][0] >= self._blocks[0][1]:
+            self._blocks.pop(0)
+        if not self._blocks:
             raise ProducerIdError("no reserved producer id left")
-        producer_id = self._next
-        self._next += 1
+        producer_id = self._blocks[0][0]
+        self._blocks[0][0] += 1
         return producer_id
 
     def handed_out(self, producer_id: int) -> bool:
-        """Whether :meth:`next_id` may ever have returned ``producer_id`` on this data (ids are handed out in
-        increasing order; after a restart allocation resumes above every id reserved before)."""
-        return 0 <= producer_id < self._next
+        """Whether some broker may ever have returned ``producer_id`` on this data: it was reserved, and is not among
+        this broker's ids still to hand out."""
+        return 0 <= producer_id < self.block_end and not any(nxt <= producer_id < end for nxt, end in self._blocks)
 
 
 def read_legacy_block_end(storage: Storage, path: str = LEGACY_PRODUCER_IDS_FILE) -> int | None:

@@ -102,3 +102,51 @@ def test_unreadable_legacy_file_is_an_error_not_a_restart_from_zero(data):
     storage.write_atomic("producer_ids", data)
     with pytest.raises(ValueError):
         read_legacy_block_end(storage)
+
+
+# --- several brokers on one metadata log (a cluster: Kafka's AllocateProducerIds) -----------------------------
+
+
+def test_brokers_sharing_the_log_hand_out_only_their_own_blocks():
+    """Every broker replays every reservation, but hands out ids only from the blocks reserved for it: interleaved
+    reservations for brokers 1, 2 and 1 again give disjoint ids, and each one's ids are its blocks'."""
+    brokers = {n: ProducerIdManager(10, broker_id=n) for n in (1, 2)}
+    for m in brokers.values():
+        m.loaded()
+    log: list = []
+    for asker in (1, 2, 1):
+        records, start = brokers[1].reserve_for(asker)     # the controller (broker 1) decides every block
+        assert start == brokers[1].block_end
+        log.extend(records)
+        for m in brokers.values():
+            for key, value in records:
+                m.replay(key, value)
+    ids = {n: [m.next_id() for _ in range(m.available())] for n, m in brokers.items()}
+    assert ids[1] == list(range(0, 10)) + list(range(20, 30))
+    assert ids[2] == list(range(10, 20))
+    for m in brokers.values():
+        with pytest.raises(ProducerIdError):
+            m.next_id()
+
+
+def test_a_block_granted_by_the_answer_and_by_the_replay_counts_once():
+    m = ProducerIdManager(10, broker_id=2)
+    m.loaded()
+    records, start = ProducerIdManager(10, broker_id=1).reserve_for(2)
+    m.granted(start, start + 10)                            # the controller's answer
+    for key, value in records:                              # ... then its record, replayed from the log
+        m.replay(key, value)
+    assert m.available() == 10
+
+
+def test_handed_out_knows_every_reserved_id_but_this_brokers_unused_ones():
+    m = ProducerIdManager(10, broker_id=2)
+    m.loaded()
+    controller = ProducerIdManager(10, broker_id=1)
+    for asker in (1, 2):
+        records, _ = controller.reserve_for(asker)
+        for key, value in records:
+            controller.replay(key, value)
+            m.replay(key, value)
+    assert m.next_id() == 10
+    assert [m.handed_out(p) for p in (0, 9, 10, 11, 19, 20)] == [True, True, True, False, False, False]

@@ -183,6 +183,13 @@ class PostgresEngine:
         self._starts[key] = start
         return PartitionRow(self.node_id, epoch, start, end)
 
+    def row(self, key: PartitionKey) -> PartitionRow | None:
+        """The partition's row as it is, without taking the partition (a follower's copy of a log)."""
+        topic_id, partition = key
+        found = self._loader.run(lambda conn: conn.execute(sql("partition_select"), {
+            "topic_id": topic_id, "partition": partition}).fetchone())
+        return None if found is None else PartitionRow(*found)
+
     def batches(self, key: PartitionKey, from_offset: int, end_offset: int) -> Iterator[tuple[int, bytes]]:
         """The partition's rows that reach ``from_offset`` and start below ``end_offset``, in offset order: (base
         offset, whole batches), streamed."""
@@ -236,10 +243,7 @@ def load_partition(engine: PostgresEngine, key: PartitionKey, log, now_ms: int, 
     default the partition is taken with :meth:`PostgresEngine.lead`) says they are: the batches keep their offsets,
     the log start is the row's → the leader epoch."""
     row = row or engine.lead(key)
-    for _base, data in engine.batches(key, row.log_start_offset, row.log_end_offset):
-        buf = bytearray(data)
-        log.append(buf, list(iter_batch_headers(buf)), now_ms, keep_offsets=True)
-    log.flush_done(log.flush_begin())
+    append_rows(engine, key, log, now_ms, row.log_start_offset, row.log_end_offset)
     if log.log_end_offset < row.log_start_offset:
         log.truncate_fully_and_start_at(row.log_start_offset)
     elif log.log_start_offset < row.log_start_offset:
@@ -248,6 +252,24 @@ def load_partition(engine: PostgresEngine, key: PartitionKey, log, now_ms: int, 
         raise DatabaseUnavailable(f"partition {key[0]}-{key[1]}: its rows end at {log.log_end_offset}, its row says "
                                   f"{row.log_end_offset}")
     return row.leader_epoch
+
+
+def append_rows(engine: PostgresEngine, key: PartitionKey, log, now_ms: int, from_offset: int,
+                end_offset: int) -> None:
+    """Append to ``log`` the partition's rows from ``from_offset`` (at or past its log end) to ``end_offset``."""
+    append_committed(log, engine.batches(key, from_offset, end_offset), now_ms)
+
+
+def append_committed(log, rows, now_ms: int) -> None:
+    """Append rows of (base offset, batches) as the database has them to ``log``, the batches with their offsets (any
+    below its log end skipped), and mark them durable: they are committed."""
+    for _base, data in rows:
+        buf = bytearray(data)
+        batches = [(pos, h) for pos, h in iter_batch_headers(buf) if h.base_offset >= log.log_end_offset]
+        if batches:
+            first = batches[0][0]
+            log.append(memoryview(buf)[first:], [(pos - first, h) for pos, h in batches], now_ms, keep_offsets=True)
+    log.flush_done(log.flush_begin())
 
 
 def rows_of(log, from_offset: int, target: int, max_bytes: int) -> tuple[list[tuple[int, int, bytes]], int]:

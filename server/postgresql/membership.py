@@ -74,6 +74,7 @@ class Membership:
             params = self._params(directory_id=self.directory_id, rack=rack,
                                   endpoints=Jsonb({name: list(address) for name, address in endpoints.items()}))
             if conn.execute(sql("broker_register"), params).fetchone() is not None:
+                conn.execute(sql("cluster_notify"), {"controller_epoch": 0})    # the others see it join at once
                 return None
             return conn.execute(sql("broker_select"), params).fetchone()
         held = self._db.run(work)
@@ -89,7 +90,10 @@ class Membership:
 
     def unregister(self) -> None:
         """End the lease now (a broker stopping): the controller moves what it still leads at once."""
-        self._db.run(lambda conn: conn.execute(sql("broker_unregister"), self._params()))
+        def work(conn):
+            conn.execute(sql("broker_unregister"), self._params())
+            conn.execute(sql("cluster_notify"), {"controller_epoch": 0})
+        self._db.run(work)
 
     # --- the view -------------------------------------------------------------------------------------------------
 
