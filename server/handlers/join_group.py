@@ -9,6 +9,9 @@ Behaviour / version notes:
 - ACLs (as Kafka's KafkaApis): Read on the group, else GROUP_AUTHORIZATION_FAILED with generation -1,
   empty leader and member id, no members (protocol name null v7+, "" before), and the group is not
   touched.
+- On a broker that does not lead ``__consumer_offsets``' partition: NOT_COORDINATOR
+  (COORDINATOR_LOAD_IN_PROGRESS while it opens it); a JoinGroup parked when the coordinator moves
+  away is answered NOT_COORDINATOR (docs/architecture.md, "Coordinators").
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles

@@ -38,10 +38,12 @@ Behaviour / version notes:
   with client id `__admin_client` write there; we don't: only the coordinators write them).
   Nothing is stored for a refused partition.
 - Transactions (KIP-890 part 1): the first transactional batch of a producer's transaction in a
-  partition is checked with the transaction coordinator (AddPartitionsToTxn VerifyOnly, encoded,
-  through server/local_peer.py): a partition not in its ongoing transaction → INVALID_TXN_STATE;
+  partition is checked with the transaction coordinator (AddPartitionsToTxn VerifyOnly, encoded:
+  at once through server/local_peer.py when the coordinator is here, else over the wire to its
+  broker, the answer waiting for it): a partition not in its ongoing transaction → INVALID_TXN_STATE;
   an old epoch → INVALID_PRODUCER_EPOCH; the coordinator still completing the previous
-  transaction → NOT_ENOUGH_REPLICAS (retriable).  So a late batch of a fenced or finished
+  transaction, moving or without a leader → NOT_ENOUGH_REPLICAS (retriable); its broker not
+  answering → NETWORK_EXCEPTION (retriable).  So a late batch of a fenced or finished
   transaction never opens a transaction that would pin the last stable offset.
 - Transactions V2 (KIP-890 part 2): from v12 such a partition is *added* instead (AddPartitionsToTxn
   v5 without VerifyOnly, through the same path), and the batch is appended once the coordinator made

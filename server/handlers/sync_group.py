@@ -7,6 +7,9 @@ Behaviour / version notes:
 - ACLs (as Kafka's KafkaApis): after v5's check that protocol type and name are present
   (INCONSISTENT_GROUP_PROTOCOL), Read on the group, else GROUP_AUTHORIZATION_FAILED with an empty
   assignment, and the group is not touched.
+- On a broker that does not lead ``__consumer_offsets``' partition: NOT_COORDINATOR
+  (COORDINATOR_LOAD_IN_PROGRESS while it opens it); a SyncGroup waiting when the coordinator moves
+  away is answered NOT_COORDINATOR.
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
