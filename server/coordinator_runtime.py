@@ -99,6 +99,7 @@ class CoordinatorRuntime:
         self._unreplayed: collections.deque[_Staged] = collections.deque()
         self._nursery = None                 # the active coordinator's task group (cancelled on deactivation)
         self._runner = None                  # run()'s task group: where an activation's tasks start
+        self._starting: list = []            # start_soon before the activation's task group runs
         if partition is not None:
             self._take(partition)
         else:
@@ -155,6 +156,7 @@ class CoordinatorRuntime:
         self._timers.clear()
         self._heap.clear()
         self._unreplayed.clear()
+        self._starting.clear()
         waiters, self._waiters = self._waiters, {}
         for waiter in waiters.values():
             waiter.event.set()               # result None: call's answer is its if_moved
@@ -401,9 +403,13 @@ class CoordinatorRuntime:
     # --- background work -------------------------------------------------------------------
 
     def start_soon(self, fn, *args) -> bool:
-        """Run ``fn(*args)`` in the runtime's task group; False before :meth:`run` started."""
+        """Run ``fn(*args)`` in the active coordinator's task group (an activation whose tasks have not started yet
+        starts it with them); False before :meth:`run` started, or while inactive."""
         if self._nursery is None:
-            return False
+            if not self.active or self._runner is None:
+                return False
+            self._starting.append((fn, args))
+            return True
         self._nursery.start_soon(fn, *args)
         return True
 
@@ -424,6 +430,9 @@ class CoordinatorRuntime:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._run_timers, nursery)
+            starting, self._starting = self._starting, []
+            for fn, args in starting:
+                nursery.start_soon(fn, *args)
             self.serving(nursery)
             task_status.started()
 

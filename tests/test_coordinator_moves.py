@@ -31,17 +31,24 @@ class _Connection:
     peer = "127.0.0.1:50000"
 
 
-async def _call(b, api, version, **fields):
-    """``api`` through the codec at ``version`` to this broker's handler, from a client's connection."""
+def _handle(b, api, version, **fields):
+    """``api`` through the codec at ``version`` to this broker's handler, from a client's connection, now → an
+    async function returning the decoded answer."""
     handler = handler_for(api, version)
     frame = bytearray(handler.request.encode_bytes(_req(api)(**fields), version))
     decoded, _ = handler.request.decode(frame, version)
     ctx = dispatch.RequestContext(b, handler.api_key, version, 1, "tests", "User:ANONYMOUS", _Connection(), frame)
     result = handler.fn(ctx, decoded)
-    if isinstance(result, Deferred):
-        result = await result.wait()
-    out, _ = handler.response.decode(handler.response.encode_bytes(result, version), version)
-    return out
+
+    async def answer():
+        done = await result.wait() if isinstance(result, Deferred) else result
+        out, _ = handler.response.decode(handler.response.encode_bytes(done, version), version)
+        return out
+    return answer
+
+
+async def _call(b, api, version, **fields):
+    return await _handle(b, api, version, **fields)()
 
 
 def _offsets_partition(b):
@@ -189,6 +196,16 @@ def test_deactivation_answers_a_waiting_join_not_coordinator_and_activation_repl
         r = await _call(b, "OffsetFetch", 8, groups=[fetch.OffsetFetchRequestGroup(group_id="done", topics=None)])
         assert r.groups[0].error_code == 0
         assert [(t.name, p.committed_offset) for t in r.groups[0].topics for p in t.partitions] == [("t", 42)]
+        # Work started right after an activation, before its tasks run (an EndTxn's markers), runs with them.
+        b.groups.deactivate("moved")
+        b.groups.activate(partition)
+        ran = trio.Event()
+
+        async def work():
+            ran.set()
+        assert b.groups.start_soon(work)
+        with trio.fail_after(5):
+            await ran.wait()
     run_with_broker(broker, body)
     broker.close()
 
