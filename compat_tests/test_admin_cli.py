@@ -385,6 +385,19 @@ def test_find_hanging_and_abort(server):
 
 # --------------------------------------------------------------------------- errors
 
+def test_cluster_describe_shows_this_broker_alone_with_the_local_engine(module_server):
+    """The local engine is a cluster of one: this broker, its controller, leading every partition at epoch 0."""
+    (topic,) = create_topics(module_server.bootstrap, [unique_topic("cli-cluster")], 2)
+    described = run_json(module_server, "cluster", "--describe", "--topic", topic)
+    (me,) = described["brokers"]
+    assert (me["host"], me["port"], me["controller"]) == ("127.0.0.1", module_server.port, True)
+    assert described["controller_id"] == me["node_id"]
+    assert described["partitions"] == [{"topic": topic, "partition": i, "leader": me["node_id"], "leader_epoch": 0}
+                                       for i in range(2)]
+    text = run(module_server, "cluster", "--describe", "--topic", topic).stdout
+    assert f"{topic}  1          {me['node_id']}" in text and "CONTROLLER" in text
+
+
 def test_errors_exit_non_zero_with_a_message(tmp_path):
     """No broker, or a command line that does not make sense: a message on stderr and a non-zero exit."""
     with socket.socket() as s:                       # a port nothing listens on

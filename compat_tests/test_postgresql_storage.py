@@ -13,10 +13,13 @@ import pytest
 from confluent_kafka import TopicCollection
 from confluent_kafka.admin import AdminClient
 
+from compat_tests.clients import wait_until
 from compat_tests.conftest import ServerProcess
+from compat_tests.test_log_cleaner_server import CLEANER, _cleaned, _create, _produce, _read_all
 from compat_tests.python_clients import unique_topic
 from compat_tests.test_crash import (FAST_RECONNECT, PARTITIONS, Stream, check_acked_present, check_dense,
                                      consume_all, create_topic, kill_mid_stream)
+from trireme.wire import records
 
 pytestmark = pytest.mark.trireme_only("starts trireme serve processes on a PostgreSQL of its own")
 
@@ -97,3 +100,39 @@ def test_a_database_outage_refuses_writes_retriably_and_loses_nothing(tmp_path):
         if server is not None:
             server.stop()
         database.close()
+
+
+def stored_records(dsn: str, topic_id: uuid.UUID, partition: int = 0) -> list[tuple[int, bytes]]:
+    """(offset, key) of every record in the partition's rows, as the database holds them (read in the test only)."""
+    out = []
+    with psycopg.connect(dsn) as conn:
+        for (data,) in conn.execute("SELECT data FROM trireme_batch WHERE topic_id = %s AND partition = %s "
+                                    "ORDER BY base_offset", (topic_id, partition)):
+            for pos, _header in records.iter_batch_headers(bytes(data)):
+                out += [(r.offset, r.key) for r in records.decode_records(bytes(data), pos)]
+    return out
+
+
+def test_a_cleaning_compacts_the_databases_copy_too(tmp_path, postgres_database):
+    """A compacted topic cleaned on the broker: the rows are replaced by the cleaned batches (offsets kept, gaps
+    left), so the database does not keep every old value; the broker, restarted (its cache rebuilt from the rows),
+    serves the cleaned log."""
+    server = postgresql_server(tmp_path / "broker", postgres_database, **CLEANER)
+    try:
+        name = unique_topic("pg-compacted")
+        _create(server, name, {"cleanup.policy": "compact", "segment.bytes": "1024"})
+        _produce(server, name, [(b"k%d" % (i % 5), b"v%d" % i) for i in range(60)])
+        topic_id = topic_id_of(server, name)
+        assert len(stored_records(postgres_database, topic_id)) == 60
+        wait_until(lambda: _cleaned(server, name), timeout=60, what="a cleaning")
+        wait_until(lambda: len(stored_records(postgres_database, topic_id)) < 60, timeout=30,
+                   what="the cleaned rows")
+        stored = stored_records(postgres_database, topic_id)
+        offsets = [offset for offset, _ in stored]
+        assert offsets == sorted(set(offsets)) and offsets[-1] == 59
+        assert {key for _, key in stored} == {b"k%d" % k for k in range(5)}
+        assert [offset for offset, _, _ in _read_all(server, name)] == offsets
+        server.kill9()
+        assert [offset for offset, _, _ in _read_all(server, name)] == offsets
+    finally:
+        server.stop()

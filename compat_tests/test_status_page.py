@@ -286,6 +286,26 @@ def test_actions_are_off_by_default_and_names_are_escaped(server):
     writer.commit_transaction(30)                      # nothing aborted it
 
 
+def cluster_section(page: str) -> tuple[list[str], list[str]]:
+    """The status page's Cluster section as text rows: (brokers, partition leaders), cells joined by ``|``."""
+    section = re.search(r'<section id="cluster">(.*?)</section>', page, re.S).group(1)
+    tables = re.findall(r"<tbody>(.*?)</tbody>", section, re.S)
+
+    def rows(table: str) -> list[str]:
+        return ["|".join(html.unescape(re.sub(r"<[^>]+>", "", cell)).strip()
+                         for cell in re.findall(r"<td[^>]*>(.*?)</td>", tr, re.S))
+                for tr in re.findall(r"<tr>(.*?)</tr>", table, re.S)]
+    return rows(tables[0]), rows(tables[1])
+
+
+@pytest.mark.server_config(STATUS)
+def test_the_cluster_section_shows_this_broker_alone_with_the_local_engine(server):
+    create_topics(server.bootstrap, ["led"], 2)
+    brokers, leaders = cluster_section(get(status_url(server))[1])
+    assert brokers == [f"1 this broker|PLAINTEXT 127.0.0.1:{server.port}|-|-|controller"]
+    assert "led-0|1|0|1" in leaders and "led-1|1|0|1" in leaders
+
+
 @pytest.mark.server_config({**ACTIONS, "trireme.metrics.listen": "127.0.0.1:0"})
 def test_actions_need_the_token_the_origin_and_a_loopback_host(server):
     """Also: the same address in trireme.metrics.listen and trireme.status.listen is one listener serving both."""

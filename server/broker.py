@@ -42,6 +42,7 @@ from .data_dir import DataDirLock
 from .groups import GroupService
 from .limits import Limits, out_of_descriptors
 from .log_cleaner import LogCleaner, set_when_cancelled
+from .forwarding import AutoCreation
 from .local_peer import LocalPeer
 from .network_peer import NetworkPeer, inter_broker_security
 from .peers import Peers, PeerUnavailable
@@ -128,6 +129,7 @@ class Partition:
     database_epoch: int | None = None
     database_new: bool = False
     following: bool = False                # a copy of a log another broker leads (``__cluster_metadata``)
+    cleaned_ranges: list = dataclasses.field(default_factory=list)  # cleaned, not yet so in the database
     # With the PostgreSQL engine, the leader-epoch cache (None: the local engine's one epoch, from the log start).
     epochs: LeaderEpochCache | None = None
 
@@ -270,6 +272,8 @@ class Broker:
         self._dirty_event = trio.Event()
         self._deleted_in_database: list = []   # deleted partitions the next commit round removes (PostgreSQL engine)
         self._cluster_poke = trio.Event()       # set when the cluster should be polled at once (run_membership)
+        self._membership_running = trio.CancelScope()   # cancelled by controlled_shutdown
+        self._membership_ended = trio.Event()
         self._bursts: set = set()               # connections in a burst a flush round waits for (gather_burst)
         self._bursts_over: trio.Event | None = None
         self._hw_event = trio.Event()
@@ -297,6 +301,8 @@ class Broker:
         # Broker-to-broker requests (server/peers.py): this node's own handlers, other nodes over the wire.
         self.peers = Peers(self.node_id, LocalPeer(self), self._network_peer)
         self.local_peer = self.peers.local
+        # Topics a Metadata request auto-creates through the controller, when this broker is not it.
+        self.auto_creation = AutoCreation(self)
         self.groups = GroupService(config, self)
         self.transactions = TransactionService(config, self, self.allocate_producer_id, self.producer_ids_ready,
                                                self.peer, self.partition_leader,
@@ -351,6 +357,7 @@ class Broker:
         database_epoch = None
         if self.engine is not None:
             plog.on_log_start_moved = lambda: self._log_start_moved(topic.name, index)
+            plog.on_cleaned = lambda ranges: self._log_cleaned(topic.name, index, ranges)
             if follow:                      # a copy: the rows as they are (none yet: empty), the partition not taken
                 if row is not None:
                     load_partition(self.engine, (topic.topic_id, index), plog, now_ms(), row)
@@ -418,12 +425,15 @@ class Broker:
             return {name: (e.advertised_host, e.advertised_port) for name, e in self.endpoints.items()}
         return {"PLAINTEXT": (self.advertised_host, self.advertised_port)}
 
-    def _managed_partitions(self) -> dict:
-        """What the controller assigns: every partition of every topic, and the coordinators' partitions (their
-        coordinators follow them); ``__cluster_metadata``'s stays with the controller (pinned to this node)."""
-        managed = {(t.topic_id, i): None for t in self.topics.all() for i in range(t.partitions)}
-        managed.update({(service.TOPIC.topic_id, 0): None for service in (GroupService, TransactionService)})
-        managed[(CLUSTER_METADATA_TOPIC_ID, 0)] = self.node_id
+    def _managed_partitions(self, view) -> dict:
+        """What the controller assigns: every partition of every topic, with its reassignment's replicas, and the
+        coordinators' partitions (their coordinators follow them); ``__cluster_metadata``'s stays with the
+        controller (pinned to this node)."""
+        managed = {(t.topic_id, i): view.preferred.get((t.topic_id, i), ()) for t in self.topics.all()
+                   for i in range(t.partitions)}
+        managed.update({(service.TOPIC.topic_id, 0): view.preferred.get((service.TOPIC.topic_id, 0), ())
+                        for service in (GroupService, TransactionService)})
+        managed[(CLUSTER_METADATA_TOPIC_ID, 0)] = (self.node_id,)
         return managed
 
     def _refresh_view(self):
@@ -432,7 +442,7 @@ class Broker:
         view = self.membership.poll()
         if view.controller_id not in view.brokers and self.membership.elect() is not None:
             view = self.membership.poll()
-        if view.controller_id == self.node_id and self.membership.assign(view, self._managed_partitions()):
+        if view.controller_id == self.node_id and self.membership.assign(view, self._managed_partitions(view)):
             view = self.membership.poll()
         return view
 
@@ -663,7 +673,7 @@ class Broker:
         self._metadata_config = config
         row = None
         if view.controller_id == self.node_id:
-            self.membership.assign(view, {key: self.node_id})
+            self.membership.assign(view, {key: (self.node_id,)})
             row = self.engine.open(key)
         if row is not None:
             p = self._build_partition(topic, 0, config, row=row)
@@ -1252,6 +1262,7 @@ class Broker:
                 raise OSError(f"partition {partition.topic.name}-{partition.index}: the database refused the commit "
                               f"({refused[a.key]})")
             partition.database_new = False
+            del partition.cleaned_ranges[:len(a.cleaned)]
             partition.log.flush_done(a.end_offset)
             if a.end_offset >= partition.log.log_end_offset:
                 return
@@ -1260,8 +1271,10 @@ class Broker:
         """``p``'s part of a commit: its batches from where its last commit left it (at most ROUND_BYTES)."""
         start = p.log.durable_offset
         rows, end = rows_of(p.log, start, p.log.log_end_offset, ROUND_BYTES)
+        cleaned = [(first, last, rows_of(p.log, max(first, p.log.log_start_offset), last, 1 << 62)[0])
+                   for first, last in p.cleaned_ranges]
         return PartitionAppend((p.topic.topic_id, p.index), p.database_epoch, start, end, p.log.log_start_offset,
-                               rows, p.database_new)
+                               rows, p.database_new, cleaned)
 
     async def _commit_round(self, worker: WorkerThread, batch) -> None:
         """A flush round with the PostgreSQL engine: one database transaction commits every partition's batches
@@ -1286,6 +1299,7 @@ class Broker:
             row = refused.get(a.key)
             if row is None:
                 p.database_new = False
+                del p.cleaned_ranges[:len(a.cleaned)]
                 p.log.flush_done(a.end_offset)
             elif row.leader_id == self.node_id and row.leader_epoch == a.leader_epoch \
                     and a.from_offset < row.log_end_offset <= p.log.log_end_offset:
@@ -1318,6 +1332,15 @@ class Broker:
         self._dirty.update(partitions)
         self._full_event.set()
         self._wake_waiters()
+
+    def _log_cleaned(self, topic: str, index: int, ranges: list[tuple[int, int]]) -> None:
+        """With the PostgreSQL engine: a cleaning rewrote these ranges of a partition's log: the next commit round
+        replaces their rows by the cleaned batches (so the database's copy is compacted too)."""
+        p = self.partitions.get((topic, index))
+        if p is not None:
+            p.cleaned_ranges.extend(ranges)
+            self._dirty.add(p)
+            self._dirty_event.set()
 
     def _log_start_moved(self, topic: str, index: int) -> None:
         """With the PostgreSQL engine: a partition's log start moved (retention, DeleteRecords, a coordinator's
@@ -1418,6 +1441,7 @@ class Broker:
         """The broker's background tasks; started before the listener."""
         async with trio.open_nursery() as nursery:
             await nursery.start(self.peers.run)
+            await nursery.start(self.auto_creation.run)
             nursery.start_soon(self.run_flusher)
             if self.ack_before_flush and self.flush_interval_ms < 9223372036854775807:
                 nursery.start_soon(self.run_interval_flusher)
@@ -1425,12 +1449,45 @@ class Broker:
             nursery.start_soon(self.run_segment_release)
             nursery.start_soon(self.run_storage_retry)
             if self.membership is not None:
-                nursery.start_soon(self.run_membership)
+                nursery.start_soon(self._run_membership_until_shutdown)
             await nursery.start(self.groups.run)
             await nursery.start(self.transactions.run)
             await nursery.start(self.cluster_metadata.run)
             await nursery.start(self.log_cleaner.run)
             task_status.started()
+
+    async def _run_membership_until_shutdown(self) -> None:
+        try:
+            with self._membership_running:
+                await self.run_membership()
+        finally:
+            self._membership_ended.set()
+
+    async def controlled_shutdown(self) -> None:
+        """With the PostgreSQL engine, once the listener stopped (every answer given): a last commit round for what
+        is appended but not committed (at most trireme.shutdown.grace.ms), then stop renewing the lease and hand
+        every partition this broker leads to the next live broker (Membership.shut_down; Kafka's controlled
+        shutdown), so they move at once instead of after broker.session.timeout.ms."""
+        if self.membership is None:
+            return
+        with trio.move_on_after(self.config["trireme.shutdown.grace.ms"] / 1000):
+            while pending := [p for p in self.partitions.values()
+                              if p.storage_error is None and p.log.durable_offset < p.log.log_end_offset]:
+                self._dirty.update(pending)
+                self._dirty_event.set()
+                await self._hw_event.wait()
+        self._membership_running.cancel()       # no heartbeat renews the lease, no stale view assigns, once it ends
+        await self._membership_ended.wait()
+        preferred = self.cluster.view.preferred
+        led = {(p.topic.topic_id, p.index): (p.database_epoch, preferred.get((p.topic.topic_id, p.index), ()))
+               for p in self.partitions.values() if p.database_epoch is not None and not p.topic.is_internal}
+        try:
+            moved = await trio.to_thread.run_sync(self.membership.shut_down, led)
+        except DatabaseUnavailable as e:
+            log.warning("controlled shutdown: could not hand the partitions over (they move when this broker's "
+                        "lease ends): %s", e)
+            return
+        log.info("controlled shutdown: %d of %d partition(s) handed over", len(moved), len(led))
 
     def close(self) -> None:
         """Final flush of everything and close the files."""

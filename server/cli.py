@@ -13,7 +13,7 @@ import trio
 from trireme import __version__
 from trireme.state.topics import TopicError
 
-from . import admin, authentication, dispatch, dump_log, metrics, web
+from . import admin, authentication, dispatch, dump_log, metrics, migrate, web
 from .broker import Broker
 from .config import LONG_MAX, PROPERTIES, Config, ConfigError, parse_host_port, parse_topic_spec, read_config_file
 from .listener import EndPoint, Listener
@@ -74,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="set one broker property; overrides --config")
     admin.add_parsers(sub)
     dump_log.add_parser(sub)
+    migrate.add_parser(sub)
     serve.add_argument("--topic", action="append", default=[], metavar="NAME[:PARTITIONS[:KEY=VALUE,...]]",
                        help="create this topic at start-up unless it exists (repeatable)")
     return parser
@@ -172,6 +173,7 @@ async def _serve_endpoints(config: Config, storage, topics, endpoints: list, sta
                     print(f"listening on {config.listen_host}:{port}", flush=True)
                     for endpoint in endpoints[1:]:
                         print(listening_line(endpoint), flush=True)
+            await broker.controlled_shutdown()
             nursery.cancel_scope.cancel()
     finally:
         broker.close()
@@ -203,6 +205,8 @@ def main(argv=None) -> int:
         return admin.run(args)
     if args.command == "dump-log":
         return dump_log.run(args)
+    if args.command == "migrate":
+        return migrate.run(args)
     # Before anything else of the broker: a SIGTERM from here on is a clean shutdown, however early it comes.
     signals = StopSignals().install()
     try:

@@ -92,6 +92,13 @@ class ClusterView:
     controller_id: int                                  # -1: none
     controller_epoch: int
     leaders: dict[PartitionKey, tuple[int, int]]        # (leader id, leader epoch) of every partition with a row
+    lease_expires_ms: dict[int, int] = dataclasses.field(default_factory=dict)   # node id → on this broker's clock
+    preferred: dict[PartitionKey, tuple[int, ...]] = dataclasses.field(default_factory=dict)  # reassigned replicas
+
+    def preferred_leader(self, key: PartitionKey) -> int | None:
+        """Who should lead ``key``: the first live broker of its reassignment's replica list, else the first live
+        broker in rendezvous order; None while no broker is live."""
+        return choose_leader(key, self.preferred.get(key, ()), self.brokers)
 
     def leadership(self, key: PartitionKey, replication_factor: int = 1) -> PartitionLeadership | None:
         """Who leads ``key`` while its leader is live; its replicas: the leader, then the brokers that would lead
@@ -100,6 +107,10 @@ class ClusterView:
         if found is None or found[0] not in self.brokers:
             return None
         leader_id, epoch = found
+        assigned = self.preferred.get(key)
+        if assigned:                        # a reassignment's replicas, as Kafka lists them (the live ones)
+            live = tuple(n for n in assigned if n in self.brokers)
+            return PartitionLeadership(leader_id, epoch, live if leader_id in live else (leader_id, *live))
         others = [n for n in rendezvous(key, self.brokers) if n != leader_id]
         return PartitionLeadership(leader_id, epoch, (leader_id, *others[:max(0, replication_factor - 1)]))
 
@@ -110,6 +121,15 @@ def rendezvous(key: PartitionKey, node_ids) -> list[int]:
     prefix = f"{key[0]}:{key[1]}:".encode()
     return sorted(node_ids, key=lambda n: hashlib.blake2b(prefix + str(n).encode(), digest_size=8).digest(),
                   reverse=True)
+
+
+def choose_leader(key: PartitionKey, preferred, live) -> int | None:
+    """The first of ``preferred`` (a reassignment's replicas, in order) that is in ``live``, else the first of
+    ``live`` in rendezvous order; None when ``live`` is empty."""
+    for node in preferred:
+        if node in live:
+            return node
+    return rendezvous(key, live)[0] if live else None
 
 
 class ViewCluster:

@@ -33,7 +33,7 @@ from trireme.wire import headers
 from trireme.wire.codec import message
 from trireme.wire.primitives import INT32, CodecError
 
-from . import authentication, dispatch
+from . import authentication, dispatch, forwarding
 from .deferred import Deferred
 from .dispatch import CloseConnection, RequestContext
 from .quotas import wait_throttled
@@ -577,7 +577,10 @@ class Connection:
                 except CodecError as e:
                     raise CloseConnection(f"malformed {handler.name} v{api_version} request: {e}") from None
                 started = time.perf_counter()           # handler time: decoding is not the handler's
-                result = handler.fn(ctx, request)
+                if forwarding.is_forwarded(self.broker, api_key, request):
+                    result = forwarding.forward(ctx, request)       # to the controller, in an Envelope
+                else:
+                    result = handler.fn(ctx, request)
                 if inspect.isawaitable(result):
                     result = await result
         except CloseConnection:
@@ -642,9 +645,9 @@ class Connection:
                         self._polls.discard(scope)
         except BaseException as e:
             self._release_request(item.charged)
-            if isinstance(e, Exception):
+            if isinstance(e, Exception) and not isinstance(e, CloseConnection):
                 raise self._failed(item) from None
-            raise
+            raise                   # CloseConnection: the answer ends the connection (a forwarded request's)
         return self._finished(item, value)
 
     def _finish_now(self, item: _Waiting) -> _Outgoing | None:

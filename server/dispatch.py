@@ -60,10 +60,14 @@ class RequestContext:
     # Kafka's ClusterAction (broker-to-broker requests such as the coordinator's WriteTxnMarkers): only requests
     # this broker sends itself through server/local_peer.py; nothing a network client sends can set it.
     cluster_action: bool = False
+    # The client's IP address when it is not the connection's: a request forwarded in an Envelope (KIP-590).
+    client_host: str | None = None
 
     @property
     def host(self) -> str:
         """The client's IP address (Kafka's ACL host)."""
+        if self.client_host is not None:
+            return self.client_host
         return getattr(self.connection, "host", "") or ""
 
     def authorize(self, operation, resource_type, name: str, *, log_if_denied: bool = True) -> bool:

@@ -50,6 +50,7 @@ ABORT_HANGING_PATH = "/actions/abort-hanging-transaction"
 COMPLETE_PATH = "/actions/complete-transaction"
 STUCK_PATH = "/stuck-transactions"
 MAX_PRODUCER_ROWS = 500
+MAX_LEADER_ROWS = 2000
 MAX_MEMBERS_SHOWN = 6
 MAX_SECURITY_ROWS = 50              # denied-request and throttled-client rows shown (the largest counts)
 _MARKERS = message("WriteTxnMarkersRequest").cls
@@ -179,6 +180,7 @@ class StatusPage:
                 f'href="#{anchor}"><b>{n}</b>'
                 f'{_e(label)}</a>' for label, n, anchor in cards) + "</div>",
             self._actions_section(),
+            self._cluster_section(now),
             self._partitions_section(pins),
             self._groups_section(groups),
             self._transactions_section(ongoing, pins, now),
@@ -199,6 +201,39 @@ class StatusPage:
         items = "".join(f"<li>{_e(time.strftime('%H:%M:%S', time.gmtime(at / 1000)))} {_e(text)}</li>"
                         for at, text in reversed(self.recent))
         return f'<section id="actions"><h2>Recent actions</h2><ul class="actions">{items}</ul></section>'
+
+    def _cluster_section(self, now: int) -> str:
+        """The live brokers (the local engine: this one alone) and who leads each partition at which leader epoch."""
+        broker = self.broker
+        cluster = broker.cluster
+        view = getattr(cluster, "view", None)               # the PostgreSQL engine's last poll (server/cluster.py)
+        leases = view.lease_expires_ms if view is not None else {}
+        brokers = []
+        for b in cluster.brokers():
+            lease = leases.get(b.node_id)
+            brokers.append([
+                _e(b.node_id) + (' <span class="tag">this broker</span>' if b.node_id == broker.node_id else ""),
+                _e(", ".join(f"{name} {host}:{port}" for name, (host, port) in sorted(b.endpoints.items()))),
+                _e(b.rack or "-"), "-" if lease is None else _e(_age(lease - now)),
+                '<span class="tag ok">controller</span>' if b.node_id == cluster.controller_id else ""])
+        leaders = []
+        topics = sorted([*broker.topics.all(), *broker.internal_topics.values()], key=lambda t: (t.is_internal, t.name))
+        for topic in topics:
+            for index in range(topic.partitions):
+                if len(leaders) == MAX_LEADER_ROWS:
+                    break
+                found = cluster.leadership(topic, index)
+                leaders.append([_tp(topic.name, index),
+                                '<span class="tag bad">no live leader</span>' if found is None else _e(found.leader_id),
+                                "-" if found is None else _e(found.leader_epoch),
+                                "-" if found is None else _e(",".join(map(str, found.replicas)))])
+        total = sum(t.partitions for t in topics)
+        more = f'<p class="empty">{_e(total - len(leaders))} more partitions not shown</p>' if total > len(leaders) else ""
+        return ('<section id="cluster"><h2>Cluster</h2>'
+                + _table(["node id#", "endpoints", "rack", "lease left", "role"], brokers, "no live brokers")
+                + "<h3>Partition leaders</h3>"
+                + _table(["partition", "leader#", "leader epoch#", "replicas"], leaders, "no partitions") + more
+                + "</section>")
 
     def _partitions_section(self, pins) -> str:
         broker = self.broker

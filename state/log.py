@@ -399,6 +399,9 @@ class PartitionLog:
         self._retired: tuple[list, list] = ([], [])
         self.on_retired: Callable[[], object] | None = None   # told when _retired gains something
         self.on_log_start_moved: Callable[[], object] | None = None   # told when the log start offset moves
+        # told [(first offset, end offset)] of each range a cleaning's swap replaced (a copy of the log elsewhere
+        # replaces them too)
+        self.on_cleaned: Callable[[list[tuple[int, int]]], object] | None = None
 
     def configure(self, *, segment_bytes: int, retention_ms: int, retention_bytes: int,
                   segment_ms: int = _INT64_MAX, segment_jitter_ms: int = 0) -> None:
@@ -1500,6 +1503,8 @@ class PartitionLog:
                 raise OSError(errno.EIO, f"the segments of {self._directory} from offset {group.base_offset} "
                               "changed while their cleaned replacement was swapped in")
             self._swap_in_memory(i, list(old), new, group, self._retired[1])
+        if self.on_cleaned is not None and finish.new:
+            self.on_cleaned([(group.base_offset, old[-1].next_offset) for group, old in finish.groups])
         self._retired[0].extend(finish.releasing)
         finish.releasing = []
         self._cleaner_checkpoint = finish.checkpoint

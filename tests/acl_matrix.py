@@ -204,7 +204,7 @@ def broker_state(broker: Broker) -> dict[str, Any]:
         "partitions": partitions,
         "transactions": sorted((tid, repr(m.value)) for tid, m in coordinator.transactions.items()),
         "pending transactions": sorted(coordinator.pending),
-        "next producer id": broker.producer_ids._next,
+        "producer ids": (broker.producer_ids.block_end, [tuple(b) for b in broker.producer_ids._blocks]),
         "groups": sorted(groups.groups),
         "committed offsets": repr(sorted(groups.offsets.items())),
         "pending offsets": repr(sorted(groups.pending.items())),
@@ -244,13 +244,13 @@ class Case:
         return self.id
 
 
-def run_case(case: Case, *, snapshot=None, props: dict | None = None) -> None:
+def run_case(case: Case, *, snapshot=None, props: dict | None = None, send=None) -> None:
     """Run ``case`` once without each grant it needs (Kafka's refusal, broker state unchanged) and once with all.
     ``snapshot``: the broker state compared around the call (default broker_state); ``props``: broker properties
-    under the case's own."""
+    under the case's own; ``send``: how the request is sent, as :func:`call_as` (the default) is called."""
     for missing in case.needs:
-        _run(case, [g for g in case.needs if g != missing], missing, snapshot or broker_state, props or {})
-    _run(case, list(case.needs), None, snapshot or broker_state, props or {})
+        _run(case, [g for g in case.needs if g != missing], missing, snapshot or broker_state, props or {}, send)
+    _run(case, list(case.needs), None, snapshot or broker_state, props or {}, send)
 
 
 async def settled(broker: Broker) -> None:
@@ -260,9 +260,9 @@ async def settled(broker: Broker) -> None:
     await broker.groups.wait_replayed()
 
 
-def _run(case: Case, grants: list[Grant], missing: Grant | None, snapshot, props: dict) -> None:
+def _run(case: Case, grants: list[Grant], missing: Grant | None, snapshot, props: dict, send=None) -> None:
     broker = make_broker(**{**props, **case.props})
-    send = call_fast if case.fast else call_as
+    send = send or (call_fast if case.fast else call_as)
 
     async def body(b):
         prepared = await case.setup(b) if case.setup is not None else None

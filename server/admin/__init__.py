@@ -1,6 +1,6 @@
-"""The admin command line: ``trireme topics``, ``groups``, ``transactions``, ``acls``, ``users`` and ``quotas`` do the jobs of Kafka's
-kafka-topics.sh, kafka-consumer-groups.sh, kafka-transactions.sh, kafka-acls.sh and kafka-configs.sh (SCRAM users,
-client quotas) against any Kafka-protocol broker, on a secured listener too (``--command-config``, ``security.py``).
+"""The admin command line: ``trireme topics``, ``groups``, ``transactions``, ``acls``, ``users``, ``quotas`` and ``cluster`` do the jobs of Kafka's
+kafka-topics.sh, kafka-consumer-groups.sh, kafka-transactions.sh, kafka-acls.sh, kafka-configs.sh (SCRAM users,
+client quotas) and kafka-cluster.sh against any Kafka-protocol broker, on a secured listener too (``--command-config``, ``security.py``).
 
 One client, ours: the ``wire`` codec over a plain socket (``client.py``), not kafka-python's admin
 client.  It adds no dependency, each call names the request, version and fields it sends (so the
@@ -19,13 +19,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import acls, groups, quotas, topics, transactions, users
+from . import acls, cluster, groups, quotas, topics, transactions, users
 from .client import AdminError, Client
 from .output import render
 from .security import load_command_config
 
 TOOLS = {"topics": topics, "groups": groups, "transactions": transactions, "acls": acls, "users": users,
-         "quotas": quotas}
+         "quotas": quotas, "cluster": cluster}
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 

@@ -12,12 +12,22 @@ Behaviour / version notes:
 - AllowReplicationFactorChange (v1) is echoed in the response; the only valid target has the
   current replication factor (1), so it never changes an answer.
 - Top-level ErrorCode 0, ErrorMessage null; TimeoutMs is irrelevant.
+- With the PostgreSQL engine (a cluster, docs/architecture.md "The cluster"): any live broker may be
+  named; the list is stored as the partition's preferred leaders, in order (``assigned_replicas``),
+  and the controller has the first live one lead it (the data is in the database: nothing is copied,
+  so the reassignment is complete once stored and ListPartitionReassignments never shows it).  A
+  broker that is not live → INVALID_REPLICA_ASSIGNMENT; a partition without a row yet →
+  LEADER_NOT_AVAILABLE; the database unreachable → REQUEST_TIMED_OUT.
 - ACLs (as Kafka's controller): Alter on the cluster, else CLUSTER_AUTHORIZATION_FAILED with
   "Cluster authorization failed." at the top level and on every partition named; nothing changes.
 """
 from __future__ import annotations
 
+import trio
+
+from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
+from trireme.server.postgresql.engine import DatabaseUnavailable
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.wire import error_codes as E
 
@@ -34,7 +44,9 @@ def _check(broker, name: str, index: int, replicas) -> tuple[E.KafkaError, str |
         return E.INVALID_REPLICA_ASSIGNMENT, "the replica list is empty"
     previous = None
     for node in sorted(replicas):            # in Kafka's order: the smallest offending broker id is named
-        if node != broker.node_id:
+        if broker.membership is not None and broker.cluster.broker(node) is None:
+            return E.INVALID_REPLICA_ASSIGNMENT, f"broker {node} is not a live broker of this cluster"
+        if broker.membership is None and node != broker.node_id:
             return E.INVALID_REPLICA_ASSIGNMENT, f"broker {node} is not registered (this cluster is broker {broker.node_id})"
         if node == previous:
             return E.INVALID_REPLICA_ASSIGNMENT, f"broker {node} appears more than once in the replica list"
@@ -57,11 +69,29 @@ def alter_partition_reassignments(ctx, request):
             pcls(partition_index=p.partition_index, error_code=code, error_message=CLUSTER_AUTHORIZATION_MESSAGE)
             for p in t.partitions]) for t in request.topics]
         return response
+    stored = {}                                 # (topic id, index) → its answer, once the database has the list
     for t in request.topics:
         out = tcls(name=t.name)
         response.responses.append(out)
         for p in t.partitions:
             error, message = _check(broker, t.name, p.partition_index, p.replicas)
-            out.partitions.append(pcls(partition_index=p.partition_index, error_code=error.code,
-                                       error_message=message))
-    return response
+            answer = pcls(partition_index=p.partition_index, error_code=error.code, error_message=message)
+            out.partitions.append(answer)
+            if error is E.NONE and broker.membership is not None:
+                stored[(broker.described_topic(t.name).topic_id, p.partition_index)] = (answer, list(p.replicas))
+    if not stored:
+        return response
+
+    async def store():
+        try:
+            done = await trio.to_thread.run_sync(broker.membership.reassign,
+                                                 {key: replicas for key, (_, replicas) in stored.items()})
+        except DatabaseUnavailable as e:
+            done, error, message = set(), E.REQUEST_TIMED_OUT, f"the cluster's database: {e}"
+        else:
+            error, message = E.LEADER_NOT_AVAILABLE, "the partition has no leader yet"
+        for key, (answer, _) in stored.items():
+            if key not in done:
+                answer.error_code, answer.error_message = error.code, message
+        return response
+    return Deferred(store)

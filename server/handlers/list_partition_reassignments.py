@@ -4,7 +4,9 @@ Behaviour / version notes:
 - v0.  Topics null (all) or named: no topics in the answer, ErrorCode 0, ErrorMessage null —
   what Kafka answers when nothing is reassigning (named topics that don't exist are left out
   there too).  AlterPartitionReassignments to [this node] completes at once, and any other
-  target is refused, so there is never anything to list.
+  target is refused, so there is never anything to list.  In a cluster (PostgreSQL engine) a
+  reassignment only names the partition's preferred leaders (the data is in the database, nothing is
+  copied), so it is complete once stored: the list is empty there too.
 - ACLs (as Kafka's controller): Describe on the cluster, else CLUSTER_AUTHORIZATION_FAILED with
   "Cluster authorization failed." and each named topic listed with its named partitions (no
   replicas), as Kafka's error answer echoes them.

@@ -16,7 +16,9 @@ Behaviour / version notes:
   lists the new partitions (Kafka answers LEADER_NOT_AVAILABLE first; clients handle both).  A
   creation the storage fails (disk full) answers that topic KAFKA_STORAGE_ERROR, as Kafka's
   auto-creation passes its CreateTopics error on; nothing of the topic is kept, a retry creates it
-  once space is free.
+  once space is free.  On a broker that is not the controller (a cluster), the controller creates it:
+  that topic is answered LEADER_NOT_AVAILABLE and CreateTopics goes to the controller in the background
+  with the client's principal in an Envelope (server/forwarding.py), as Kafka's AutoTopicCreationManager.
 - Leader epochs come from the topic registry and never go down, also across restarts.
 - The coordinators' internal topics (`__consumer_offsets`, `__transaction_state`, one partition
   each) are listed with is_internal = true, as on Kafka (aiokafka's and the Java consumer's
@@ -38,8 +40,9 @@ Behaviour / version notes:
 """
 import uuid
 
+from trireme.server import forwarding
 from trireme.server.deferred import Deferred
-from trireme.server.dispatch import handles
+from trireme.server.dispatch import API_KEYS, handles
 from trireme.server.authorized_operations import SUPPORTED_OPERATIONS, authorized_operations
 from trireme.server.handlers import first_of_each
 from trireme.server.routing import DescribedCluster
@@ -48,6 +51,7 @@ from trireme.state.topics import TopicError, validate_topic_name
 from trireme.wire import error_codes as E
 
 ZERO_UUID = uuid.UUID(int=0)
+CREATE_TOPICS = API_KEYS["CreateTopics"]
 # Every supported operation: what the bit sets are without an authorizer (or with every permission).
 TOPIC_OPERATIONS = sum(1 << op for op in SUPPORTED_OPERATIONS[ResourceType.TOPIC])
 CLUSTER_OPERATIONS = sum(1 << op for op in SUPPORTED_OPERATIONS[ResourceType.CLUSTER])
@@ -107,6 +111,11 @@ def metadata(ctx, request):
                 topics.append((name, None, E.INVALID_TOPIC_EXCEPTION.code, ZERO_UUID, True))
                 continue
             if auto_create and broker.config["auto.create.topics.enable"]:
+                if forwarding.is_forwarded(broker, CREATE_TOPICS):
+                    # the controller creates it (Kafka's AutoTopicCreationManager): the client asks again
+                    broker.auto_creation.create(name, ctx)
+                    topics.append((name, None, E.LEADER_NOT_AVAILABLE.code, ZERO_UUID, True))
+                    continue
                 topics.append((name, _AUTO_CREATE, 0, ZERO_UUID, True))
                 continue
             topics.append((name, None, E.UNKNOWN_TOPIC_OR_PARTITION.code, ZERO_UUID, True))

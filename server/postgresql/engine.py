@@ -60,6 +60,8 @@ class PartitionAppend:
     start_offset: int
     rows: list[tuple[int, int, bytes]]
     new: bool = False               # created while this broker runs: its row may not exist yet
+    # ranges a cleaning rewrote, committed already: (first offset, end offset, the rows that replace theirs)
+    cleaned: list[tuple[int, int, list[tuple[int, int, bytes]]]] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(slots=True, frozen=True)
@@ -224,6 +226,10 @@ class PostgresEngine:
                     continue
                 rows.extend({**params, "base_offset": base, "last_offset": last, "data": data}
                             for base, last, data in a.rows)
+                for first, end, cleaned in a.cleaned:
+                    cursor.execute(sql("batch_delete_range"), {**params, "first_offset": first, "end_offset": end})
+                    rows.extend({**params, "base_offset": base, "last_offset": last, "data": data}
+                                for base, last, data in cleaned)
                 if a.start_offset > self._starts.get(a.key, 0):
                     cursor.execute(sql("batch_delete_below"), {**params, "start_offset": a.start_offset})
             if rows:

@@ -14,7 +14,8 @@ import uuid
 import psycopg
 from psycopg.types.json import Jsonb
 
-from ..cluster import ClusterBroker, ClusterView, rendezvous
+from ..clock import now_ms
+from ..cluster import ClusterBroker, ClusterView, choose_leader
 from .engine import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable, PartitionKey, sql
 
 log = logging.getLogger("trireme.cluster")
@@ -95,16 +96,76 @@ class Membership:
             conn.execute(sql("cluster_notify"), {"controller_epoch": 0})
         self._db.run(work)
 
+    def shut_down(self, led: dict[PartitionKey, tuple[int, tuple[int, ...]]]) -> dict[PartitionKey, int]:
+        """Controlled shutdown, in one transaction: end the lease (so the controller never names this broker again),
+        name the next live broker the leader of each partition of ``led`` (key → (the leader epoch this broker leads
+        it at, which fences the change; its reassignment's replicas: the first live one of them, else the first in
+        rendezvous order), and tell every broker → {key: its new leader} of those moved (none when no other broker
+        is live: they wait for one, as after a lost broker)."""
+        def work(conn):
+            conn.execute(sql("broker_unregister"), self._params())
+            live = [n for n, *_ in conn.execute(sql("brokers_live")).fetchall() if n != self.node_id]
+            moved = {}
+            if live:
+                cursor = conn.cursor()
+                for (topic_id, partition), (epoch, preferred) in led.items():
+                    target = choose_leader((topic_id, partition), preferred, live)
+                    cursor.execute(sql("partition_hand_over"), self._params(
+                        topic_id=topic_id, partition=partition, leader_id=target, leader_epoch=epoch))
+                    if cursor.rowcount:
+                        moved[(topic_id, partition)] = target
+            conn.execute(sql("cluster_notify"), {"controller_epoch": 0})
+            return moved
+        moved = self._db.run(work)
+        for (topic_id, partition), target in moved.items():
+            log.info("partition %s-%d: handed over to node %d (controlled shutdown)", topic_id, partition, target)
+        return moved
+
     # --- the view -------------------------------------------------------------------------------------------------
 
     def poll(self) -> ClusterView:
         def work(conn):
+            live = conn.execute(sql("brokers_live")).fetchall()
+            now = now_ms()
             brokers = {n: ClusterBroker(n, {name: (a[0], int(a[1])) for name, a in endpoints.items()}, rack)
-                       for n, endpoints, rack in conn.execute(sql("brokers_live")).fetchall()}
+                       for n, endpoints, rack, _left in live}
             controller_id, controller_epoch = conn.execute(sql("controller_select")).fetchone()
-            leaders = {(t, p): (leader, epoch)
-                       for t, p, leader, epoch in conn.execute(sql("partitions_select")).fetchall()}
-            return ClusterView(brokers, -1 if controller_id is None else controller_id, controller_epoch, leaders)
+            rows = conn.execute(sql("partitions_select")).fetchall()
+            leaders = {(t, p): (leader, epoch) for t, p, leader, epoch, _assigned in rows}
+            return ClusterView(brokers, -1 if controller_id is None else controller_id, controller_epoch, leaders,
+                               {n: now + left for n, _endpoints, _rack, left in live},
+                               {(t, p): tuple(assigned) for t, p, _leader, _epoch, assigned in rows if assigned})
+        return self._db.run(work)
+
+    def reassign(self, replicas: dict[PartitionKey, list[int]]) -> set[PartitionKey]:
+        """AlterPartitionReassignments: store each partition's preferred leaders and tell every broker (the controller
+        moves the partitions) → the keys stored (a partition without a row yet is not)."""
+        def work(conn):
+            stored = set()
+            cursor = conn.cursor()
+            for (topic_id, partition), nodes in replicas.items():
+                cursor.execute(sql("partition_reassign"), {"topic_id": topic_id, "partition": partition,
+                                                           "replicas": nodes})
+                if cursor.rowcount:
+                    stored.add((topic_id, partition))
+            conn.execute(sql("cluster_notify"), {"controller_epoch": 0})
+            return stored
+        return self._db.run(work)
+
+    def move(self, moves: dict[PartitionKey, tuple[int, int, int]]) -> set[PartitionKey]:
+        """ElectLeaders: name each partition's new leader now (key → (its leader and leader epoch as seen, which
+        fence the change, the new leader)) and tell every broker → the keys moved."""
+        def work(conn):
+            moved = set()
+            cursor = conn.cursor()
+            for (topic_id, partition), (seen_leader, seen_epoch, target) in moves.items():
+                cursor.execute(sql("partition_assign"), {"topic_id": topic_id, "partition": partition,
+                                                         "leader_id": target, "seen_leader_id": seen_leader,
+                                                         "seen_leader_epoch": seen_epoch})
+                if cursor.rowcount:
+                    moved.add((topic_id, partition))
+            conn.execute(sql("cluster_notify"), {"controller_epoch": 0})
+            return moved
         return self._db.run(work)
 
     # --- the controller -------------------------------------------------------------------------------------------
@@ -114,16 +175,17 @@ class Membership:
         found = self._db.run(lambda conn: conn.execute(sql("controller_elect"), self._params()).fetchone())
         return None if found is None else found[0]
 
-    def assign(self, view: ClusterView, partitions: dict[PartitionKey, int | None]) -> int:
-        """As the controller (at ``view.controller_epoch``): give each of ``partitions`` (key → the node that must
-        lead it, or None: the first live broker in rendezvous order) the leader it should have, and create the rows
-        of those that have none → how many changed (0: nothing, or this broker is no longer the controller)."""
+    def assign(self, view: ClusterView, partitions: dict[PartitionKey, tuple[int, ...]]) -> int:
+        """As the controller (at ``view.controller_epoch``): give each of ``partitions`` (key → the nodes that should
+        lead it, in order of preference: the first live one does; none live, or none named: the first live broker in
+        rendezvous order) the leader it should have, and create the rows of those that have none → how many changed
+        (0: nothing, or this broker is no longer the controller)."""
         live = sorted(view.brokers)
         if not live:
             return 0
         changes = []
-        for key, pinned in partitions.items():
-            target = pinned if pinned in view.brokers else rendezvous(key, live)[0]
+        for key, preferred in partitions.items():
+            target = choose_leader(key, preferred, live)
             found = view.leaders.get(key)
             if found is None or found[0] != target:
                 changes.append((key, target, found))

@@ -1,1 +1,1 @@
-SELECT topic_id, partition, leader_id, leader_epoch FROM trireme_partition;
+SELECT topic_id, partition, leader_id, leader_epoch, assigned_replicas FROM trireme_partition;

@@ -27,6 +27,9 @@ CREATE TABLE IF NOT EXISTS trireme_partition (
     log_end_offset bigint NOT NULL,
     PRIMARY KEY (topic_id, partition)
 );
+-- A reassignment's replica list (AlterPartitionReassignments): the brokers that should lead the partition, in order
+-- of preference; NULL: rendezvous order over the live brokers.  Added to tables created before it existed.
+ALTER TABLE trireme_partition ADD COLUMN IF NOT EXISTS assigned_replicas integer[];
 
 -- Record batches as produced (never decoded): each row holds whole batches from base_offset to last_offset.
 CREATE TABLE IF NOT EXISTS trireme_batch (
