@@ -702,10 +702,11 @@ class GroupCoordinator:
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
                   now_ms: int) -> tuple[int, Effects]:
-        """Handle a Heartbeat → (error code, effects); a valid heartbeat restarts the member's session."""
+        """Handle a Heartbeat → (error code, effects); a valid heartbeat restarts the member's session.  While the
+        coordinator loads, the member is told nothing (NONE, as Kafka answers it blindly then)."""
         op = _Op(now_ms)
         if self.serving_error:
-            return self.serving_error, op.fx
+            return (0 if self.serving_error == E.COORDINATOR_LOAD_IN_PROGRESS.code else self.serving_error), op.fx
         if not group_id:
             return E.INVALID_GROUP_ID.code, op.fx
         group = self.groups.get(group_id)
