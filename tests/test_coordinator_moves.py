@@ -7,7 +7,8 @@ from broker_runner import run_with_broker
 from trireme.server import dispatch
 from trireme.server.broker import Broker
 from trireme.server.deferred import Deferred
-from trireme.server.peers import handler_for
+from trireme.server.peers import PeerUnavailable, handler_for
+from trireme.server.transactions import ask_coordinator
 from trireme.server.config import Config
 from trireme.wire import error_codes as E
 from trireme.wire.codec import message
@@ -278,5 +279,62 @@ def test_with_postgresql_a_coordinator_follows_its_partitions_leadership(tmp_pat
         fetch = _req("OffsetFetch")
         r = await _call(b, "OffsetFetch", 8, groups=[fetch.OffsetFetchRequestGroup(group_id="g", topics=None)])
         assert [p.committed_offset for t in r.groups[0].topics for p in t.partitions] == [42]
+    run_with_broker(broker, body)
+    broker.close()
+
+
+class _Unreachable:
+    async def call(self, api, version, request):
+        raise PeerUnavailable(2, "connection refused")
+
+
+class _Refusing:
+    async def call(self, api, version, request):
+        return message("AddPartitionsToTxnResponse").cls(error_code=E.CLUSTER_AUTHORIZATION_FAILED.code)
+
+
+class _ElsewhereBroker:
+    """What ask_coordinator uses of a broker whose transaction coordinator is node ``leader`` (-1: none)."""
+
+    node_id = 1
+
+    def __init__(self, leader, peer):
+        self.leader, self._peer = leader, peer
+
+    def partition_leader(self, topic, index):
+        return self.leader
+
+    def peer(self, node):
+        assert node == self.leader
+        return self._peer
+
+
+def test_asking_a_coordinator_elsewhere_maps_what_goes_wrong_as_kafkas_add_partitions_to_txn_manager():
+    partitions = [("t", 0), ("t", 1)]
+
+    def ask(broker):
+        return trio.run(lambda: ask_coordinator(broker, "x", 1, 0, partitions, verify_only=True))
+    assert ask(_ElsewhereBroker(2, _Unreachable())) == {tp: E.NETWORK_EXCEPTION.code for tp in partitions}
+    assert ask(_ElsewhereBroker(-1, None)) == {tp: E.COORDINATOR_NOT_AVAILABLE.code for tp in partitions}
+    assert ask(_ElsewhereBroker(2, _Refusing())) == {tp: E.INVALID_TXN_STATE.code for tp in partitions}
+
+
+def test_markers_from_a_connection_are_a_brokers_only_where_the_coordinator_is_another_broker(tmp_path):
+    """Without an authorizer any principal is a broker, but on the coordinator's own broker (here: every broker of
+    the local engine) a marker from a connection is a client's and checked against the coordinator."""
+    broker = _broker(tmp_path)
+    markers = _req("WriteTxnMarkers")
+
+    async def marker_error(b) -> int:
+        answer = await _call(b, "WriteTxnMarkers", 1, markers=[markers.WritableTxnMarker(
+            producer_id=999_999, producer_epoch=0, transaction_result=False, coordinator_epoch=0,
+            topics=[markers.WritableTxnMarker.WritableTxnMarkerTopic(name="t", partition_indexes=[0])])])
+        return answer.markers[0].topics[0].partitions[0].error_code
+
+    async def body(b):
+        assert await marker_error(b) == E.UNKNOWN_PRODUCER_ID.code      # a producer id no coordinator handed out
+        here = b.partition_leader
+        b.partition_leader = lambda topic, index: 2 if topic == "__transaction_state" else here(topic, index)
+        assert await marker_error(b) == 0                                # another broker's coordinator's marker
     run_with_broker(broker, body)
     broker.close()
