@@ -186,3 +186,105 @@ def test_a_deposed_leader_that_wakes_up_cannot_append(tmp_path, postgres_databas
         got += [m.value() for m in consumer.consume(10, timeout=0.5) if m.error() is None]
         consumer.close()
         assert got == [b"before", b"after"]
+
+
+def coordinator_of(bootstrap: str, key: str, key_type: int) -> int:
+    """The node FindCoordinator (v4) through ``bootstrap`` names for a group (0) or transactional id (1); -1: none."""
+    from compat_tests.test_bad_input import RawConn, req
+    with RawConn(bootstrap) as conn:
+        answer = conn.request("FindCoordinator", 4, req("FindCoordinator", key_type=key_type, coordinator_keys=[key]))
+    [found] = answer.coordinators
+    return found.node_id if found.error_code == 0 else -1
+
+
+def read_committed(bootstrap: str, topic: str, partitions: int, expected: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False,
+                         "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < expected and time.monotonic() < deadline:
+        for m in consumer.consume(100, timeout=0.5):
+            if m.error() is None:
+                got.append(m.value())
+    consumer.close()
+    return got
+
+
+def test_coordinators_live_on_their_partitions_leader_and_move_when_its_broker_dies(tmp_path, postgres_database):
+    """Three brokers: the group and transaction coordinators are where ``__consumer_offsets``' and
+    ``__transaction_state``'s partitions are led.  A transactional producer commits across partitions led by the
+    other brokers (its markers cross brokers: read_committed sees them) and a consumer group commits its offsets.
+    Then the coordinators' brokers are killed (-9): FindCoordinator names a live broker, the transaction in flight
+    completes or aborts whole, the group rebalances on the new coordinator and keeps its committed offsets."""
+    with Cluster(tmp_path, postgres_database, size=3) as cluster:
+        wait_for("three live brokers", lambda: brokers_table(postgres_database) == {1: True, 2: True, 3: True})
+        first = cluster.brokers[1].bootstrap
+        admin = AdminClient({"bootstrap.servers": first})
+        admin.create_topics([NewTopic("work", 6, 3)])["work"].result(30)
+        leaders = wait_for("leaders", lambda: _all_led(metadata_leaders(first, "work"), 6))
+        group_node = wait_for("a group coordinator", lambda: max(coordinator_of(first, "g", 0), 0))
+        txn_node = wait_for("a transaction coordinator", lambda: max(coordinator_of(first, "tx", 1), 0))
+        for b in cluster.brokers.values():          # every broker names the same coordinators
+            assert (coordinator_of(b.bootstrap, "g", 0), coordinator_of(b.bootstrap, "tx", 1)) == (group_node, txn_node)
+        elsewhere = [p for p, leader in leaders.items() if leader != txn_node]
+        assert elsewhere, leaders                   # rendezvous spreads six partitions over three brokers
+
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "tx",
+                             "transaction.timeout.ms": 10000})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        for i in range(60):
+            producer.produce("work", b"c%d" % i, partition=i % 6)
+        producer.commit_transaction(30)
+        committed = read_committed(first, "work", 6, 60)
+        assert sorted(committed) == sorted(b"c%d" % i for i in range(60))   # markers written on every leader
+
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "g", "enable.auto.commit": False,
+                             "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+        consumer.subscribe(["work"])
+        seen = 0
+        deadline = time.monotonic() + 30
+        while seen < 60 and time.monotonic() < deadline:
+            seen += sum(1 for m in consumer.consume(100, timeout=0.5) if m.error() is None)
+        assert seen == 60
+        consumer.commit(asynchronous=False)
+        offsets = {tp.partition: tp.offset for tp in consumer.committed(
+            [TopicPartition("work", p) for p in range(6)], timeout=10)}
+        assert sum(offsets.values()) >= 60, offsets
+        consumer.close()
+
+        # A transaction in flight when the coordinators' brokers die.
+        producer.begin_transaction()
+        for i in range(30):
+            producer.produce("work", b"f%d" % i, partition=i % 6)
+        producer.flush(30)
+        killed = {group_node, txn_node}
+        for node in killed:
+            cluster.brokers[node].kill()
+        survivor = next(b.bootstrap for n, b in cluster.brokers.items() if n not in killed)
+        new_group = wait_for("a live group coordinator",
+                             lambda: (lambda n: n if n > 0 and n not in killed else None)(coordinator_of(survivor, "g", 0)),
+                             timeout=60)
+        new_txn = wait_for("a live transaction coordinator",
+                           lambda: (lambda n: n if n > 0 and n not in killed else None)(coordinator_of(survivor, "tx", 1)),
+                           timeout=60)
+        assert new_group not in killed and new_txn not in killed
+        try:
+            producer.commit_transaction(60)
+            outcome = "committed"
+        except Exception:                           # aborted by the new coordinator (or abortable): all of it gone
+            outcome = "aborted"
+        after = read_committed(survivor, "work", 6, 90 if outcome == "committed" else 60)
+        flight = sorted(v for v in after if v.startswith(b"f"))
+        assert flight in ([], sorted(b"f%d" % i for i in range(30))), (outcome, flight)
+        assert sorted(v for v in after if v.startswith(b"c")) == sorted(b"c%d" % i for i in range(60))
+
+        consumer = Consumer({"bootstrap.servers": survivor, "group.id": "g", "enable.auto.commit": False,
+                             "auto.offset.reset": "earliest"})
+        consumer.subscribe(["work"])
+        wait_for("an assignment from the new coordinator", lambda: consumer.poll(0.5) is not None or consumer.assignment())
+        again = {tp.partition: tp.offset for tp in consumer.committed(
+            [TopicPartition("work", p) for p in range(6)], timeout=10)}
+        consumer.close()
+        assert again == offsets                     # no committed offset lost

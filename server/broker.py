@@ -304,17 +304,20 @@ class Broker:
         self.local_peer = self.peers.local
         # Topics a Metadata request auto-creates through the controller, when this broker is not it.
         self.auto_creation = AutoCreation(self)
-        self.groups = GroupService(config, self, self.open_internal_partition)
-        self.transactions = TransactionService(config, self, self.open_internal_partition,
-                                               self.allocate_producer_id, self.producer_ids_ready, self.peer,
-                                               self.partition_leader,
+        self.groups = GroupService(config, self)
+        self.transactions = TransactionService(config, self, self.allocate_producer_id, self.producer_ids_ready,
+                                               self.peer, self.partition_leader,
                                                self.features.level(TRANSACTION_VERSION))
-        self.transactions.abort_orphans([((p.topic.name, p.index), pid, epoch)
-                                         for p in self.partitions.values()
-                                         for pid, epoch, _ in p.producers.open_transactions()])
         # The coordinators' topics: not in the registry (clients neither create nor write them), but described
         # to clients as Kafka describes them, marked internal.
-        self.internal_topics = {s.partition.topic.name: s.partition.topic for s in (self.groups, self.transactions)}
+        self.internal_topics = {s.TOPIC.name: s.TOPIC for s in (self.groups, self.transactions)}
+        # Each coordinator is active where its partition's leader is: here for good with the local engine, else
+        # as the cluster names this broker (_follow_leadership).
+        self.coordinators = {s.TOPIC.topic_id: s for s in (self.groups, self.transactions)}
+        if self.engine is None:
+            for service in self.coordinators.values():
+                self._activate(service, self.open_internal_partition(service.TOPIC, 0,
+                                                                     segment_bytes=service.segment_bytes))
         self._sweep_orphans()
         self.log_cleaner = LogCleaner(self)
 
@@ -424,10 +427,15 @@ class Broker:
         return {"PLAINTEXT": (self.advertised_host, self.advertised_port)}
 
     def _managed_partitions(self, view) -> dict:
-        """What the controller assigns: every partition of every topic, with its reassignment's replicas (the
-        internal topics' stay with whoever opened them, until their coordinators follow leadership)."""
-        return {(t.topic_id, i): view.preferred.get((t.topic_id, i), ()) for t in self.topics.all()
-                for i in range(t.partitions)}
+        """What the controller assigns: every partition of every topic, with its reassignment's replicas, and the
+        coordinators' partitions (their coordinators follow them); ``__cluster_metadata``'s stays with the
+        controller (pinned to this node)."""
+        managed = {(t.topic_id, i): view.preferred.get((t.topic_id, i), ()) for t in self.topics.all()
+                   for i in range(t.partitions)}
+        managed.update({(service.TOPIC.topic_id, 0): view.preferred.get((service.TOPIC.topic_id, 0), ())
+                        for service in (GroupService, TransactionService)})
+        managed[(CLUSTER_METADATA_TOPIC_ID, 0)] = (self.node_id,)
+        return managed
 
     def _refresh_view(self):
         """(blocking) Poll the cluster; when there is no live controller, become it; as the controller, assign the
@@ -503,32 +511,54 @@ class Broker:
 
     async def _follow_leadership_now(self, view) -> None:
         for key, p in [((p.topic.topic_id, p.index), p) for p in self.partitions.values()
-                       if p.database_epoch is not None and not p.topic.is_internal]:
+                       if p.database_epoch is not None and p.topic.name != CLUSTER_METADATA_TOPIC]:
             found = view.leaders.get(key)
             if found is None and p.database_new:
                 continue                        # created here after the poll began: its row comes with a commit
             if found is None or found[0] != self.node_id:
                 self._close_partition(p, "its row is gone" if found is None else f"now led by node {found[0]}")
         for (topic_id, index), (leader, _epoch) in list(view.leaders.items()):
-            topic = self.topics.by_id(topic_id)
+            coordinator = self.coordinators.get(topic_id)
+            topic = self.topics.by_id(topic_id) if coordinator is None else coordinator.TOPIC
             if leader != self.node_id or topic is None or index >= topic.partitions \
                     or (topic.name, index) in self.partitions:
                 continue
+            config = None
+            if coordinator is not None:
+                coordinator.loading()
+                config = self._internal_config(topic, coordinator.segment_bytes)
             try:
                 row = await trio.to_thread.run_sync(self.engine.open, (topic_id, index))
                 if row is None:
                     continue
-                p = await trio.to_thread.run_sync(functools.partial(self._build_partition, topic, index, row=row))
+                p = await trio.to_thread.run_sync(functools.partial(self._build_partition, topic, index, config,
+                                                                    row=row))
             except (DatabaseUnavailable, OSError) as e:
                 log.error("could not open partition %s-%d (tried again at the next poll): %r", topic.name, index, e)
                 continue
-            if self.topics.by_id(topic_id) is not topic or (topic.name, index) in self.partitions:
+            finally:
+                if coordinator is not None and not coordinator.active:
+                    coordinator.coordinator.unavailable = E.NOT_COORDINATOR.code     # (until the next try)
+            current = topic if coordinator is not None else self.topics.by_id(topic_id)
+            if current is not topic or (topic.name, index) in self.partitions:
                 p.log.close()               # the topic changed meanwhile
                 continue
             self.partitions[(topic.name, index)] = p
             log.info("leading partition %s-%d at leader epoch %d (log %d..%d)", topic.name, index, row.leader_epoch,
                      row.log_start_offset, row.log_end_offset)
+            if coordinator is not None:
+                self._activate(coordinator, p)
             self._wake_waiters()
+
+    def _activate(self, coordinator, partition: Partition) -> None:
+        """This broker leads a coordinator's partition: the coordinator serves here (the transaction coordinator
+        aborts what the data partitions led here hold open that it never recorded)."""
+        if coordinator is self.transactions:
+            coordinator.activate(partition, [((p.topic.name, p.index), pid, epoch)
+                                             for p in self.partitions.values()
+                                             for pid, epoch, _ in p.producers.open_transactions()])
+        else:
+            coordinator.activate(partition)
 
     def _close_partition(self, p: Partition, why: str) -> None:
         """This broker no longer leads ``p``: it stops serving it (requests for it are answered
@@ -539,6 +569,8 @@ class Broker:
         del self.partitions[(p.topic.name, p.index)]
         self._dirty.discard(p)
         log.info("no longer leading partition %s-%d: %s", p.topic.name, p.index, why)
+        if p.runtime is not None and p.runtime in self.coordinators.values():
+            p.runtime.deactivate(why)        # the coordinator moves with its partition
         try:
             p.log.delete()
         except OSError as e:
@@ -575,11 +607,14 @@ class Broker:
 
     def open_internal_partition(self, topic: Topic, index: int, *, segment_bytes: int) -> Partition:
         """A partition of an internal topic (not in the registry, never subject to retention)."""
-        config = {**self.topic_config(topic), "segment.bytes": str(segment_bytes), "retention.ms": "-1",
-                  "retention.bytes": "-1", "cleanup.policy": "compact"}
+        config = self._internal_config(topic, segment_bytes)
         if self.membership is not None and topic.topic_id == CLUSTER_METADATA_TOPIC_ID:
             return self._open_metadata_partition(topic, config)
         return self._open_partition(topic, index, config)
+
+    def _internal_config(self, topic: Topic, segment_bytes: int) -> dict[str, str]:
+        return {**self.topic_config(topic), "segment.bytes": str(segment_bytes), "retention.ms": "-1",
+                "retention.bytes": "-1", "cleanup.policy": "compact"}
 
     async def _follow_metadata(self, view) -> None:
         """In a cluster, after each poll: keep this broker's copy of ``__cluster_metadata`` up with what the

@@ -11,6 +11,13 @@ as a fresh snapshot and the log start offset moved past everything before it.  W
 runs, the log cleaner (server/log_cleaner.py) compacts the rolled segments of these logs as it does
 any compacted topic's, so they stay bounded; a cleaned log replays to the same state.
 
+A coordinator lives where its partition's leader is, as Kafka's coordinators do: :meth:`activate` when this
+broker takes the partition (replay it, start the timers and the coordinator's background work),
+:meth:`deactivate` when it loses it (everything in memory dropped, whatever waits answered NOT_COORDINATOR).
+While inactive the pure coordinator answers every request NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while
+the partition is being opened), each API in its own error fields, through its one check
+(``coordinator.unavailable``).  With the local engine a broker leads everything: activated at start-up, for good.
+
 The runtime depends only on what it uses: its partition and a :class:`Durability` (the broker's
 group commit), never on the broker as a whole.
 """
@@ -20,6 +27,7 @@ import collections
 import heapq
 import itertools
 import logging
+import time
 from typing import Callable, NamedTuple, Protocol
 
 import trio
@@ -76,9 +84,9 @@ class _Waiter:
 class CoordinatorRuntime:
     def __init__(self, name: str, partition, durability: Durability, coordinator: Replay,
                  on_timer: Callable[[object, int], Effects] | None = None):
+        """``partition``: the coordinator's log, or None: inactive until :meth:`activate`."""
         self.name = name
-        self.partition = partition
-        partition.runtime = self           # appends to this log (markers included) go through the runtime
+        self.partition = None
         self.durability = durability
         self.coordinator = coordinator
         self.on_timer = on_timer
@@ -89,7 +97,71 @@ class CoordinatorRuntime:
         self._heap_seq = itertools.count()
         self._timers_changed = trio.Event()
         self._unreplayed: collections.deque[_Staged] = collections.deque()
-        self._nursery = None
+        self._nursery = None                 # the active coordinator's task group (cancelled on deactivation)
+        self._runner = None                  # run()'s task group: where an activation's tasks start
+        self._starting: list = []            # start_soon before the activation's task group runs
+        if partition is not None:
+            self._take(partition)
+        else:
+            coordinator.unavailable = E.NOT_COORDINATOR.code
+
+    # --- active or not ---------------------------------------------------------------------
+
+    @property
+    def active(self) -> bool:
+        return self.partition is not None
+
+    def _take(self, partition) -> None:
+        self.partition = partition
+        partition.runtime = self           # appends to this log (markers included) go through the runtime
+
+    def new_coordinator(self):
+        """A pure coordinator with nothing loaded (what an activation replays the log into)."""
+        raise NotImplementedError
+
+    def loading(self) -> None:
+        """This broker is opening the coordinator's partition: requests are answered COORDINATOR_LOAD_IN_PROGRESS
+        until :meth:`activate` (or NOT_COORDINATOR again after :meth:`deactivate`)."""
+        if not self.active:
+            self.coordinator.unavailable = E.COORDINATOR_LOAD_IN_PROGRESS.code
+
+    def activate(self, partition) -> None:
+        """This broker leads the coordinator's partition now: replay it into a fresh coordinator (:meth:`loaded`
+        finishes what loading leaves to do), then serve, timers and background work started."""
+        if self.active:
+            self.deactivate("taken again")
+        self.coordinator = self.new_coordinator()
+        self._take(partition)
+        started = time.perf_counter()
+        self.loaded(self.load(), started)
+        self.coordinator.unavailable = 0
+        if self._runner is not None:
+            self._runner.start_soon(self._serve)
+
+    def loaded(self, replayed: int, started: float) -> None:
+        """The log is replayed (``replayed`` records, loading began at perf_counter ``started``): compact it, and
+        stage what the coordinator does first (timers)."""
+
+    def deactivate(self, why: str) -> None:
+        """This broker no longer leads the coordinator's partition (moved, or fenced): timers and background work
+        cancelled, the state in memory dropped, and whatever waits answered NOT_COORDINATOR."""
+        if not self.active:
+            return
+        log.info("%s coordinator no longer here: %s", self.name, why)
+        self.partition.runtime = None
+        self.partition = None
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+            self._nursery = None
+        self._timers.clear()
+        self._heap.clear()
+        self._unreplayed.clear()
+        self._starting.clear()
+        waiters, self._waiters = self._waiters, {}
+        for waiter in waiters.values():
+            waiter.event.set()               # result None: call's answer is its if_moved
+        self.coordinator = self.new_coordinator()
+        self.coordinator.unavailable = E.NOT_COORDINATOR.code
 
     # --- loading ---------------------------------------------------------------------------
 
@@ -264,6 +336,8 @@ class CoordinatorRuntime:
         self._unreplayed.clear()
 
     def _replay_durable(self) -> None:
+        if not self.active:
+            return                           # deactivated: nothing of it is kept
         hw = self.partition.log.high_watermark
         while self._unreplayed and self._unreplayed[0].last_offset < hw:
             staged = self._unreplayed.popleft()
@@ -312,33 +386,58 @@ class CoordinatorRuntime:
             return answer()
         return Deferred(wait)
 
-    def call(self, operation, *args, **kwargs):
+    def call(self, operation, *args, if_moved, **kwargs):
         """Run an operation that answers through Effects (JoinGroup, SyncGroup) now, so that the requests of a
         connection change the state in their order; → an async function that returns its answer, which this
-        operation, a later one or a timer gives."""
+        operation, a later one or a timer gives, or ``if_moved`` (a NOT_COORDINATOR answer) when the coordinator
+        is deactivated first."""
         request_id = next(self._ids)
         waiter = self._waiters[request_id] = _Waiter()
         self.stage(operation(request_id, *args, **kwargs))
 
         async def answer():
             await waiter.event.wait()
-            return waiter.result
+            return if_moved if waiter.result is None else waiter.result
         return answer
 
     # --- background work -------------------------------------------------------------------
 
     def start_soon(self, fn, *args) -> bool:
-        """Run ``fn(*args)`` in the runtime's task group; False before :meth:`run` started."""
+        """Run ``fn(*args)`` in the active coordinator's task group (an activation whose tasks have not started yet
+        starts it with them); False before :meth:`run` started, or while inactive."""
         if self._nursery is None:
-            return False
+            if not self.active or self._runner is None:
+                return False
+            self._starting.append((fn, args))
+            return True
         self._nursery.start_soon(fn, *args)
         return True
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """The runtime's tasks: those of each activation, for as long as it lasts (one at a time)."""
+        async with trio.open_nursery() as runner:
+            self._runner = runner
+            if self.active:
+                await runner.start(self._serve)
+            task_status.started()
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._runner = None
+
+    async def _serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """One activation's tasks, until :meth:`deactivate` cancels them."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._run_timers, nursery)
+            starting, self._starting = self._starting, []
+            for fn, args in starting:
+                nursery.start_soon(fn, *args)
+            self.serving(nursery)
             task_status.started()
+
+    def serving(self, nursery) -> None:
+        """An activation's tasks start: the coordinator's own background work goes in ``nursery``."""
 
     async def _run_timers(self, nursery) -> None:
         while True:

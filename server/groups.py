@@ -6,7 +6,8 @@ answers.  What is particular to groups lives here: the offsets log is partition 
 topic ``__consumer_offsets`` (not in the topic registry: clients can neither create nor produce
 to it), committed offsets of deleted topics are tombstoned, and expired offsets are removed on
 ``offsets.retention.check.interval.ms``.  On start-up the log is replayed and, when it holds much
-more than the live state, compacted (unless a transaction still has offsets pending in it).
+more than the live state, compacted (unless a transaction still has offsets pending in it).  The service
+is active where the partition's leader is (coordinator_runtime.py: activate, deactivate).
 """
 from __future__ import annotations
 
@@ -29,24 +30,33 @@ OFFSETS_TOPIC_ID = uuid.UUID(int=1)
 
 
 class GroupService(CoordinatorRuntime):
-    def __init__(self, config, durability: Durability, open_internal_partition):
+    TOPIC = Topic(name=OFFSETS_TOPIC, topic_id=OFFSETS_TOPIC_ID, partitions=1, configs={}, created_order=-1,
+                  leader_epoch=0)
+
+    def __init__(self, config, durability: Durability):
+        """Inactive until :meth:`activate` with the offsets partition (the broker opens it where it leads it)."""
         self.config = config
-        coordinator = GroupCoordinator(GroupConfig(
+        super().__init__(OFFSETS_TOPIC, None, durability, self.new_coordinator(),
+                         on_timer=lambda key, now: self.coordinator.on_timer(key, now))
+
+    def new_coordinator(self) -> GroupCoordinator:
+        config = self.config
+        return GroupCoordinator(GroupConfig(
             initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
             min_session_timeout_ms=config["group.min.session.timeout.ms"],
             max_session_timeout_ms=config["group.max.session.timeout.ms"],
             offsets_retention_ms=config["offsets.retention.minutes"] * 60_000,
         ))
-        topic = Topic(name=OFFSETS_TOPIC, topic_id=OFFSETS_TOPIC_ID, partitions=1, configs={},
-                      created_order=-1, leader_epoch=0)
-        partition = open_internal_partition(topic, 0, segment_bytes=config["offsets.topic.segment.bytes"])
-        super().__init__(OFFSETS_TOPIC, partition, durability, coordinator, on_timer=coordinator.on_timer)
-        started = time.perf_counter()
-        loaded = self.load()
+
+    @property
+    def segment_bytes(self) -> int:
+        return self.config["offsets.topic.segment.bytes"]
+
+    def loaded(self, replayed: int, started: float) -> None:
         if not self.coordinator.pending and not self.coordinator.open_transactions:
-            self.compact(self.coordinator.compact_records(), loaded)
+            self.compact(self.coordinator.compact_records(), replayed)
         self.stage(self.coordinator.loaded(now_ms()))     # timers only: members' sessions start now
-        log.info("loaded group coordinator records=%d groups=%d in %.3fs", loaded,
+        log.info("loaded group coordinator records=%d groups=%d in %.3fs", replayed,
                  len(self.coordinator.groups), time.perf_counter() - started)
 
     def forget_topic(self, topic: str) -> None:
@@ -57,11 +67,8 @@ class GroupService(CoordinatorRuntime):
         await self.wait_replayed()
         await self.write_records(self.coordinator.delete_topic_offsets({topic}))
 
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(super().run)
-            nursery.start_soon(self._run_offset_expiry)
-            task_status.started()
+    def serving(self, nursery) -> None:
+        nursery.start_soon(self._run_offset_expiry)
 
     async def _run_offset_expiry(self) -> None:
         interval = self.config["offsets.retention.check.interval.ms"] / 1000

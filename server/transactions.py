@@ -72,41 +72,67 @@ class StuckTxn:
 
 
 class TransactionService(CoordinatorRuntime):
-    def __init__(self, config, durability: Durability, open_internal_partition, allocate_producer_id,
-                 producer_ids_ready, peer, leader_node, transaction_version: int = 0):
+    TOPIC = Topic(name=TRANSACTION_STATE_TOPIC, topic_id=TRANSACTION_STATE_TOPIC_ID, partitions=1, configs={},
+                  created_order=-1, leader_epoch=0)
+
+    def __init__(self, config, durability: Durability, allocate_producer_id, producer_ids_ready, peer, leader_node,
+                 transaction_version: int = 0):
         """``allocate_producer_id()``: a producer id reserved durably, ProducerIdError when none is left;
         ``await producer_ids_ready()``: until one is (raises MetadataUnavailable if the reservation cannot be
         written); ``peer(node id)``: its Peer (Broker.peer); ``leader_node(topic, index)``: the node id of the
-        partition's leader."""
+        partition's leader.  Inactive until :meth:`activate` with the ``__transaction_state`` partition (the broker
+        opens it where it leads it)."""
         self.config = config
         self.allocate_producer_id = allocate_producer_id
         self.producer_ids_ready = producer_ids_ready
         self.peer = peer
         self.leader_node = leader_node
-        coordinator = TransactionCoordinator(TxnConfig(
-            max_timeout_ms=config["transaction.max.timeout.ms"],
-            id_expiration_ms=config["transactional.id.expiration.ms"],
-            two_phase_commit_enable=config["transaction.two.phase.commit.enable"],
-            transaction_version=transaction_version,
-        ))
-        topic = Topic(name=TRANSACTION_STATE_TOPIC, topic_id=TRANSACTION_STATE_TOPIC_ID, partitions=1, configs={},
-                      created_order=-1, leader_epoch=0)
-        partition = open_internal_partition(topic, 0, segment_bytes=config["transaction.state.log.segment.bytes"])
-        super().__init__(TRANSACTION_STATE_TOPIC, partition, durability, coordinator)
+        self._transaction_version = transaction_version
+        super().__init__(TRANSACTION_STATE_TOPIC, None, durability, self.new_coordinator())
         self._changed = trio.Event()         # set whenever a transaction record was made durable
         self._not_durable: set[str] = set()  # ids whose records could not be made durable (disk full)
         self._id_block_failed = False        # the last producer id block reservation failed (logged)
-        started = time.perf_counter()
-        loaded = self.load()
-        self.compact(self.coordinator.compact_records(), loaded)
-        self._resume = self.coordinator.loaded()
+        self._resume: list[MarkerJob] = []   # prepared transactions found by the last activation
         self._orphans: list[MarkerJob] = []
         self.stuck: dict[str, StuckTxn] = {}          # transactional id → its stuck transaction
         self.moot_markers = 0                         # markers counted as written: the partition saw a newer epoch
         # Fault injection (tests of stuck transactions): partitions whose coordinator markers are refused.
         self._refuse_markers = partition_list(config["trireme.debug.transaction.marker.refuse"])
-        log.info("loaded transaction coordinator records=%d transactional_ids=%d prepared=%d in %.3fs", loaded,
+
+    @property
+    def segment_bytes(self) -> int:
+        return self.config["transaction.state.log.segment.bytes"]
+
+    def new_coordinator(self) -> TransactionCoordinator:
+        config = self.config
+        return TransactionCoordinator(TxnConfig(
+            max_timeout_ms=config["transaction.max.timeout.ms"],
+            id_expiration_ms=config["transactional.id.expiration.ms"],
+            two_phase_commit_enable=config["transaction.two.phase.commit.enable"],
+            transaction_version=self._transaction_version,
+        ))
+
+    def activate(self, partition, open_transactions=()) -> None:
+        """Lead ``__transaction_state`` (see CoordinatorRuntime.activate): then the transactions it left prepared
+        get their markers again, and those open in ``open_transactions`` (the data partitions this broker leads:
+        ((topic, index), producer id, epoch)) that it never recorded are aborted (:meth:`abort_orphans`)."""
+        self.stuck.clear()
+        self._not_durable.clear()
+        super().activate(partition)
+        self.abort_orphans(open_transactions)          # their markers go out when the activation's tasks start
+
+    def loaded(self, replayed: int, started: float) -> None:
+        self.compact(self.coordinator.compact_records(), replayed)
+        self._resume = self.coordinator.loaded()
+        self._orphans = []
+        log.info("loaded transaction coordinator records=%d transactional_ids=%d prepared=%d in %.3fs", replayed,
                  len(self.coordinator.transactions), len(self._resume), time.perf_counter() - started)
+
+    def deactivate(self, why: str) -> None:
+        super().deactivate(why)
+        self._resume, self._orphans = [], []
+        self.stuck.clear()
+        self._signal_change()                # operations waiting on an id answer (NOT_COORDINATOR)
 
     # --- operations the handlers call ------------------------------------------------------
 
@@ -121,7 +147,8 @@ class TransactionService(CoordinatorRuntime):
                 return outcome
             durable = await self._make_durable(outcome, staged)
             if not durable:
-                outcome.error = E.COORDINATOR_NOT_AVAILABLE.code
+                # the partition moved meanwhile: NOT_COORDINATOR, as Kafka maps NOT_LEADER_OR_FOLLOWER
+                outcome.error = E.COORDINATOR_NOT_AVAILABLE.code if self.active else E.NOT_COORDINATOR.code
                 outcome.partition_errors = {tp: outcome.error for tp in outcome.partition_errors}
                 return outcome
         if outcome.markers is not None:
@@ -221,7 +248,7 @@ class TransactionService(CoordinatorRuntime):
 
     def set_transaction_version(self, level: int) -> None:
         """The finalized transaction.version changed (UpdateFeatures): records and classic transactions follow it."""
-        self.coordinator.transaction_version = level
+        self._transaction_version = self.coordinator.transaction_version = level
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                              partitions, *, implicit: bool = False, answer_when_staged: bool = False) -> TxnOutcome:
@@ -431,18 +458,19 @@ class TransactionService(CoordinatorRuntime):
 
     # --- background work -------------------------------------------------------------------
 
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(super().run)
-            for job in self._resume:
-                self._resume_markers(job)
-            self._resume = []
-            for job in self._orphans:
-                self.start_soon(self._abort_orphan, job)
-            self._orphans = []
-            nursery.start_soon(self._run_timeouts)
-            nursery.start_soon(self._run_id_expiry)
-            task_status.started()
+    def serving(self, nursery) -> None:
+        self._start_resumed()
+        nursery.start_soon(self._run_timeouts)
+        nursery.start_soon(self._run_id_expiry)
+
+    def _start_resumed(self) -> None:
+        """Markers of the transactions the activation found prepared, and aborts of the orphans it found."""
+        for job in self._resume:
+            self._resume_markers(job)
+        self._resume = []
+        for job in self._orphans:
+            self.start_soon(self._abort_orphan, job)
+        self._orphans = []
 
     async def _run_timeouts(self) -> None:
         interval = self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000
@@ -512,10 +540,32 @@ def verify_in_transaction(peer, transactional_id: str, producer_id: int, produce
         transactional_id, producer_id, producer_epoch, partitions, verify_only=True)))
 
 
-async def add_to_transaction(peer, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-    """KIP-890 part 2 (transactions V2), the partition side: the coordinator adds the partitions to the producer's
-    transaction (an encoded AddPartitionsToTxn, VerifyOnly false), starting it if none is open → error code per
-    partition (0: added, or already in it)."""
-    return _partition_errors(await peer.call("AddPartitionsToTxn", BROKER_ADD_VERSION, _partitions_request(
-        transactional_id, producer_id, producer_epoch, partitions, verify_only=False)))
+def coordinator_here(broker) -> bool:
+    """Whether this broker leads ``__transaction_state``'s partition (a request to the coordinator can be answered
+    at once by its own handlers)."""
+    return broker.partition_leader(TRANSACTION_STATE_TOPIC, 0) == broker.node_id
+
+
+async def ask_coordinator(broker, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: list[tuple[str, int]], *, verify_only: bool) -> dict[tuple[str, int], int]:
+    """The partition side of KIP-890, wherever the transaction coordinator is: an AddPartitionsToTxn (v5) to the
+    broker that leads ``__transaction_state``'s partition → error code per partition.  ``verify_only`` (part 1):
+    whether each partition is in the producer's ongoing transaction (0: it is); else (part 2, transactions V2)
+    the coordinator adds them, starting a transaction if none is open (0: added, or already in it).  As Kafka's
+    AddPartitionsToTxnManager: no live leader → COORDINATOR_NOT_AVAILABLE; no answer (disconnected, timed out)
+    → NETWORK_EXCEPTION; an error for the whole request → that error (CLUSTER_AUTHORIZATION_FAILED: the
+    INVALID_TXN_STATE a client understands) for each partition."""
+    node = broker.partition_leader(TRANSACTION_STATE_TOPIC, 0)
+    if node < 0:
+        return {tp: E.COORDINATOR_NOT_AVAILABLE.code for tp in partitions}
+    try:
+        response = await broker.peer(node).call("AddPartitionsToTxn", BROKER_ADD_VERSION, _partitions_request(
+            transactional_id, producer_id, producer_epoch, partitions, verify_only=verify_only))
+    except PeerUnavailable as e:
+        log.warning("AddPartitionsToTxn to the transaction coordinator (node %d) not answered: %s", node, e)
+        return {tp: E.NETWORK_EXCEPTION.code for tp in partitions}
+    if response.error_code:
+        error = E.INVALID_TXN_STATE.code if response.error_code == E.CLUSTER_AUTHORIZATION_FAILED.code \
+            else response.error_code
+        return {tp: error for tp in partitions}
+    return _partition_errors(response)

@@ -18,6 +18,10 @@ The server's side of the contract:
   the initial delay) and ``("sync", group)`` (the pending-sync expiry).
 * At start-up, :meth:`replay` every record of the offsets log in order, then call :meth:`loaded` and
   apply its effects.  Until then every request is answered COORDINATOR_LOAD_IN_PROGRESS, as Kafka does.
+  A coordinator whose partition this broker does not lead has :attr:`GroupCoordinator.unavailable` set:
+  every request is answered with it (NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS while the partition
+  is being opened), except ListGroups, which lists no group (Kafka lists the groups of the partitions a
+  broker leads).
 * Transactional offset commits (:meth:`txn_commit_offsets`) are written in a transactional batch of the
   producer; replay them with ``transactional=True`` and call :meth:`replay_end_txn` for the producer's
   commit or abort marker.
@@ -427,6 +431,14 @@ class GroupCoordinator:
         self._group_values: dict[str, bytes] = {}    # latest stored GroupMetadata value per group
         self._sequence = 0
         self.loading = True
+        self.unavailable = 0           # NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS: not serving (see above)
+
+    @property
+    def serving_error(self) -> int:
+        """0 while the coordinator serves; else the error every request is answered."""
+        if self.unavailable:
+            return self.unavailable
+        return E.COORDINATOR_LOAD_IN_PROGRESS.code if self.loading else 0
 
     # --- JoinGroup ---------------------------------------------------------------------------
 
@@ -472,8 +484,8 @@ class GroupCoordinator:
         return op.fx
 
     def _join_precheck(self, group_id: str, session_timeout_ms: int) -> int:
-        if self.loading:
-            return E.COORDINATOR_LOAD_IN_PROGRESS.code
+        if self.serving_error:
+            return self.serving_error
         if not group_id:
             return E.INVALID_GROUP_ID.code
         if not self.config.min_session_timeout_ms <= session_timeout_ms <= self.config.max_session_timeout_ms:
@@ -663,8 +675,8 @@ class GroupCoordinator:
 
     def _sync_error(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
                     protocol_type: str | None, protocol_name: str | None) -> int:
-        if self.loading:
-            return E.COORDINATOR_LOAD_IN_PROGRESS.code
+        if self.serving_error:
+            return self.serving_error
         if not group_id:
             return E.INVALID_GROUP_ID.code
         group = self.groups.get(group_id)
@@ -690,10 +702,11 @@ class GroupCoordinator:
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
                   now_ms: int) -> tuple[int, Effects]:
-        """Handle a Heartbeat → (error code, effects); a valid heartbeat restarts the member's session."""
+        """Handle a Heartbeat → (error code, effects); a valid heartbeat restarts the member's session.  While the
+        coordinator loads, the member is told nothing (NONE, as Kafka answers it blindly then)."""
         op = _Op(now_ms)
-        if self.loading:
-            return E.COORDINATOR_LOAD_IN_PROGRESS.code, op.fx
+        if self.serving_error:
+            return (0 if self.serving_error == E.COORDINATOR_LOAD_IN_PROGRESS.code else self.serving_error), op.fx
         if not group_id:
             return E.INVALID_GROUP_ID.code, op.fx
         group = self.groups.get(group_id)
@@ -724,8 +737,8 @@ class GroupCoordinator:
         an instance id removes that static member, whatever its current member id (admin removal).
         """
         op = _Op(now_ms)
-        if self.loading:
-            return [], E.COORDINATOR_LOAD_IN_PROGRESS.code, op.fx
+        if self.serving_error:
+            return [], self.serving_error, op.fx
         if not group_id:
             return [], E.INVALID_GROUP_ID.code, op.fx
         group = self.groups.get(group_id)
@@ -983,8 +996,8 @@ class GroupCoordinator:
         """DescribeGroups; an unknown group is described as Dead, with GROUP_ID_NOT_FOUND from v6 (KIP-1043)."""
         described = []
         for group_id in group_ids:
-            if self.loading:
-                described.append(DescribedGroup(E.COORDINATOR_LOAD_IN_PROGRESS.code, group_id, "", "", ""))
+            if self.serving_error:
+                described.append(DescribedGroup(self.serving_error, group_id, "", "", ""))
                 continue
             group = self.groups.get(group_id)
             if group is None or group.state == DEAD:
@@ -1003,8 +1016,10 @@ class GroupCoordinator:
     def list_groups(self, states_filter: list[str] | None = None,
                     types_filter: list[str] | None = None) -> tuple[int, list[ListedGroup]]:
         """ListGroups → (error, groups); filters match case-insensitively, an empty filter matches all."""
-        if self.loading:
-            return E.COORDINATOR_LOAD_IN_PROGRESS.code, []
+        if self.unavailable == E.NOT_COORDINATOR.code:
+            return 0, []                     # none of the groups this broker coordinates
+        if self.serving_error:
+            return self.serving_error, []
         states = {s.strip().lower() for s in states_filter or ()}
         types = {t.strip().lower() for t in types_filter or ()}
         if types and GROUP_TYPE_CLASSIC not in types:
@@ -1022,8 +1037,8 @@ class GroupCoordinator:
         """
         results, records = [], []
         for group_id in group_ids:
-            if self.loading:
-                results.append((group_id, E.COORDINATOR_LOAD_IN_PROGRESS.code))
+            if self.serving_error:
+                results.append((group_id, self.serving_error))
                 continue
             group = self.groups.get(group_id)
             if group is None or group.state == DEAD:
@@ -1063,8 +1078,8 @@ class GroupCoordinator:
         picks the unknown-group error (GROUP_ID_NOT_FOUND from v9, ILLEGAL_GENERATION before).
         """
         op = _Op(now_ms)
-        if self.loading:
-            return _all_failed(offsets, E.COORDINATOR_LOAD_IN_PROGRESS.code), op.fx
+        if self.serving_error:
+            return _all_failed(offsets, self.serving_error), op.fx
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
@@ -1086,8 +1101,8 @@ class GroupCoordinator:
                            offsets: list[OffsetToCommit], now_ms: int, *,
                            max_metadata_size: int = DEFAULT_MAX_METADATA_SIZE) -> tuple[list[PartitionResult], list]:
         """TxnOffsetCommit → (per-partition results, records to write in the producer's transactional batch)."""
-        if self.loading:
-            return _all_failed(offsets, E.COORDINATOR_LOAD_IN_PROGRESS.code), []
+        if self.serving_error:
+            return _all_failed(offsets, self.serving_error), []
         if not group_id:
             return _all_failed(offsets, E.INVALID_GROUP_ID.code), []
         group = self.groups.get(group_id)
@@ -1141,8 +1156,8 @@ class GroupCoordinator:
 
         With ``require_stable`` a partition with a pending transactional commit is UNSTABLE_OFFSET_COMMIT.
         """
-        if self.loading:
-            return E.COORDINATOR_LOAD_IN_PROGRESS.code, []
+        if self.serving_error:
+            return self.serving_error, []
         group = self.groups.get(group_id)
         committed = {} if group is None or group.state == DEAD else self.offsets.get(group_id, {})
         if partitions is None:
@@ -1167,8 +1182,8 @@ class GroupCoordinator:
         A group with members refuses with NON_EMPTY_GROUP unless it uses the consumer protocol, whose
         subscriptions are known: then only topics no member subscribes to can lose their offsets.
         """
-        if self.loading:
-            return E.COORDINATOR_LOAD_IN_PROGRESS.code, [], []
+        if self.serving_error:
+            return self.serving_error, [], []
         if not group_id:
             return E.INVALID_GROUP_ID.code, [], []
         group = self.groups.get(group_id)

@@ -198,9 +198,19 @@ class TransactionCoordinator:
         # id → (the record's value bytes, the value meant) being written; (None, None) for a tombstone
         self.pending: dict[str, tuple[bytes | None, TxnLogValue | None]] = {}
         self.loading = True
+        # NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while the partition is being opened): this broker does not
+        # lead the coordinator's partition, and every request is answered with it.
+        self.unavailable = 0
         self._next_last: dict[str, tuple[int, int]] = {}   # id → (last epoch, last id) its pending bump leaves
         self.timed_out = 0                              # transactions aborted at their timeout (metrics)
         self.fenced = 0                                 # open transactions fenced by InitProducerId
+
+    @property
+    def serving_error(self) -> int:
+        """0 while the coordinator serves; else the error every request is answered."""
+        if self.unavailable:
+            return self.unavailable
+        return E.COORDINATOR_LOAD_IN_PROGRESS.code if self.loading else 0
 
     # --- replay ----------------------------------------------------------------------------------
 
@@ -265,8 +275,8 @@ class TransactionCoordinator:
             return _error(E.INVALID_REQUEST.code)
         if not enable_2pc and not 0 < timeout_ms <= self.config.max_timeout_ms:
             return _error(E.INVALID_TRANSACTION_TIMEOUT.code)
-        if self.loading:
-            return _error(E.COORDINATOR_LOAD_IN_PROGRESS.code)
+        if self.serving_error:
+            return _error(self.serving_error)
         meta, busy = self._current(transactional_id)
         if busy:
             return _error(E.CONCURRENT_TRANSACTIONS.code)
@@ -379,8 +389,8 @@ class TransactionCoordinator:
         """The producer checks of AddPartitionsToTxn (``busy_first``: a transition in flight answers before the
         producer id and epoch, as Kafka 4.x's handleAddPartitionsToTransaction does) and of the verification
         (Kafka's handleVerifyPartitionsInTransaction: producer id, epoch, then whether it is busy)."""
-        if self.loading:
-            return None, E.COORDINATOR_LOAD_IN_PROGRESS.code
+        if self.serving_error:
+            return None, self.serving_error
         meta, busy = self._current(transactional_id, staged=staged)
         if busy and busy_first:
             return None, E.CONCURRENT_TRANSACTIONS.code
@@ -436,8 +446,8 @@ class TransactionCoordinator:
         (a new producer id from ``allocate_producer_id`` when it is exhausted) and the answer names it."""
         if not transactional_id:
             return _error(E.INVALID_REQUEST.code)
-        if self.loading:
-            return _error(E.COORDINATOR_LOAD_IN_PROGRESS.code)
+        if self.serving_error:
+            return _error(self.serving_error)
         meta, busy = self._current(transactional_id)
         # A prepared 2PC transaction kept for its external coordinator (KIP-939) ends as a classic one.
         kept_2pc = meta is not None and meta.state is ONGOING and meta.value.next_producer_epoch != NO_PRODUCER_EPOCH

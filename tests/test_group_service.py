@@ -87,13 +87,14 @@ def test_session_timer_expires_a_silent_member(tmp_path):
         groups = b.groups
         join = groups.coordinator.join_group
         first = await groups.call(join, "g", "", None, "consumer", [("range", b"")], 300, 300, now_ms(),
-                                  require_known_member_id=True)()
+                                  require_known_member_id=True, if_moved=None)()
         assert first.error == 79                           # MEMBER_ID_REQUIRED
         joined = await groups.call(join, "g", first.member_id, None, "consumer", [("range", b"")], 300, 300,
-                                   now_ms(), require_known_member_id=True)()
+                                   now_ms(), require_known_member_id=True, if_moved=None)()
         assert joined.error == 0 and joined.leader == first.member_id
         synced = await groups.call(groups.coordinator.sync_group, "g", joined.generation_id, first.member_id,
-                                   None, "consumer", "range", [(first.member_id, b"assignment")], now_ms())()
+                                   None, "consumer", "range", [(first.member_id, b"assignment")], now_ms(),
+                                   if_moved=None)()
         assert (synced.error, synced.assignment) == (0, b"assignment")
         [described] = groups.coordinator.describe_groups(["g"])
         assert described.state == "Stable"

@@ -8,6 +8,8 @@ Behaviour / version notes:
 - Authorization first (Kafka's handleAddOffsetsToTxnRequest): Write on the TransactionalId → else
   TRANSACTIONAL_ID_AUTHORIZATION_FAILED; then Read on the Group → else GROUP_AUTHORIZATION_FAILED.
   Refused, nothing is added to the transaction.
+- On a broker that does not lead ``__transaction_state``'s partition: NOT_COORDINATOR
+  (COORDINATOR_LOAD_IN_PROGRESS while it opens it).
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles

@@ -3,7 +3,8 @@
 Behaviour / version notes:
 - v0-3 are the client form (one transaction; librdkafka sends v0, Java 3.9 and kafka-python up
   to v3).  v4-5 are the broker form: several transactions, each with VerifyOnly; Trireme's own
-  produce path sends v5 VerifyOnly through server/local_peer.py to check that a transactional
+  produce path sends v5 VerifyOnly to the coordinator's broker (server/local_peer.py when that is
+  this one; transactions.ask_coordinator) to check that a transactional
   batch's partition is in the producer's ongoing transaction (KIP-890 part 1), and v5 without
   VerifyOnly to add it (Produce v12+ and TxnOffsetCommit v5+ of a transactions V2 client, KIP-890
   part 2); such an add marks the transaction as a V2 one.
@@ -28,6 +29,8 @@ Behaviour / version notes:
   verification accepts a staged add, the producer's Produce waits for its own fsync, and at
   start-up a transaction whose data survived a power loss but whose add did not is aborted
   (TransactionService.abort_orphans).  One fsync less on every transaction's critical path.
+- On a broker that does not lead ``__transaction_state``'s partition: NOT_COORDINATOR for every
+  partition (COORDINATOR_LOAD_IN_PROGRESS while it opens it), the verification too.
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles

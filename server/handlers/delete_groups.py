@@ -5,6 +5,8 @@ Behaviour / version notes:
   unknown ones.  Tombstones for the group and its offsets are made durable before the answer.
 - ACLs (as Kafka's KafkaApis): Delete on each group, else GROUP_AUTHORIZATION_FAILED for it (after the
   other results, as Kafka puts them) and it is not deleted.  A group named twice is answered once.
+- On a broker that does not lead ``__consumer_offsets``' partition: NOT_COORDINATOR for each group
+  (COORDINATOR_LOAD_IN_PROGRESS while it opens it).
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles

@@ -11,6 +11,8 @@ Behaviour / version notes:
   authorized operations -2147483648 (these come first in the answer, as Kafka puts them).  With
   include_authorized_operations (v3+) a described group without error carries the bit set of the
   group operations the principal may do (Read, Describe, Delete, DescribeConfigs, AlterConfigs).
+- On a broker that does not lead ``__consumer_offsets``' partition: NOT_COORDINATOR for each group
+  (COORDINATOR_LOAD_IN_PROGRESS while it opens it).
 """
 from trireme.server.authorized_operations import authorized_operations
 from trireme.server.dispatch import handles

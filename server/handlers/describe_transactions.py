@@ -5,6 +5,8 @@ Behaviour / version notes:
   CompleteCommit, CompleteAbort, Dead, PrepareEpochFence), timeout, start time (-1 when no
   transaction was started), producer id and epoch, and the partitions of the transaction.
   Unknown id → TRANSACTIONAL_ID_NOT_FOUND.  Answers after every staged coordinator write is replayed.
+- A broker that does not lead ``__transaction_state``'s partition answers each (authorized) id
+  NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while it opens it), as Kafka.
 - An id named twice is described once: each repeat of a transaction holding thousands of
   partitions would add all of them to the response again (clients never repeat an id).
 - Authorization (Kafka's handleDescribeTransactionsRequest): Describe on each TransactionalId → else
@@ -37,6 +39,10 @@ def describe_transactions(ctx, request):
             if not ctx.authorize(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
                 response.transaction_states.append(scls(
                     error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code, transactional_id=transactional_id))
+                continue
+            if txns.coordinator.serving_error:
+                response.transaction_states.append(scls(error_code=txns.coordinator.serving_error,
+                                                        transactional_id=transactional_id))
                 continue
             meta = txns.coordinator.describe(transactional_id)
             if meta is None:

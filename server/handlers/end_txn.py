@@ -21,6 +21,8 @@ Behaviour / version notes:
   committing an Empty one.  Errors answer producer id and epoch -1.
 - Authorization first (Kafka's handleEndTxnRequest): Write on the TransactionalId → else
   TRANSACTIONAL_ID_AUTHORIZATION_FAILED; the transaction is left as it was.
+- On a broker that does not lead ``__transaction_state``'s partition: NOT_COORDINATOR
+  (COORDINATOR_LOAD_IN_PROGRESS while it opens it).
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles

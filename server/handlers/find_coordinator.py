@@ -12,8 +12,9 @@ Behaviour / version notes:
   message "The coordinator is not available.", v4+ without), as Kafka.  With the local engine
   this node coordinates everything.  Any other key type (e.g. 2, share groups) →
   INVALID_REQUEST.  An empty group id → INVALID_REQUEST for that key.
-- The coordinator handlers themselves (JoinGroup, OffsetCommit, InitProducerId, ...) still
-  assume they coordinate every key: NOT_COORDINATOR for a key led elsewhere is a later step.
+- The coordinator handlers (JoinGroup, OffsetCommit, InitProducerId, ...) answer NOT_COORDINATOR
+  on a broker that does not lead the partition (COORDINATOR_LOAD_IN_PROGRESS while it opens it):
+  the client finds the coordinator again (docs/architecture.md, "Coordinators").
 - Authorization first (Kafka's getCoordinator), per key: a group needs Describe on the Group →
   GROUP_AUTHORIZATION_FAILED, a transactional id Describe on the TransactionalId →
   TRANSACTIONAL_ID_AUTHORIZATION_FAILED; the key is then answered with node -1, host "" and port -1

@@ -5,6 +5,8 @@ Behaviour / version notes:
   ILLEGAL_GENERATION, FENCED_INSTANCE_ID (v3+ static members) as Kafka answers them.
 - ACLs (as Kafka's KafkaApis): Read on the group, else GROUP_AUTHORIZATION_FAILED and the member's
   session is not extended.
+- On a broker that does not lead ``__consumer_offsets``' partition: NOT_COORDINATOR; while it opens
+  it, NONE (Kafka answers a heartbeat blindly while the group loads).
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles

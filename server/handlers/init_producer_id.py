@@ -28,6 +28,8 @@ Behaviour / version notes:
   IdempotentWrite on the cluster (a denial not counted) or Write on at least one topic
   (authorize_by_resource_type, as Kafka 3+) → else CLUSTER_AUTHORIZATION_FAILED.  Refused: producer
   id and epoch -1, no id handed out, no transaction touched.
+- With a transactional id, on a broker that does not lead ``__transaction_state``'s partition:
+  NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while it opens it).  Without one any broker answers.
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles

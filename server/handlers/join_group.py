@@ -9,10 +9,14 @@ Behaviour / version notes:
 - ACLs (as Kafka's KafkaApis): Read on the group, else GROUP_AUTHORIZATION_FAILED with generation -1,
   empty leader and member id, no members (protocol name null v7+, "" before), and the group is not
   touched.
+- On a broker that does not lead ``__consumer_offsets``' partition: NOT_COORDINATOR
+  (COORDINATOR_LOAD_IN_PROGRESS while it opens it); a JoinGroup parked when the coordinator moves
+  away is answered NOT_COORDINATOR (docs/architecture.md, "Coordinators").
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.state.acls import Operation, ResourceType
+from trireme.state.groups import JoinGroupResult
 from trireme.wire import error_codes as E
 
 
@@ -31,7 +35,7 @@ def join_group(ctx, request):
         request.session_timeout_ms, rebalance_timeout, ctx.now_ms(),
         require_known_member_id=version >= 4, supports_skip_assignment=version >= 9,
         client_id=ctx.client_id or "", client_host="/" + ctx.connection.peer.rsplit(":", 1)[0],
-        reason=request.reason)
+        reason=request.reason, if_moved=JoinGroupResult(E.NOT_COORDINATOR.code))
 
     async def wait():
         result = await answer()

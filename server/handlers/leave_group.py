@@ -5,6 +5,8 @@ Behaviour / version notes:
   each answered on its own; v5 adds a reason (logged only).
 - ACLs (as Kafka's KafkaApis): Read on the group, else GROUP_AUTHORIZATION_FAILED at the top level
   with no member results, and nobody leaves.
+- On a broker that does not lead ``__consumer_offsets``' partition: NOT_COORDINATOR at the top level
+  (COORDINATOR_LOAD_IN_PROGRESS while it opens it).
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles

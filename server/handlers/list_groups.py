@@ -6,6 +6,9 @@ Behaviour / version notes:
 - ACLs (as Kafka's KafkaApis): Describe on the cluster lists every group; otherwise only the groups
   the principal may Describe are listed.  Never an authorization error, and neither check counts as
   a denial (Kafka's logIfDenied false).
+- Only this broker's groups: none (no error) on a broker that does not lead ``__consumer_offsets``'
+  partition, as Kafka lists the partitions a broker leads; COORDINATOR_LOAD_IN_PROGRESS while it
+  opens it.
 """
 from trireme.server.dispatch import handles
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType

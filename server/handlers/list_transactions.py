@@ -14,6 +14,8 @@ Behaviour / version notes:
   most 32,767 bytes, as every string the codec reads.  Even linear matching costs ids × id
   length × program size, so the ids are matched in a worker thread (RE2 releases the GIL): the
   event loop goes on serving other clients.
+- Only this broker's transactions: none where it does not lead ``__transaction_state``'s partition
+  (Kafka lists the partitions a broker leads); COORDINATOR_LOAD_IN_PROGRESS while it opens it.
 - Authorization (Kafka's handleListTransactionsRequest): only the transactional ids the principal may
   Describe are listed (each asked once; a left-out id is a counted denial, as Kafka logs it).
 """
@@ -53,6 +55,9 @@ def list_transactions(ctx, request):
         if pattern is None:
             response.error_code = E.INVALID_REGULAR_EXPRESSION.code
             return response
+    if txns.coordinator.serving_error == E.COORDINATOR_LOAD_IN_PROGRESS.code:
+        response.error_code = E.COORDINATOR_LOAD_IN_PROGRESS.code
+        return response
     unknown = [s for s in request.state_filters if s not in STATE_NAMES]
     response.unknown_state_filters = unknown
     states = [s for s in request.state_filters if s in STATE_NAMES]

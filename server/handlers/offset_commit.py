@@ -16,6 +16,8 @@ Behaviour / version notes:
   topic id's UNKNOWN_TOPIC_ID), Read on the topic, else TOPIC_AUTHORIZATION_FAILED for each of its
   partitions (before the existence check, so an unauthorized name reveals nothing).  When no
   partition is left to commit, the coordinator is not asked (as Kafka).
+- On a broker that does not lead ``__consumer_offsets``' partition: NOT_COORDINATOR for every
+  partition (COORDINATOR_LOAD_IN_PROGRESS while it opens it).
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles

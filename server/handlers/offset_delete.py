@@ -7,6 +7,8 @@ Behaviour / version notes:
 - ACLs (as Kafka's KafkaApis): Delete on the group, else GROUP_AUTHORIZATION_FAILED at the top level
   and nothing deleted; then Read on each topic, else TOPIC_AUTHORIZATION_FAILED for each of its
   partitions (left out of the deletion; the group's own checks still answer the rest).
+- On a broker that does not lead ``__consumer_offsets``' partition: NOT_COORDINATOR at the top level
+  (COORDINATOR_LOAD_IN_PROGRESS while it opens it).
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles

@@ -8,7 +8,8 @@ Behaviour / version notes:
 - A partition without a committed offset answers offset -1, metadata "" and no error.
 - v8+: a group named twice is answered once (its first entry): a repeat of a group asking for every
   committed offset would multiply the response (clients key the groups in a map and never repeat).
-- COORDINATOR_LOAD_IN_PROGRESS while __consumer_offsets is being replayed at start-up.
+- COORDINATOR_LOAD_IN_PROGRESS while __consumer_offsets is being opened and replayed; NOT_COORDINATOR
+  on a broker that does not lead its partition.
 - ACLs (as Kafka's KafkaApis), per group: Describe on the group, else the group answers
   GROUP_AUTHORIZATION_FAILED (v2+: at the group level with no topics; v1, which has no group-level
   error, on each partition asked for, offset -1).  Topics asked for by name: those the principal may

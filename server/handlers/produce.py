@@ -38,10 +38,12 @@ Behaviour / version notes:
   with client id `__admin_client` write there; we don't: only the coordinators write them).
   Nothing is stored for a refused partition.
 - Transactions (KIP-890 part 1): the first transactional batch of a producer's transaction in a
-  partition is checked with the transaction coordinator (AddPartitionsToTxn VerifyOnly, encoded,
-  through server/local_peer.py): a partition not in its ongoing transaction → INVALID_TXN_STATE;
+  partition is checked with the transaction coordinator (AddPartitionsToTxn VerifyOnly, encoded:
+  at once through server/local_peer.py when the coordinator is here, else over the wire to its
+  broker, the answer waiting for it): a partition not in its ongoing transaction → INVALID_TXN_STATE;
   an old epoch → INVALID_PRODUCER_EPOCH; the coordinator still completing the previous
-  transaction → NOT_ENOUGH_REPLICAS (retriable).  So a late batch of a fenced or finished
+  transaction, moving or without a leader → NOT_ENOUGH_REPLICAS (retriable); its broker not
+  answering → NETWORK_EXCEPTION (retriable).  So a late batch of a fenced or finished
   transaction never opens a transaction that would pin the last stable offset.
 - Transactions V2 (KIP-890 part 2): from v12 such a partition is *added* instead (AddPartitionsToTxn
   v5 without VerifyOnly, through the same path), and the batch is appended once the coordinator made
@@ -74,7 +76,7 @@ from trireme.server.deferred import Deferred
 from trireme.server.dispatch import NOT_HANDLED, CloseConnection, Encoded, fast_path, handles, handles_legacy
 from trireme.server.handlers import unauthorized
 from trireme.server.routing import LeaderEndpoints, NotLeader, led_partition
-from trireme.server.transactions import add_to_transaction, verify_in_transaction
+from trireme.server.transactions import ask_coordinator, coordinator_here, verify_in_transaction
 from trireme.state.acls import Operation, ResourceType
 from trireme.wire import error_codes as E
 from trireme.wire import records
@@ -102,7 +104,10 @@ def produce(ctx, request):
             return _refuse_every_partition(ctx.response(), request, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code,
                                            refusal)
     denied = _denied_topics(ctx, request)
-    adds = _implicit_adds(ctx, request, denied) if ctx.api_version >= IMPLICIT_ADD_SINCE else {}
+    # What the transaction coordinator is asked before the append: the partitions to add (v12+), or, when it is
+    # on another broker, those to verify (over the wire: the answer waits for it).
+    adds = _implicit_adds(ctx, request, denied) if ctx.api_version >= IMPLICIT_ADD_SINCE or (
+        tid is not None and not coordinator_here(ctx.broker)) else {}
     previous = _ORDER.get(ctx.connection) if ctx.connection is not None else None
     if not adds and (previous is None or previous.is_set()):
         return _produce_now(ctx, request, {}, denied)
@@ -144,7 +149,8 @@ def _in_connection_order(ctx, request, adds, previous, denied):
         try:
             added = {}
             for (producer_id, producer_epoch), partitions in adds.items():
-                errors = await add_to_transaction(ctx.broker.local_peer, tid, producer_id, producer_epoch, partitions)
+                errors = await ask_coordinator(ctx.broker, tid, producer_id, producer_epoch, partitions,
+                                               verify_only=ctx.api_version < IMPLICIT_ADD_SINCE)
                 added.update({(tp, producer_id, producer_epoch): error for tp, error in errors.items()})
             if previous is not None:
                 await previous.wait()
@@ -373,6 +379,10 @@ def _refuse_every_partition(response, request, error_code: int, message: str | N
 _VERIFY_ERRORS = {
     E.PRODUCER_FENCED.code: E.INVALID_PRODUCER_EPOCH.code,
     E.CONCURRENT_TRANSACTIONS.code: E.NOT_ENOUGH_REPLICAS.code,
+    # the coordinator moving or unreachable: retriable for every client, as Kafka's ReplicaManager answers
+    E.NOT_COORDINATOR.code: E.NOT_ENOUGH_REPLICAS.code,
+    E.COORDINATOR_NOT_AVAILABLE.code: E.NOT_ENOUGH_REPLICAS.code,
+    E.COORDINATOR_LOAD_IN_PROGRESS.code: E.NOT_ENOUGH_REPLICAS.code,
 }
 
 

@@ -7,10 +7,14 @@ Behaviour / version notes:
 - ACLs (as Kafka's KafkaApis): after v5's check that protocol type and name are present
   (INCONSISTENT_GROUP_PROTOCOL), Read on the group, else GROUP_AUTHORIZATION_FAILED with an empty
   assignment, and the group is not touched.
+- On a broker that does not lead ``__consumer_offsets``' partition: NOT_COORDINATOR
+  (COORDINATOR_LOAD_IN_PROGRESS while it opens it); a SyncGroup waiting when the coordinator moves
+  away is answered NOT_COORDINATOR.
 """
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.state.acls import Operation, ResourceType
+from trireme.state.groups import SyncGroupResult
 from trireme.wire import error_codes as E
 
 
@@ -27,7 +31,8 @@ def sync_group(ctx, request):
         groups.coordinator.sync_group, request.group_id, request.generation_id, request.member_id,
         request.group_instance_id, request.protocol_type if version >= 5 else None,
         request.protocol_name if version >= 5 else None,
-        [(a.member_id, a.assignment) for a in request.assignments], ctx.now_ms())
+        [(a.member_id, a.assignment) for a in request.assignments], ctx.now_ms(),
+        if_moved=SyncGroupResult(E.NOT_COORDINATOR.code))
 
     async def wait():
         result = await answer()

@@ -13,6 +13,10 @@ Behaviour / version notes:
   stay pending (invisible to OffsetFetch; UNSTABLE_OFFSET_COMMIT with RequireStable) until the
   transaction's marker is replayed: COMMIT makes them the committed offsets, ABORT drops them.
 - Answered once the batch is durable; if it cannot be made durable → NOT_COORDINATOR.
+- A broker that does not lead ``__consumer_offsets``' partition answers every partition NOT_COORDINATOR
+  (COORDINATOR_LOAD_IN_PROGRESS while it opens it) before asking the transaction coordinator anything.
+  The transaction coordinator is asked on its broker (transactions.ask_coordinator): at once by this
+  broker's handlers when it is here, over the wire otherwise (NETWORK_EXCEPTION if it does not answer).
 - Authorization first (Kafka's handleTxnOffsetCommitRequest): Write on the TransactionalId → else every
   partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED; Read on the Group → else every partition
   GROUP_AUTHORIZATION_FAILED; Read on each topic (asked once per topic) → else its partitions
@@ -23,7 +27,7 @@ from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.server.groups import OFFSETS_TOPIC
 from trireme.server.handlers import unauthorized
-from trireme.server.transactions import add_to_transaction, error_for_version, verify_in_transaction
+from trireme.server.transactions import ask_coordinator, coordinator_here, error_for_version, verify_in_transaction
 from trireme.state.acls import Operation, ResourceType
 from trireme.wire import error_codes as E
 
@@ -69,15 +73,18 @@ def txn_offset_commit(ctx, request):
             return answer({(t, p): in_transaction for t, p, *_ in offsets})
         return _stage_offsets(ctx, request, offsets, answer)
 
-    ids = (broker.local_peer, request.transactional_id, request.producer_id, request.producer_epoch,
-           [(OFFSETS_TOPIC, 0)])
-    if version < IMPLICIT_ADD_SINCE:
-        return stage(verify_in_transaction(*ids)[(OFFSETS_TOPIC, 0)])
+    moved = broker.groups.coordinator.serving_error
+    if moved:                           # the group coordinator is not here: nothing to ask the transaction's
+        return answer({(t, p): moved for t, p, *_ in offsets})
+    ids = (request.transactional_id, request.producer_id, request.producer_epoch, [(OFFSETS_TOPIC, 0)])
+    if version < IMPLICIT_ADD_SINCE and coordinator_here(broker):
+        return stage(verify_in_transaction(broker.local_peer, *ids)[(OFFSETS_TOPIC, 0)])
 
-    async def add_then_stage():
-        result = stage((await add_to_transaction(*ids))[(OFFSETS_TOPIC, 0)])
+    async def ask_then_stage():
+        errors = await ask_coordinator(broker, *ids, verify_only=version < IMPLICIT_ADD_SINCE)
+        result = stage(errors[(OFFSETS_TOPIC, 0)])
         return await result.wait() if isinstance(result, Deferred) else result
-    return Deferred(add_then_stage)
+    return Deferred(ask_then_stage)
 
 
 def _stage_offsets(ctx, request, offsets, answer):

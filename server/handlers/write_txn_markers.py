@@ -21,6 +21,11 @@ Behaviour / version notes:
   denial not counted: KIP-664's admin abort) or else ClusterAction on the cluster (what a broker
   sends); without either every partition answers CLUSTER_AUTHORIZATION_FAILED and nothing is
   written.  The coordinator's own requests (server/local_peer.py) always pass.
+- Markers from another broker (the transaction coordinator elsewhere in the cluster sends each
+  partition's markers to its leader over the wire, authenticated as the inter-broker principal): a
+  principal with ClusterAction — any principal when no authorizer is on, as in Kafka — is a broker,
+  and its markers are the coordinator's, trusted as the local peer's.  On the coordinator's own broker
+  no coordinator sends markers over the wire, so there every marker that is not its own is a client's.
 - A marker that does not come from this broker (a client's, whatever its permissions) is also
   checked against the transaction coordinator (Kafka without an authorizer lets any client tear a
   transaction here):
@@ -51,6 +56,7 @@ Behaviour / version notes:
 from trireme.server.deferred import Deferred
 from trireme.server.dispatch import handles
 from trireme.server.routing import NotLeader, led_partition_named
+from trireme.server.transactions import coordinator_here
 from trireme.state.acls import CLUSTER_NAME, Operation, ResourceType
 from trireme.state.log import AbortedTxn
 from trireme.state.topics import INTERNAL_TOPICS
@@ -74,7 +80,12 @@ def write_txn_markers(ctx, request):
         return response
     waits = []          # (result, awaitable returning durable?)
     now = ctx.now_ms()
-    trusted = ctx.cluster_action
+    # A broker's markers are the coordinator's own: this broker's (the local peer), or, when the transaction
+    # coordinator is on another broker, those of a principal with ClusterAction (any principal without an
+    # authorizer, as Kafka): a broker (docs/security.md).  Over the wire to the coordinator's own broker no
+    # coordinator sends markers (it uses its local peer), so there they are a client's and checked.
+    trusted = ctx.cluster_action or (not coordinator_here(broker) and ctx.authorize(
+        Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME, log_if_denied=False))
     # What the coordinator holds for the producer ids of a client's markers: one pass over its transactions.
     known = {} if trusted else broker.transactions.coordinator.producer_transactions(
         {m.producer_id for m in request.markers})
