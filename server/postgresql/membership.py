@@ -16,7 +16,7 @@ from psycopg.types.json import Jsonb
 
 from ..clock import now_ms
 from ..cluster import ClusterBroker, ClusterView, choose_leader
-from .engine import CONNECT_TIMEOUT_S, Database, DatabaseUnavailable, PartitionKey, sql
+from .engine import CONNECT_TIMEOUT_S, Database, PartitionKey, sql
 
 log = logging.getLogger("trireme.cluster")
 
