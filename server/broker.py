@@ -948,7 +948,7 @@ class Broker:
         self._wake_waiters()                # produce waits on its partitions end now (KAFKA_STORAGE_ERROR)
 
     def _decide_create(self, name: str, partitions: int, configs: dict[str, str] | None,
-                       validate_only: bool) -> tuple[list, Topic]:
+                       validate_only: bool, replication_factor: int = -1) -> tuple[list, Topic]:
         if name == CLUSTER_METADATA_TOPIC:           # Kafka's ControllerApis: hidden, so not "already exists"
             raise TopicError(E.INVALID_REQUEST.code, f"Creation of internal topic {name} is prohibited.")
         if name in INTERNAL_TOPICS:
@@ -956,7 +956,8 @@ class Broker:
         if partitions == -1:
             partitions = self.config["num.partitions"]
         _check_partition_count(partitions)
-        records, topic = self.topics.create(name, partitions, configs or {})
+        records, topic = self.topics.create(name, partitions, configs or {}, replication_factor=replication_factor,
+                                            live_brokers=len(self.cluster.brokers()))
         self._check_broker_partitions(topic.partitions)
         if validate_only:
             return [], topic
@@ -964,9 +965,10 @@ class Broker:
         return records, topic
 
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None,
-                           validate_only: bool = False) -> Topic:
+                           validate_only: bool = False, replication_factor: int = -1) -> Topic:
         """Create a topic atomically: its partitions are opened first, its record names it last; → once durable."""
-        topic = await self._change_topics(lambda: self._decide_create(name, partitions, configs, validate_only), name)
+        topic = await self._change_topics(
+            lambda: self._decide_create(name, partitions, configs, validate_only, replication_factor), name)
         if not validate_only:
             log.info("created topic name=%s partitions=%d id=%s", name, topic.partitions, topic.topic_id)
         return topic
@@ -988,7 +990,7 @@ class Broker:
         if not self.config["auto.create.topics.enable"]:
             return None
         try:
-            return await self.create_topic(name, -1)
+            return await self.create_topic(name, -1, replication_factor=self.config["default.replication.factor"])
         except TopicError as refused:
             if refused.code == E.TOPIC_ALREADY_EXISTS.code and self.topics.get(name) is not None:
                 return self.topics.get(name)    # created by another request meanwhile

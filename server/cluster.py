@@ -135,7 +135,7 @@ def choose_leader(key: PartitionKey, preferred, live) -> int | None:
 class ViewCluster:
     """The cluster as this broker's last poll of the database found it (server/postgresql/membership.py)."""
 
-    def __init__(self, view: ClusterView, topic_replication=lambda topic: 1):
+    def __init__(self, view: ClusterView, topic_replication=lambda topic: topic.replication_factor):
         self.view = view
         self._replication = topic_replication
         self._leadership: dict = {}        # (topic id, index) → PartitionLeadership | None: asked per request

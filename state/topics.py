@@ -192,6 +192,7 @@ class Topic:
     configs: Mapping[str, str] = field(default_factory=dict)  # only the explicitly set ones
     created_order: int = 0
     leader_epoch: int = 0
+    replication_factor: int = 1     # as created; the data's replication is the storage engine's
 
     @property
     def is_internal(self) -> bool:
@@ -312,8 +313,9 @@ class TopicRegistry:
 
     def create(self, name: str, partitions: int, configs: Mapping[str, str | None] | None = None,
                topic_id: uuid.UUID | None = None, *, replication_factor: int = -1,
-               default_partitions: int = 1) -> tuple[list, Topic]:
-        """Create a topic (``partitions``/``replication_factor`` -1 mean the defaults); TopicError if refused."""
+               default_partitions: int = 1, live_brokers: int = 1) -> tuple[list, Topic]:
+        """Create a topic (``partitions``/``replication_factor`` -1 mean the defaults: the replication factor's is
+        1); TopicError if refused, a replication factor above ``live_brokers`` among the reasons."""
         problem = validate_topic_name(name)
         if problem is not None:
             raise TopicError(INVALID_TOPIC_EXCEPTION, problem)
@@ -331,18 +333,19 @@ class TopicRegistry:
         if replication_factor == 0 or replication_factor < -1:
             raise TopicError(INVALID_REPLICATION_FACTOR,
                              "Replication factor must be larger than 0, or -1 to use the default value.")
-        if replication_factor > 1:
+        if replication_factor > live_brokers:
             raise TopicError(INVALID_REPLICATION_FACTOR,
                              f"Unable to replicate the partition {replication_factor} time(s): The target "
                              f"replication factor of {replication_factor} cannot be reached because only "
-                             "1 broker(s) are registered.")
+                             f"{live_brokers} broker(s) are registered.")
         checked = _checked_configs((configs or {}).items())
         if topic_id is None:
             topic_id = _new_topic_id(self)
         elif topic_id.int == 0 or self.by_id(topic_id) is not None:
             raise TopicError(INVALID_REQUEST, f"Topic id {topic_id} is zero or already in use.")
         retired = self._retired.get(name)
-        topic = Topic(name, topic_id, partitions, checked, self._next_order, 0 if retired is None else retired[1])
+        topic = Topic(name, topic_id, partitions, checked, self._next_order, 0 if retired is None else retired[1],
+                      max(1, replication_factor))
         records = [topic_record(topic)]
         if retired is not None:
             records.append(removed_topic_tombstone(name))
@@ -437,7 +440,8 @@ def topic_record(topic: Topic) -> tuple[bytes, bytes]:
     cls = message("TopicRecordValue").cls
     value = cls(name=topic.name, partitions=topic.partitions,
                 configs=[cls.TopicConfig(name=k, value=v) for k, v in sorted(topic.configs.items())],
-                created_order=topic.created_order, leader_epoch=topic.leader_epoch)
+                created_order=topic.created_order, leader_epoch=topic.leader_epoch,
+                replication_factor=topic.replication_factor)
     return topic_key(topic.topic_id), encode_value("TopicRecordValue", value)
 
 
@@ -450,7 +454,7 @@ def _decode_topic(topic_id: uuid.UUID, value) -> Topic:
     if validate_topic_name(v.name) is not None or v.partitions < 1:
         raise MetadataRecordError(f"topic record {topic_id} is invalid: {v.name!r} with {v.partitions} partitions")
     return Topic(v.name, topic_id, v.partitions, {c.name: c.value for c in v.configs}, v.created_order,
-                 v.leader_epoch)
+                 v.leader_epoch, max(1, v.replication_factor))
 
 
 def _removed_key(name: str) -> bytes:

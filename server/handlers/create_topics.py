@@ -128,7 +128,8 @@ async def _create(broker, t, validate_only: bool):
         if problem is not None:
             raise TopicError(E.INVALID_CONFIG.code, problem)
     partitions, replication_factor = _layout(broker, t)
-    return await broker.create_topic(name, partitions, configs, validate_only=validate_only), replication_factor
+    return await broker.create_topic(name, partitions, configs, validate_only=validate_only,
+                                     replication_factor=replication_factor), replication_factor
 
 
 @handles("CreateTopics", 2, 7)
