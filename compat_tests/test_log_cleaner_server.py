@@ -244,7 +244,8 @@ def test_metrics_status_page_and_dump_log_show_a_cleaning(server):
     assert sample("trireme_log_cleaner_last_cleaning_timestamp_seconds") > 0
     assert f'trireme_log_cleaner_dirty_ratio{{topic="{name}",partition="0"}}' in text
     page = urllib.request.urlopen(url.replace("/metrics", "/"), timeout=5).read().decode()
-    row = page[page.index(name):].split("</tr>", 1)[0]
+    partitions = page[page.index('<section id="partitions">'):]        # the cluster section lists it too
+    row = partitions[partitions.index(name):].split("</tr>", 1)[0]
     assert "cleaned " in row and " ago" in row
     dumped = subprocess.run([sys.executable, "-m", "trireme.server.cli", "dump-log", "--files",
                              str(server.data_dir / "logs" / f"{name}-0"), "--print-data-log"],
