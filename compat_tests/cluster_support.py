@@ -3,11 +3,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from compat_tests.clients import wait_until
 from compat_tests.conftest import ServerProcess
 
 # Leases short enough that a lost broker's partitions move within a test's patience.
 FAST_LEASES = {"broker.heartbeat.interval.ms": 200, "broker.session.timeout.ms": 2000,
                "trireme.cluster.metadata.poll.ms": 200}
+
+
+def wait_for(what: str, check, timeout: float = 30.0):
+    """``check()`` until it is truthy → its value (compat_tests.clients.wait_until, with what it waits for first)."""
+    return wait_until(check, timeout=timeout, what=what)
 
 
 def cluster_config(dsn: str, node_id: int, **extra) -> dict:

@@ -10,8 +10,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compat_tests.cluster_support import Cluster, cluster_config
-from compat_tests.conftest import ServerProcess, server_command, write_toml
+from compat_tests.cluster_support import Cluster, cluster_config, wait_for
+from compat_tests.conftest import server_command, write_toml
 
 pytestmark = pytest.mark.trireme_only("starts trireme serve processes on a PostgreSQL of its own")
 
@@ -27,14 +27,6 @@ def controller(dsn: str) -> int | None:
         return conn.execute("SELECT controller_id FROM trireme_cluster").fetchone()[0]
 
 
-def wait_for(what: str, check, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
-        time.sleep(0.1)
 
 
 def test_brokers_register_and_one_becomes_the_controller(tmp_path, postgres_database):

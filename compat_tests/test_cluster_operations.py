@@ -15,7 +15,7 @@ from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient
 
 from compat_tests.clients import kcat_consume
-from compat_tests.cluster_support import Cluster
+from compat_tests.cluster_support import Cluster, wait_for
 from compat_tests.test_admin_cli import TRIREME
 from compat_tests.test_status_page import cluster_section, get, status_url
 from trireme.wire import error_codes as E
@@ -28,14 +28,6 @@ SLOW_CLUSTER = {"broker.session.timeout.ms": 120000, "trireme.cluster.metadata.p
                 "auto.create.topics.enable": False}
 
 
-def wait_for(what: str, check, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
-        time.sleep(0.1)
 
 
 def leaders(bootstrap: str, topic: str) -> dict[int, int]:

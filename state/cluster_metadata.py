@@ -58,8 +58,9 @@ under that name continues from) until the name is used again.
 """
 from __future__ import annotations
 
+import json
 import struct
-from typing import Iterable, Protocol
+from typing import Callable, Iterable, Protocol
 
 from trireme.wire.codec import message
 
@@ -246,3 +247,20 @@ class AclRecords:
                     records.append(acl_tombstone(b))
             results.append(matched)
         return records, results
+
+
+def read_legacy_file(storage, path: str, what: str, read: Callable[[dict], object]) -> object | None:
+    """``read(document)`` of the JSON file ``path`` (version 1) where an earlier version kept what is now records
+    of this log, for the upgrade that turns it into them; None if there is none.  Anything malformed (``read``'s
+    ValueError, KeyError, TypeError or AttributeError included) is a ValueError naming ``what``."""
+    try:
+        data = storage.read_all(path)
+    except FileNotFoundError:
+        return None
+    try:
+        doc = json.loads(data)
+        if doc["version"] != 1:
+            raise ValueError(f"unsupported version {doc['version']!r}")
+        return read(doc)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"malformed {what} {path!r}: {exc!r}") from exc

@@ -10,14 +10,13 @@ from older.  UpdateFeatures changes a level under Kafka's rules (:meth:`FeatureL
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from trireme.state.storage import Storage
 from trireme.wire import error_codes as E
 from trireme.wire.codec import message
 
-from .cluster_metadata import FEATURE_LEVEL, decode_key, decode_value, encode_key, encode_value
+from .cluster_metadata import FEATURE_LEVEL, decode_key, decode_value, encode_key, encode_value, read_legacy_file
 
 TRANSACTION_VERSION = "transaction.version"
 # feature → (min, max) level this node supports
@@ -130,16 +129,7 @@ def _level_epoch(value) -> tuple[int, int]:
 def read_legacy_levels(storage: Storage, path: str = LEGACY_FEATURES_FILE) -> tuple[dict[str, int], int] | None:
     """The levels and epoch earlier versions kept in the JSON file ``path`` (None if there is none), for the
     upgrade that turns them into records."""
-    try:
-        data = storage.read_all(path)
-    except FileNotFoundError:
-        return None
-    try:
-        doc = json.loads(data)
-        if doc["version"] != 1:
-            raise ValueError(f"unsupported version {doc['version']!r}")
+    def read(doc):
         levels = {str(k): int(v) for k, v in doc["levels"].items()}
-        epoch = int(doc["epoch"])
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"malformed feature file {path!r}: {exc!r}") from exc
-    return {name: levels.get(name, 0) for name in SUPPORTED}, epoch
+        return {name: levels.get(name, 0) for name in SUPPORTED}, int(doc["epoch"])
+    return read_legacy_file(storage, path, "feature file", read)

@@ -8,12 +8,11 @@ ids of the current one remain (server/broker.py, Broker.producer_ids_ready).
 """
 from __future__ import annotations
 
-import json
 from typing import Protocol
 
 from trireme.wire.codec import message
 
-from .cluster_metadata import PRODUCER_IDS, decode_value, encode_key, encode_value
+from .cluster_metadata import PRODUCER_IDS, decode_value, encode_key, encode_value, read_legacy_file
 
 BLOCK_SIZE = 1000
 MAX_PRODUCER_ID = 2**63 - 1
@@ -116,17 +115,9 @@ class ProducerIdManager:
 def read_legacy_block_end(storage: Storage, path: str = LEGACY_PRODUCER_IDS_FILE) -> int | None:
     """The reservation end earlier versions kept in the JSON file ``path`` (None if there is none), for the
     upgrade that turns it into a record."""
-    try:
-        data = storage.read_all(path)
-    except FileNotFoundError:
-        return None
-    try:
-        doc = json.loads(data)
-        if doc["version"] != 1:
-            raise ValueError(f"unsupported version {doc['version']!r}")
+    def read(doc):
         block_end = doc["block_end"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"malformed producer id file {path!r}: {exc!r}") from exc
-    if type(block_end) is not int or block_end < 0:
-        raise ValueError(f"malformed producer id file {path!r}: block_end {block_end!r}")
-    return block_end
+        if type(block_end) is not int or block_end < 0:
+            raise ValueError(f"block_end {block_end!r}")
+        return block_end
+    return read_legacy_file(storage, path, "producer id file", read)

@@ -7,7 +7,6 @@ clients send; :func:`parse_config_value` turns one into its typed value.  The re
 from __future__ import annotations
 
 import base64
-import json
 import math
 import posixpath
 import re
@@ -18,7 +17,7 @@ from typing import Callable, Iterable, Mapping, Protocol
 from trireme.wire.codec import message
 
 from .cluster_metadata import (REMOVE_TOPIC_RECORD, TOPIC_RECORD, MetadataRecordError, decode_key, decode_value,
-                               encode_key, encode_value, record_type)
+                               encode_key, encode_value, read_legacy_file, record_type)
 
 # Kafka error codes used here.
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -475,21 +474,12 @@ def read_legacy_registry(storage: Storage, path: str = LEGACY_REGISTRY_FILE
                          ) -> tuple[list[Topic], dict[str, int]] | None:
     """The topics and retired leader epochs of the JSON registry earlier versions kept at ``path`` (None if
     there is none), for the upgrade that turns it into records."""
-    try:
-        data = storage.read_all(path)
-    except FileNotFoundError:
-        return None
-    try:
-        doc = json.loads(data)
-        if doc["version"] != 1:
-            raise ValueError(f"unsupported version {doc['version']!r}")
+    def read(doc):
         topics = [Topic(str(t["name"]), uuid.UUID(t["topic_id"]), int(t["partitions"]),
                         {str(k): str(v) for k, v in t["configs"].items()}, int(t["created_order"]),
                         int(t["leader_epoch"])) for t in doc["topics"]]
-        retired = {str(k): int(v) for k, v in doc["retired_epochs"].items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"malformed topic registry {path!r}: {exc!r}") from exc
-    return topics, retired
+        return topics, {str(k): int(v) for k, v in doc["retired_epochs"].items()}
+    return read_legacy_file(storage, path, "topic registry", read)
 
 
 def _require_valid(name: str, value: str | None) -> None:
