@@ -21,6 +21,20 @@ def _log(storage=None, name="p") -> PartitionLog:
     return PartitionLog.open(storage or MemoryStorage(), name, now_ms=0, unsafe_no_fsync=True)
 
 
+def take(engine: PostgresEngine, key=(TOPIC, 0)):
+    """The partition named to ``engine``'s broker (as the controller would: a row for a new one) and taken by it
+    (PostgresEngine.open: a new leader epoch) → its row."""
+    with psycopg.connect(engine.dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO trireme_partition VALUES (%s, %s, %s, 0, 0, 0) ON CONFLICT (topic_id, partition) "
+                     "DO UPDATE SET leader_id = EXCLUDED.leader_id", (key[0], key[1], engine.node_id))
+    return engine.open(key)
+
+
+def reload(engine: PostgresEngine, log: PartitionLog, key=(TOPIC, 0)) -> int:
+    """``log`` rebuilt from the partition's rows, the partition taken by ``engine``'s broker → its leader epoch."""
+    return load_partition(engine, key, log, 0, take(engine, key))
+
+
 def _commit_all(engine: PostgresEngine, log: PartitionLog, epoch: int, partition: int = 0, new: bool = False):
     start = log.durable_offset
     rows, end = rows_of(log, start, log.log_end_offset, 1 << 30)
@@ -55,7 +69,7 @@ def test_committed_batches_come_back_with_their_offsets_into_a_new_log(engine):
         append(log, make_batch([b"a%d" % i, b"b%d" % i]))
     assert _commit_all(engine, log, 0, new=True) == {}
     copy = _log()
-    epoch = load_partition(engine, (TOPIC, 0), copy, 0)
+    epoch = reload(engine, copy)
     assert epoch == 1                                   # leading it again: a new epoch
     assert (copy.log_start_offset, copy.log_end_offset, copy.high_watermark) == (0, 10, 10)
     assert read_all(copy) == read_all(log)
@@ -71,13 +85,13 @@ def test_a_deposed_leaders_commit_changes_nothing(postgres_database):
         log = _log()
         append(log, make_batch([b"first"]))
         assert _commit_all(one, log, 0, new=True) == {}
-        taken = two.lead((TOPIC, 0))
+        taken = take(two)
         assert (taken.leader_id, taken.leader_epoch, taken.log_end_offset) == (2, 1, 1)
         append(log, make_batch([b"too late"]))
         refused = _commit_all(one, log, 0)
         assert refused[(TOPIC, 0)].leader_id == 2 and refused[(TOPIC, 0)].leader_epoch == 1
         copy = _log()
-        load_partition(two, (TOPIC, 0), copy, 0)
+        reload(two, copy)
         assert values_of(read_all(copy)) == [b"first"]
     finally:
         one.close()
@@ -122,7 +136,7 @@ def test_the_log_start_moves_and_rows_below_it_go(engine, postgres_database):
         lowest = conn.execute("SELECT min(last_offset) FROM trireme_batch").fetchone()[0]
     assert lowest >= 4                      # the row holding offset 4 may stay (it reaches the start)
     copy = _log()
-    load_partition(engine, (TOPIC, 0), copy, 0)
+    reload(engine, copy)
     assert (copy.log_start_offset, copy.log_end_offset) == (5, 8)
     assert values_of(read_all(copy)) == [b"%d" % i * 100 for i in range(5, 8)]
 
@@ -135,7 +149,7 @@ def test_a_log_whose_rows_are_all_gone_starts_at_its_log_start(engine):
     log.delete_records(3)
     assert _commit_all(engine, log, 0) == {}
     copy = _log()
-    load_partition(engine, (TOPIC, 0), copy, 0)
+    reload(engine, copy)
     assert (copy.log_start_offset, copy.log_end_offset) == (3, 3)
 
 
@@ -145,7 +159,7 @@ def test_a_deleted_partition_is_forgotten(engine):
     assert _commit_all(engine, log, 0, new=True) == {}
     engine.commit([], [(TOPIC, 0)])
     copy = _log()
-    assert load_partition(engine, (TOPIC, 0), copy, 0) == 0        # a new row
+    assert reload(engine, copy) == 1        # a new row (epoch 0), taken once
     assert copy.log_end_offset == 0
 
 

@@ -165,14 +165,6 @@ class PostgresEngine:
                                       f"{SCHEMA_VERSION}")
         return found
 
-    def lead(self, key: PartitionKey) -> PartitionRow:
-        """Take the partition's leadership with a new leader epoch (its row created if missing) → its row."""
-        topic_id, partition = key
-        epoch, start, end = self._run(lambda conn: conn.execute(sql("partition_lead"), {
-            "topic_id": topic_id, "partition": partition, "node_id": self.node_id}).fetchone())
-        self._starts[key] = start
-        return PartitionRow(self.node_id, epoch, start, end)
-
     def open(self, key: PartitionKey) -> PartitionRow | None:
         """Take a partition the controller named this broker to lead, with a new leader epoch (fencing any earlier
         process of this node id) → its row; None if another broker was named meanwhile."""
@@ -244,11 +236,10 @@ class PostgresEngine:
         return refused
 
 
-def load_partition(engine: PostgresEngine, key: PartitionKey, log, now_ms: int, row: PartitionRow | None = None) -> int:
-    """Rebuild ``log``, empty, from the partition's rows, as ``row`` (what :meth:`PostgresEngine.open` gave; by
-    default the partition is taken with :meth:`PostgresEngine.lead`) says they are: the batches keep their offsets,
-    the log start is the row's → the leader epoch."""
-    row = row or engine.lead(key)
+def load_partition(engine: PostgresEngine, key: PartitionKey, log, now_ms: int, row: PartitionRow) -> int:
+    """Rebuild ``log``, empty, from the partition's rows, as ``row`` (what :meth:`PostgresEngine.open` gave, or the
+    row a follower read) says they are: the batches keep their offsets, the log start is the row's → the leader
+    epoch."""
     append_rows(engine, key, log, now_ms, row.log_start_offset, row.log_end_offset)
     if log.log_end_offset < row.log_start_offset:
         log.truncate_fully_and_start_at(row.log_start_offset)
