@@ -106,6 +106,47 @@ class TransactionalLoad(threading.Thread):
         assert not self.is_alive(), f"{self.name_} did not stop"
 
 
+class JavaTransactionalLoad(TransactionalLoad):
+    """The same load from the Java client 4.3.0 (compat_tests' harness): begin, send, commit.  A failed step is
+    followed by abortTransaction; where that fails too the harness is replaced (the new producer's
+    initTransactions fences the old one) and the transaction is in doubt."""
+
+    VERSION = "4.3.0"
+    CONFIG = {"transaction.timeout.ms": 10000, "linger.ms": 5, "reconnect.backoff.max.ms": 500,
+              "request.timeout.ms": 10000, "delivery.timeout.ms": 30000, "max.block.ms": 30000}
+
+    def run(self) -> None:
+        from compat_tests import clients
+        harness, n = None, 0
+        while not self.stopping.is_set():
+            try:
+                if harness is None:
+                    harness = clients.java_harness(self.VERSION, self.bootstrap)
+                    harness.ok("init_producer", handle="p", config={"transactional.id": self.name_, **self.CONFIG},
+                               timeout=90)
+                n += 1
+                harness.ok("begin_txn", handle="p")
+                harness.ok("send", topic=self.topic, handle="p",
+                           records=[clients.record(b"%d" % n, key=key, partition=i % PARTITIONS)
+                                    for i, key in enumerate(self.keys(n))])
+                harness.ok("commit_txn", handle="p", timeout=90)
+                self.committed.append(n)
+            except (clients.HarnessError, AssertionError, OSError, ValueError) as e:
+                self.errors.append(f"transaction {n}: {str(e)[:300]}")
+                if harness is not None and harness.proc.poll() is None and \
+                        harness.call("abort_txn", handle="p", timeout=90).get("ok"):
+                    self.aborted.append(n)
+                    continue
+                if n:
+                    self.in_doubt.append(n)
+                if harness is not None:
+                    harness.kill()
+                    harness.close()
+                harness = None
+        if harness is not None:
+            harness.close()
+
+
 def read_committed_keys(bootstrap: str, topic: str) -> dict[bytes, int]:
     """key → how many times a read_committed consumer reads it, from the start to the end of every partition."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "check-" + uuid.uuid4().hex,
@@ -200,14 +241,17 @@ def start_round(bootstrap: str, tmp_path: Path) -> tuple[dict[str, str], EosWork
     return topics, EosWorker(bootstrap, topics["in"], topics["out"], topics["group"], tmp_path / f"worker-{tag}.log")
 
 
-def start_load(cluster: Cluster, tmp_path: Path) -> tuple[str, list[TransactionalLoad]]:
-    """A topic and two transactional producers committing to it; → (topic, loads)."""
+def start_load(cluster: Cluster, tmp_path: Path, java: bool = False) -> tuple[str, list[TransactionalLoad]]:
+    """A topic and two transactional producers (confluent-kafka; and a third, Java, with ``java``) committing to it;
+    → (topic, loads)."""
     bootstrap = cluster.bootstrap
     wait_for("three brokers listed", lambda: len(metadata_brokers(bootstrap)) == 3, timeout=30)
     tag = uuid.uuid4().hex[:8]
     topic = f"txn-{tag}"
     create_topics(bootstrap, [topic], PARTITIONS)
     loads = [TransactionalLoad(bootstrap, topic, f"tx{i}-{tag}") for i in range(2)]
+    if java:
+        loads.append(JavaTransactionalLoad(bootstrap, topic, f"java-{tag}"))
     for load in loads:
         load.start()
     return topic, loads
@@ -231,7 +275,8 @@ def carry_on(loads: list[TransactionalLoad], workers: list[EosWorker]) -> None:
 
 def summary(loads: list[TransactionalLoad], rounds: list[tuple[dict, EosWorker]]) -> str:
     committed = sum(len(x.committed) for x in loads)
-    return (f"{committed} transactions ({committed * TXN_SIZE} records) committed, "
+    java = sum(len(x.committed) for x in loads if isinstance(x, JavaTransactionalLoad))
+    return (f"{committed} transactions ({committed * TXN_SIZE} records) committed ({java} by the Java client), "
             f"{sum(len(x.aborted) for x in loads)} aborted, {sum(len(x.in_doubt) for x in loads)} in doubt; "
             f"{len(rounds) * EOS_RECORDS} records through the exactly-once worker in {len(rounds)} rounds "
             f"({sum(w.restarts for _, w in rounds)} worker restarts); producer errors: "
@@ -241,10 +286,13 @@ def summary(loads: list[TransactionalLoad], rounds: list[tuple[dict, EosWorker]]
 def test_random_brokers_killed_under_transactions_and_the_exactly_once_loop(tmp_path, postgres_database):
     """KILLS times, a seeded random broker is killed (-9), stays down 0-3.5 s (longer than its 2 s session now and
     then: its partitions and coordinators move to the others) and is started again on its data directory.  The
-    worker runs round after round (new topics each time its input is done) until the last kill."""
+    worker runs round after round (new topics each time its input is done) until the last kill; the Java client
+    4.3.0 commits transactions beside the two confluent-kafka producers."""
+    from compat_tests import clients
+    clients.require_java(JavaTransactionalLoad.VERSION)
     rng = random.Random(SEED)
     with Cluster(tmp_path, postgres_database, size=3) as cluster:
-        txn_topic, loads = start_load(cluster, tmp_path)
+        txn_topic, loads = start_load(cluster, tmp_path, java=True)
         rounds = [start_round(cluster.bootstrap, tmp_path)]
         epochs = leader_epochs(postgres_database)
         started = time.monotonic()
