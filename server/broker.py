@@ -478,14 +478,14 @@ class Broker:
                     if unavailable:
                         log.warning("the cluster's database answers again")
                         unavailable = False
+                    self.cluster = ViewCluster(view)
+                    await self._follow_metadata(view)     # reads rows too: on a connection a restart may have broken
                 except DatabaseUnavailable as e:
                     if not unavailable:
                         log.error("cannot reach the cluster's database: %s; retrying", e)
                         unavailable = True
                     await self._sleep_or_poke(poll_s)
                     continue
-                self.cluster = ViewCluster(view)
-                await self._follow_metadata(view)
                 await self._follow_leadership(view)
                 await self._sleep_or_poke(poll_s)
         finally:
