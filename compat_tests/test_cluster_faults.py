@@ -164,7 +164,9 @@ def read_committed_keys(bootstrap: str, topic: str) -> dict[bytes, int]:
                 counts[m.key()] = counts.get(m.key(), 0) + 1
         if not msgs and all(tp.offset >= ends[tp.partition] for tp in c.position(tps)):
             break
+    short = {tp.partition: (tp.offset, ends[tp.partition]) for tp in c.position(tps) if tp.offset < ends[tp.partition]}
     c.close()
+    assert not short, f"read_committed stopped short of the end (position, end) (a transaction left open?): {short}"
     return counts
 
 
@@ -185,7 +187,8 @@ def check_transactions(bootstrap: str, topic: str, loads: list[TransactionalLoad
             assert not seen, f"aborted transaction {load.name_}-{n} visible: {seen}"
         for n in load.in_doubt:
             seen = [k for k in load.keys(n) if k in counts]
-            assert len(seen) in (0, TXN_SIZE), f"transaction {load.name_}-{n} torn: {len(seen)} of {TXN_SIZE} read"
+            assert len(seen) in (0, TXN_SIZE), \
+                f"transaction {load.name_}-{n} torn: {len(seen)} of {TXN_SIZE} read; the producer's errors: {load.errors}"
             expected.update(seen)
     unexplained = set(counts) - expected - maybe
     assert not unexplained, f"{len(unexplained)} records of no transaction: {sorted(unexplained)[:5]}"
