@@ -402,3 +402,35 @@ def test_postgresql_crash_under_transactions_and_the_exactly_once_loop(tmp_path,
         check_transactions(cluster.bootstrap, txn_topic, loads, maybe=frozenset([b"probe"]))
         _check_exactly_once(cluster.bootstrap, topics["in"], topics["out"], topics["group"], EOS_RECORDS)
         print(f"\nPostgreSQL crash: worker done after {worker.done_after:.0f}s; " + summary(loads, [(topics, worker)]))
+
+
+def test_an_acknowledged_add_partitions_survives_a_kill_on_postgresql(tmp_path, own_postgres):
+    """Found by the kill loop (a transaction torn: committed on two partitions, not on the third): AddPartitionsToTxn
+    was answered once its record was written to the broker's segment cache, which on the PostgreSQL engine survives
+    nothing; a kill or a move lost the acknowledged add, the next coordinator re-sent the previous transaction's
+    COMMIT markers, and they committed the new transaction's records.  With PostgreSQL down nothing can be made
+    durable: an add answered then and the broker killed (-9), the add must be there once both are back."""
+    from compat_tests.test_bad_input import RawConn, create_topic
+    from compat_tests.test_bad_transactions import add_partitions, init
+    from compat_tests.test_crash_transactions import describe_transactions, kill_now
+    with Cluster(tmp_path, own_postgres.dsn_for("faults"), size=1) as cluster:
+        broker = cluster.brokers[1]
+        with RawConn(broker.bootstrap) as conn:
+            create_topic(conn, "adds", partitions=1)
+            _, pid, epoch = wait_for("a producer id", lambda: (lambda r: r if r[0] == 0 else None)(init(conn, "t")))
+        own_postgres.stop("immediate")
+        try:
+            with RawConn(broker.bootstrap, timeout=5) as conn:
+                answer = add_partitions(conn, "t", pid, epoch, "adds", [0])[("adds", 0)]
+        except OSError:             # not answered while the database is away
+            answer = None
+        kill_now(broker)
+        own_postgres.start()
+        broker.kill9()
+        def described():
+            with RawConn(broker.bootstrap) as conn:
+                found = describe_transactions(conn, ["t"])["t"]
+            return found if found[0] == 0 else None
+        _, state, partitions = wait_for("the transaction described", described, timeout=30)
+        if answer == 0:
+            assert state == "Ongoing" and ("adds", 0) in partitions, (state, partitions)
