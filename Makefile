@@ -192,11 +192,17 @@ compat: venv clients
 # make compaction-crash-loop - kill -9 the broker while its log cleaner compacts a dirty partition, CRASH_KILLS
 #                   times (TRIREME_CRASH_SEED varies the kill points); `make test` runs 3
 #                   (compat_tests/test_crash_compaction.py)
+# make cluster-fault-loop - a three-broker cluster on a PostgreSQL of its own: kill -9 a random broker (down
+#                   0-3.5 s, restarted on its data directory) CLUSTER_FAULT_KILLS times (default 40, seed
+#                   TRIREME_CLUSTER_FAULT_SEED) under two transactional producers and the exactly-once loop,
+#                   then crash PostgreSQL under the same load; `make test` runs 5 kills and one crash
+#                   (compat_tests/test_cluster_faults.py)
 
-.PHONY: crash-loop compaction-crash-loop
+.PHONY: crash-loop compaction-crash-loop cluster-fault-loop
 
 CRASH_KILLS      ?= 60
 CRASH_ADD_ROUNDS ?= 20
+CLUSTER_FAULT_KILLS ?= 40
 
 crash-loop: venv
 	TRIREME_CRASH_LOOP_KILLS=$(CRASH_KILLS) TRIREME_CRASH_ADD_ROUNDS=$(CRASH_ADD_ROUNDS) \
@@ -206,3 +212,7 @@ crash-loop: venv
 compaction-crash-loop: venv
 	TRIREME_COMPACTION_CRASH_KILLS=$(CRASH_KILLS) $(PY) -m pytest -p no:cacheprovider -n 0 -q -s \
 	    compat_tests/test_crash_compaction.py
+
+cluster-fault-loop: venv
+	TRIREME_CLUSTER_FAULT_KILLS=$(CLUSTER_FAULT_KILLS) $(PY) -m pytest -p no:cacheprovider -n 0 -q -s \
+	    compat_tests/test_cluster_faults.py

@@ -478,14 +478,14 @@ class Broker:
                     if unavailable:
                         log.warning("the cluster's database answers again")
                         unavailable = False
+                    self.cluster = ViewCluster(view)
+                    await self._follow_metadata(view)     # reads rows too: on a connection a restart may have broken
                 except DatabaseUnavailable as e:
                     if not unavailable:
                         log.error("cannot reach the cluster's database: %s; retrying", e)
                         unavailable = True
                     await self._sleep_or_poke(poll_s)
                     continue
-                self.cluster = ViewCluster(view)
-                await self._follow_metadata(view)
                 await self._follow_leadership(view)
                 await self._sleep_or_poke(poll_s)
         finally:
@@ -1056,8 +1056,10 @@ class Broker:
         """Hand everything appended to ``partition`` to the OS now, without waiting for the flusher or an fsync
         (write-behind keeps small appends in memory until the flusher's round): → whether it was written, so that a
         crash of the process can no longer lose it (a power loss still can).  For an answer sent before the fsync.
-        A failed write stays pending: the flush writes it again, and fails with it if it fails again."""
-        if partition.storage_error:
+        A failed write stays pending: the flush writes it again, and fails with it if it fails again.  Never on the
+        PostgreSQL engine: its segment cache survives nothing (a restarted or new leader reads the database), so the
+        answer waits for the commit."""
+        if partition.storage_error or self.engine is not None:
             return False
         try:
             partition.log.write_tails()
