@@ -123,7 +123,6 @@ def test_a_cleaning_compacts_the_databases_copy_too(tmp_path, postgres_database)
         _create(server, name, {"cleanup.policy": "compact", "segment.bytes": "1024"})
         _produce(server, name, [(b"k%d" % (i % 5), b"v%d" % i) for i in range(60)])
         topic_id = topic_id_of(server, name)
-        assert len(stored_records(postgres_database, topic_id)) == 60
         wait_until(lambda: _cleaned(server, name), timeout=60, what="a cleaning")
         wait_until(lambda: len(stored_records(postgres_database, topic_id)) < 60, timeout=30,
                    what="the cleaned rows")
