@@ -23,6 +23,9 @@
 #   make compat   - the compatibility suite's client x feature matrix (tools/compat.py) against
 #                   BOOTSTRAP=host:port (and BOOTSTRAP2=host:port side by side), or against a
 #                   trireme serve of its own; COMPAT_ARGS=--quick, --clients ..., see compat_tests/README.md
+#   make compat-cluster - the same matrix against a cluster of three trireme serve processes on a
+#                   PostgreSQL the target starts and removes (tools/compat_cluster.py; report in
+#                   compat-report/cluster.{json,md}); COMPAT_ARGS as for make compat
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -54,7 +57,7 @@ JS_STAMP      := $(JS_DIR)/node_modules/.trireme-installed
 # when pip cannot reach the index (offline re-runs).
 VENV_IMPORTS := trio, re2, crc32c, cramjam, kafka, pytest, xdist, pytest_timeout, hypothesis, confluent_kafka, aiokafka, lz4, zstandard, snappy, psycopg, trireme.server
 
-.PHONY: venv clients sysdeps java-clients js-clients serve test test-spark spark-venv compat clean-clients fuzz fuzz-auth
+.PHONY: venv clients sysdeps java-clients js-clients serve test test-spark spark-venv compat compat-cluster clean-clients fuzz fuzz-auth
 
 # ---------------------------------------------------------------- venv
 
@@ -184,6 +187,9 @@ test-spark: venv
 
 compat: venv clients
 	$(PY) tools/compat.py $(if $(BOOTSTRAP),--bootstrap $(BOOTSTRAP)) $(if $(BOOTSTRAP2),--bootstrap $(BOOTSTRAP2)) $(COMPAT_ARGS)
+
+compat-cluster: venv clients
+	$(PY) tools/compat_cluster.py $(COMPAT_ARGS)
 
 # ------------------------------------------------------------ crash loop
 # make crash-loop - kill -9 the broker right after acknowledged AddPartitionsToTxn / AddOffsetsToTxn /

@@ -22,8 +22,9 @@ PROBE_ERRORS = (AdminError, OSError, IndexError)
 
 class BrokerInfo:
     """What the suite learns of a broker by asking it: its API ranges, the Kafka generation they are
-    (``kafka_major``: 4 once Fetch v0-3 are gone, KIP-896), and whether it is Trireme (its broker
-    configs include ``trireme.*`` properties)."""
+    (``kafka_major``: 4 once Fetch v0-3 are gone, KIP-896), whether it is Trireme (its broker
+    configs include ``trireme.*`` properties), and the cluster's brokers (``brokers``: node id → (host, port), in
+    node id order) and controller (``controller_id``), as its Metadata lists them: one broker, or a cluster's."""
 
     def __init__(self, bootstrap: str, timeout: float = 10.0):
         self.bootstrap = bootstrap
@@ -31,6 +32,8 @@ class BrokerInfo:
         try:
             self.api_versions = dict(conn.versions)
             meta = conn.send("Metadata", 12, request("Metadata", topics=[]))
+            self.brokers = {b.node_id: (b.host, b.port) for b in sorted(meta.brokers, key=lambda b: b.node_id)}
+            self.controller_id = meta.controller_id
             cls = request_class("DescribeConfigs")
             configs = conn.send("DescribeConfigs", 4, cls(resources=[cls.DescribeConfigsResource(
                 resource_type=4, resource_name=str(meta.brokers[0].node_id),
@@ -42,19 +45,62 @@ class BrokerInfo:
 
     def _connect(self, timeout: float = 10.0) -> Connection:
         secured = {} if PROBE_SECURITY is None else {"security": PROBE_SECURITY}
-        return Connection(*parse_host_port(self.bootstrap), timeout=timeout, **secured)
+        # A cluster's bootstrap list: ask its first broker (every broker answers for the cluster).
+        return Connection(*parse_host_port(self.bootstrap.split(",")[0]), timeout=timeout, **secured)
 
     def partitions(self, topic: str) -> list[int]:
         """The topic's partitions in the order the broker's Metadata lists them (Kafka's is not sorted)."""
+        return [p.partition_index for p in self._topic(topic).partitions]
+
+    def leaders(self, topic: str, timeout: float = 30.0) -> dict[int, int]:
+        """The topic's partitions → their leaders' node ids, once every broker's Metadata lists the same ones (a
+        cluster's brokers learn a topic the controller created a moment after it answered, as Kafka's do; Kafka's
+        own tests wait for every broker the same way)."""
+        def agreed():
+            seen = [self._topic_at(address, topic) for address in self.addresses()]
+            found = [None if t.error_code else {p.partition_index: p.leader_id for p in t.partitions} for t in seen]
+            return found[0] if found[0] and all(f == found[0] for f in found) and -1 not in found[0].values() else None
+        return self._wait(agreed, timeout, f"every broker to list {topic} with the same leaders")
+
+    def wait_gone(self, topic: str, timeout: float = 30.0) -> None:
+        """Until no broker's Metadata lists the (deleted) topic."""
+        self._wait(lambda: all(self._topic_at(a, topic).error_code for a in self.addresses()), timeout,
+                   f"every broker to forget {topic}")
+
+    @staticmethod
+    def _wait(check, timeout: float, what: str) -> Any:
+        deadline = time.monotonic() + timeout
+        while not (found := check()):
+            assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
+            time.sleep(0.05)
+        return found
+
+    def _topic(self, topic: str) -> Any:
+        t = self._topic_at(parse_host_port(self.bootstrap.split(",")[0]), topic)
+        assert t.error_code == 0, t
+        return t
+
+    @staticmethod
+    def _topic_at(address: tuple[str, int], topic: str) -> Any:
         cls = request_class("Metadata")
-        conn = self._connect()
+        secured = {} if PROBE_SECURITY is None else {"security": PROBE_SECURITY}
+        conn = Connection(*address, timeout=10.0, **secured)
         try:
-            meta = conn.send("Metadata", 12, cls(topics=[cls.MetadataRequestTopic(name=topic)]))
+            meta = conn.send("Metadata", 12, cls(topics=[cls.MetadataRequestTopic(name=topic)],
+                                                allow_auto_topic_creation=False))
         finally:
             conn.close()
         [t] = meta.topics
-        assert t.error_code == 0, t
-        return [p.partition_index for p in t.partitions]
+        return t
+
+    def addresses(self) -> list[tuple[str, int]]:
+        """The brokers' (host, port), in node id order."""
+        return list(self.brokers.values())
+
+
+def bootstrap_addresses(bootstrap: str) -> list[tuple[str, int]]:
+    """The (host, port) of each broker of a bootstrap list, in its order."""
+    return [(h, int(p)) for h, _, p in (a.rpartition(":") for a in bootstrap.split(","))]
 
 
 _BROKER_INFO: dict[str, BrokerInfo] = {}

@@ -332,13 +332,12 @@ class ExternalBroker:
               "config": "configuration"}
 
     def __init__(self, bootstrap: str, restart_command: str | None = None, kill_command: str | None = None):
-        self.host, _, port = bootstrap.rpartition(":")
+        # A cluster is given as a list of its brokers (HOST:PORT,HOST:PORT,...): clients bootstrap from the whole
+        # list; ``host``/``port`` are its first broker's, for a test that opens a socket of its own.
+        self.bootstrap = bootstrap
+        self.host, _, port = bootstrap.split(",")[0].rpartition(":")
         self.port = int(port)
         self.restart_command, self.kill_command = restart_command, kill_command
-
-    @property
-    def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
 
     def __repr__(self) -> str:
         return f"<ExternalBroker {self.bootstrap}>"

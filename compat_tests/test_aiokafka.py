@@ -19,6 +19,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from compat_tests.broker_probe import bootstrap_addresses, broker_info
 from compat_tests.python_clients import (CODECS, N_PARTITIONS, OFFSETS_PER_PARTITION,
                                          OP_TIMEOUT_S, Collected, Got, assign_and_seek,
                                          check_read_from, check_roundtrip, make_records,
@@ -48,27 +49,27 @@ async def admin_client(server):
         await admin.close()
 
 
-async def broker_id(admin, server) -> int:
-    cluster = await admin.describe_cluster()
-    assert [(b["host"], b["port"]) for b in cluster["brokers"]] == [(server.host, server.port)]
-    assert cluster["controller_id"] == cluster["brokers"][0]["node_id"]
-    assert cluster["cluster_id"]
-    return cluster["brokers"][0]["node_id"]
-
-
 async def create_topic(admin, name: str, partitions: int = N_PARTITIONS, expect_error: int = 0):
     resp = await admin.create_topics([NewTopic(name, partitions, 1)], timeout_ms=TIMEOUT_MS)
     assert [(t[0], t[1]) for t in resp.topic_errors] == [(name, expect_error)], resp
 
 
 async def check_topic_metadata(admin, server, name: str, partitions: int) -> None:
-    bid = await broker_id(admin, server)
+    """The client sees the brokers (one, or a cluster's: those of the bootstrap list), the controller and each
+    partition's leader as the broker's own Metadata gives them; replication factor 1: the leader is the only
+    replica."""
+    probe = broker_info(server.bootstrap)
+    cluster = await admin.describe_cluster()
+    assert {b["node_id"]: (b["host"], b["port"]) for b in cluster["brokers"]} == probe.brokers
+    assert sorted(probe.addresses()) == sorted(bootstrap_addresses(server.bootstrap))
+    assert cluster["controller_id"] == probe.controller_id and cluster["cluster_id"]
+    leaders = probe.leaders(name)
     (t,) = await admin.describe_topics([name])
     assert (t["topic"], t["error_code"], t["is_internal"]) == (name, 0, False)
     assert sorted(p["partition"] for p in t["partitions"]) == list(range(partitions))
     for p in t["partitions"]:
-        assert p["error_code"] == 0 and p["leader"] == bid
-        assert p["replicas"] == [bid] and p["isr"] == [bid]
+        assert p["error_code"] == 0 and p["leader"] == leaders[p["partition"]]
+        assert p["replicas"] == [p["leader"]] and p["isr"] == [p["leader"]]
 
 
 async def produce(server, topic: str, records, **config) -> dict[int, tuple[int, int]]:

@@ -77,7 +77,8 @@ def metadata_leaders(bootstrap: str, topic: str) -> dict[int, int]:
 def test_a_topic_created_on_the_controller_is_led_by_every_broker_and_served_by_all(tmp_path, postgres_database):
     """Every broker follows __cluster_metadata: a topic created through one broker is described by all three, its
     partitions spread over the three as leaders; a producer that knows only one broker writes every partition
-    (librdkafka goes to each leader), and every record is read back, through any broker."""
+    (librdkafka goes to each leader), and every record is read back, through any broker.  Each partition's first
+    leader leads it at leader epoch 0, as Kafka's (the epoch in Metadata and in every batch it appends)."""
     with Cluster(tmp_path, postgres_database, size=3) as cluster:
         wait_for("three live brokers", lambda: brokers_table(postgres_database) == {1: True, 2: True, 3: True})
         first = cluster.brokers[1].bootstrap
@@ -102,6 +103,7 @@ def test_a_topic_created_on_the_controller_is_led_by_every_broker_and_served_by_
         while len(got) < 600 and time.monotonic() < deadline:
             for m in consumer.consume(100, timeout=0.5):
                 assert m.error() is None, m.error()
+                assert m.leader_epoch() == 0, (m.partition(), m.leader_epoch())
                 got.append(int(m.value()))
         consumer.close()
         assert sorted(got) == list(range(600))

@@ -4,12 +4,9 @@ tests/test_forwarding.py covers every forwarded API through the Envelope handler
 """
 from __future__ import annotations
 
-import re
-import urllib.request
-
 import pytest
 
-from compat_tests.cluster_support import Cluster
+from compat_tests.cluster_support import Cluster, requests_handled
 from compat_tests.test_bad_input import RawConn, req
 from compat_tests.test_cluster import controller, wait_for
 from trireme.wire.codec import message
@@ -40,14 +37,6 @@ def acls_of(conn):
     return [(r.resource_name, a.principal) for r in conn.request("DescribeAcls", 3, da).resources for a in r.acls]
 
 
-def envelopes_handled(broker) -> int:
-    url = wait_for("the metrics address", lambda: re.findall(r"metrics on (http://\S+/metrics)",
-                                                             broker.stderr_path.read_text(errors="replace")))[-1]
-    page = urllib.request.urlopen(url, timeout=10).read().decode()
-    found = re.search(r'^trireme_requests_total\{api="Envelope"\} (\S+)$', page, re.M)
-    return int(float(found.group(1))) if found else 0
-
-
 def test_metadata_changes_on_a_broker_that_is_not_the_controller_are_made_by_the_controller(
         tmp_path, postgres_database):
     with Cluster(tmp_path, postgres_database, size=2, **SECURED) as cluster:
@@ -60,7 +49,7 @@ def test_metadata_changes_on_a_broker_that_is_not_the_controller_are_made_by_the
             wait_for("the other broker naming the controller", lambda: conn.request(
                 "Metadata", 12, req("Metadata", topics=[], allow_auto_topic_creation=False)).controller_id == boss)
             mark, other_mark = controller_broker.log_position(), other_broker.log_position()
-            assert envelopes_handled(controller_broker) == 0
+            assert requests_handled(controller_broker, "Envelope") == 0
             created = create_topic(conn, "forwarded")       # RawConn checks the answer's correlation id
             assert [(t.name, t.error_code, t.num_partitions) for t in created.topics] == [("forwarded", 0, 3)]
             assert [t.error_code for t in create_topic(conn, "forwarded").topics] == [36]   # TOPIC_ALREADY_EXISTS
@@ -88,5 +77,5 @@ def test_metadata_changes_on_a_broker_that_is_not_the_controller_are_made_by_the
                      and "auto-created" in topics_of(conn))
             assert "created topic name=auto-created" in controller_broker.log_text(mark)
             assert "created topic name=auto-created" not in other_broker.log_text(other_mark)
-            assert envelopes_handled(controller_broker) == 5
-            assert envelopes_handled(other_broker) == 0
+            assert requests_handled(controller_broker, "Envelope") == 5
+            assert requests_handled(other_broker, "Envelope") == 0

@@ -16,6 +16,7 @@ import pytest
 
 from compat_tests import matrix
 from compat_tests.clients import wait_until
+from compat_tests.cluster_support import Cluster
 from compat_tests.conftest import ServerProcess, server_command
 
 REPO = Path(__file__).resolve().parent.parent
@@ -59,6 +60,15 @@ def test_quick_run_on_postgresql(postgres_database, tmp_path):
         assert "offline" not in server.log_text()           # no commit failed or was fenced
     finally:
         server.stop()
+
+
+def test_quick_run_on_a_cluster(postgres_database, tmp_path):
+    """The quick run against three brokers on one PostgreSQL, given as a bootstrap list: every cell as against one
+    broker (each client bootstraps from the list and follows Metadata to the leaders and coordinators)."""
+    with Cluster(tmp_path / "cluster", postgres_database, size=3) as cluster:
+        check_quick_run(cluster.bootstrap, tmp_path / "report")
+        for broker in cluster.brokers.values():
+            assert "offline" not in broker.log_text()       # no commit failed or was fenced
 
 
 def check_quick_run(bootstrap: str, out: Path) -> None:

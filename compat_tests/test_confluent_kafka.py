@@ -17,6 +17,7 @@ from confluent_kafka.admin import (AclOperation, AdminClient, AlterConfigOpType,
                                    ConfigResource, ConfigSource, NewPartitions, NewTopic,
                                    OffsetSpec, ResourceType)
 
+from compat_tests.broker_probe import bootstrap_addresses, broker_info
 from compat_tests.clients import wait_until
 from compat_tests.python_clients import (CODECS, N_PARTITIONS, OFFSETS_PER_PARTITION,
                                          OFFSETS_SPIKE, OP_TIMEOUT_S, Collected, Got, Rec,
@@ -46,14 +47,6 @@ def admin(module_server) -> AdminClient:
     return AdminClient(common(module_server))
 
 
-def broker_id(admin: AdminClient, server) -> int:
-    md = admin.list_topics(timeout=OP_TIMEOUT_S)
-    assert len(md.brokers) == 1, md.brokers
-    (b,) = md.brokers.values()
-    assert (b.host, b.port) == (server.host, server.port)
-    return b.id
-
-
 def create_topic(admin: AdminClient, name: str, partitions: int = N_PARTITIONS,
                  config: dict | None = None) -> None:
     fs = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})],
@@ -62,15 +55,20 @@ def create_topic(admin: AdminClient, name: str, partitions: int = N_PARTITIONS,
 
 
 def check_topic_metadata(admin: AdminClient, server, name: str, partitions: int) -> None:
-    bid = broker_id(admin, server)
+    """The client sees the brokers (one, or a cluster's: those of the bootstrap list) and each partition's leader
+    as the broker's own Metadata gives them; replication factor 1: the leader is the only replica."""
+    probe = broker_info(server.bootstrap)
     md = admin.list_topics(name, timeout=OP_TIMEOUT_S)
+    assert {b.id: (b.host, b.port) for b in md.brokers.values()} == probe.brokers
+    assert sorted(probe.addresses()) == sorted(bootstrap_addresses(server.bootstrap))
+    leaders = probe.leaders(name)
     tmd = md.topics[name]
     assert tmd.error is None
     assert sorted(tmd.partitions) == list(range(partitions))
     for p, pmd in tmd.partitions.items():
         assert pmd.id == p and pmd.error is None
-        assert pmd.leader == bid
-        assert pmd.replicas == [bid] and pmd.isrs == [bid]
+        assert pmd.leader == leaders[p]
+        assert pmd.replicas == [pmd.leader] and pmd.isrs == [pmd.leader]
 
 
 def future_error(fut) -> KafkaError:
@@ -401,21 +399,24 @@ def test_admin_delete_records(module_server, admin):
 
 
 def test_admin_describe_cluster(module_server, admin):
-    bid = broker_id(admin, module_server)
+    """The brokers (one, or a cluster's: those of the bootstrap list) and the controller as the broker's own
+    Metadata gives them."""
+    probe = broker_info(module_server.bootstrap)
     md = admin.list_topics(timeout=OP_TIMEOUT_S)
     desc = admin.describe_cluster(include_authorized_operations=True,
                                   request_timeout=OP_TIMEOUT_S).result(timeout=OP_TIMEOUT_S)
     assert desc.cluster_id and desc.cluster_id == md.cluster_id
-    assert desc.controller.id == bid == md.controller_id
-    assert [(n.id, n.host, n.port) for n in desc.nodes] == \
-        [(bid, module_server.host, module_server.port)]
+    assert desc.controller.id == probe.controller_id == md.controller_id
+    assert [(n.id, n.host, n.port) for n in desc.nodes] == [(n, h, p) for n, (h, p) in probe.brokers.items()]
+    assert sorted(probe.addresses()) == sorted(bootstrap_addresses(module_server.bootstrap))
     assert set(desc.authorized_operations) == CLUSTER_OPS
 
 
 def test_admin_describe_topics(module_server, admin):
     topic = unique_topic("ck-describe")
     create_topic(admin, topic)
-    bid = broker_id(admin, module_server)
+    probe = broker_info(module_server.bootstrap)
+    leaders = probe.leaders(topic)
     fs = admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True,
                                request_timeout=OP_TIMEOUT_S)
     desc = fs[topic].result(timeout=OP_TIMEOUT_S)
@@ -423,9 +424,9 @@ def test_admin_describe_topics(module_server, admin):
     assert desc.topic_id is not None and str(desc.topic_id) != "AAAAAAAAAAAAAAAAAAAAAA"
     assert sorted(p.id for p in desc.partitions) == [0, 1, 2]
     for p in desc.partitions:
-        assert p.leader.id == bid
-        assert (p.leader.host, p.leader.port) == (module_server.host, module_server.port)
-        assert [n.id for n in p.replicas] == [bid] and [n.id for n in p.isr] == [bid]
+        assert p.leader.id == leaders[p.id]
+        assert (p.leader.host, p.leader.port) == probe.brokers[p.leader.id]
+        assert [n.id for n in p.replicas] == [p.leader.id] and [n.id for n in p.isr] == [p.leader.id]
     assert set(desc.authorized_operations) == TOPIC_OPS
     missing = unique_topic("ck-missing")
     fs = admin.describe_topics(TopicCollection([missing]), request_timeout=OP_TIMEOUT_S)

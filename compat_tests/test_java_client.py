@@ -29,6 +29,7 @@ import pytest
 from kafka.partitioner.default import murmur2
 
 from compat_tests import clients
+from compat_tests.broker_probe import bootstrap_addresses, broker_info
 from compat_tests.matrix import not_applicable
 from compat_tests.python_clients import unique_topic
 from compat_tests.harness_helpers import (PARTITIONS, actual_row, assert_same_rows, expected_row,
@@ -37,7 +38,6 @@ from compat_tests.harness_helpers import (PARTITIONS, actual_row, assert_same_ro
 
 VERSIONS = clients.JAVA_VERSIONS
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
-BROKER_ID = 1   # node.id default
 # The harness closes its consumer after each command; close() waits for the
 # consumer's prefetch at the end of the log, which the broker (rightly) holds
 # for fetch.max.wait.ms (500 ms by default).  Shorter for the bulk reads.
@@ -77,6 +77,7 @@ def captured_server(request, tmp_path, monkeypatch):
 def assert_topic_gone(h: clients.HarnessProcess, topic: str) -> None:
     clients.wait_until(lambda: topic not in h.ok("list_topics")["topics"], timeout=10,
                        what=f"{topic} to leave list_topics")
+    broker_info(h.bootstrap).wait_gone(topic)       # a cluster: every broker has forgotten it
     r = h.call("describe_topic", topic=topic)
     assert r["ok"] is False and r["error"].startswith("UnknownTopicOrPartitionException"), r
     # (Admin listOffsets on a missing topic is no check: the 4.x admin retries
@@ -87,8 +88,10 @@ def assert_describe(h: clients.HarnessProcess, topic: str, partitions: int) -> d
     d = h.ok("describe_topic", topic=topic)
     assert d["topic"] == topic and d["internal"] is False
     assert d["topic_id"] and d["topic_id"] != "AAAAAAAAAAAAAAAAAAAAAA"
+    leaders = broker_info(h.bootstrap).leaders(topic)   # one broker, or a cluster's: as its Metadata gives them
     assert sorted(d["partitions"], key=lambda p: p["partition"]) == [
-        {"partition": p, "leader": BROKER_ID, "replicas": [BROKER_ID], "isr": [BROKER_ID]} for p in range(partitions)]
+        {"partition": p, "leader": leaders[p], "replicas": [leaders[p]], "isr": [leaders[p]]}
+        for p in range(partitions)]
     return d
 
 
@@ -399,8 +402,10 @@ def test_spark_access_pattern(version, captured_server, java_harness):
     # -- driver: describeCluster, describeTopics, listOffsets with isolation
     cl = h.ok("describe_cluster")
     assert isinstance(cl["cluster_id"], str) and len(cl["cluster_id"]) == 22
-    assert cl["nodes"] == [{"id": BROKER_ID, "host": srv.host, "port": srv.port, "rack": None}]
-    assert cl["controller"] == BROKER_ID
+    probe = broker_info(srv.bootstrap)
+    assert cl["nodes"] == [{"id": n, "host": host, "port": port, "rack": None} for n, (host, port) in probe.brokers.items()]
+    assert sorted(probe.addresses()) == sorted(bootstrap_addresses(srv.bootstrap))
+    assert cl["controller"] == probe.controller_id
     assert_describe(h, topic, PARTITIONS)
 
     def driver_offsets(iso: str) -> dict[int, tuple[int, int]]:

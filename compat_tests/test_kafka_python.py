@@ -20,6 +20,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import OffsetSpec, OffsetTimestamp
 from kafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
+from compat_tests.broker_probe import bootstrap_addresses, broker_info
 from compat_tests.clients import wait_until
 from compat_tests.python_clients import (CODECS, N_PARTITIONS, OFFSETS_PER_PARTITION,
                                          OFFSETS_SPIKE, OP_TIMEOUT_S, Collected, Got,
@@ -40,12 +41,6 @@ def admin(module_server):
     client.close()
 
 
-def broker_id(admin, server) -> int:
-    cluster = admin.describe_cluster()
-    assert [(b["host"], b["port"]) for b in cluster["brokers"]] == [(server.host, server.port)]
-    return cluster["brokers"][0]["broker_id"]
-
-
 def create_topic(admin, name: str, partitions: int = N_PARTITIONS) -> dict:
     res = admin.create_topics({name: {"num_partitions": partitions, "replication_factor": 1}},
                               timeout_ms=TIMEOUT_MS)
@@ -56,15 +51,21 @@ def create_topic(admin, name: str, partitions: int = N_PARTITIONS) -> dict:
 
 
 def check_topic_metadata(admin, server, name: str, partitions: int, epoch: int = 0) -> dict:
-    """``epoch``: the leader epoch every partition must have (0 for a new name)."""
-    bid = broker_id(admin, server)
+    """``epoch``: the leader epoch every partition must have (0 for a new name).  The client sees the brokers (one,
+    or a cluster's: those of the bootstrap list) and each partition's leader as the broker's own Metadata gives them;
+    replication factor 1: the leader is the only replica."""
+    probe = broker_info(server.bootstrap)
+    cluster = admin.describe_cluster()
+    assert {b["broker_id"]: (b["host"], b["port"]) for b in cluster["brokers"]} == probe.brokers
+    assert sorted(probe.addresses()) == sorted(bootstrap_addresses(server.bootstrap))
+    leaders = probe.leaders(name)
     (t,) = admin.describe_topics([name])
     assert (t["name"], t["error_code"], t["is_internal"]) == (name, 0, False)
     assert sorted(p["partition_index"] for p in t["partitions"]) == list(range(partitions))
     for p in t["partitions"]:
         assert p["error_code"] == 0
-        assert (p["leader_id"], p["leader_epoch"]) == (bid, epoch)
-        assert p["replica_nodes"] == [bid] and p["isr_nodes"] == [bid]
+        assert (p["leader_id"], p["leader_epoch"]) == (leaders[p["partition_index"]], epoch)
+        assert p["replica_nodes"] == [p["leader_id"]] and p["isr_nodes"] == [p["leader_id"]]
     return t
 
 
@@ -164,13 +165,15 @@ def test_admin_create_delete_topic(module_server, admin, broker):
     with pytest.raises(UnknownTopicOrPartitionError):
         admin.delete_topics([topic], timeout_ms=TIMEOUT_MS)
 
-    # The name is free again: a new topic with it starts empty.  Trireme
-    # starts a re-created name's leader epoch above the deleted topic's
-    # (state/topics.py: "a name's epochs never go backwards", deliberately);
-    # Kafka starts the new topic id at 0.
+    # The name is free again: a new topic with it starts empty.  A single
+    # Trireme broker starts a re-created name's leader epoch above the deleted
+    # topic's (state/topics.py: "a name's epochs never go backwards",
+    # deliberately); Kafka starts the new topic id at 0, and so does a Trireme
+    # cluster (its partitions' rows are keyed by topic id).
     recreated = create_topic(admin, topic, partitions=2)
     assert recreated["topic_id"] != created["topic_id"]
-    check_topic_metadata(admin, module_server, topic, 2, epoch=1 if broker.is_trireme else 0)
+    single_trireme = broker.is_trireme and len(broker.brokers) == 1
+    check_topic_metadata(admin, module_server, topic, 2, epoch=1 if single_trireme else 0)
     consumer = new_consumer(module_server)
     try:
         tps = [TopicPartition(topic, p) for p in range(2)]

@@ -24,13 +24,13 @@ from typing import Iterator
 import pytest
 
 from compat_tests import clients
+from compat_tests.broker_probe import broker_info
 from compat_tests.python_clients import unique_topic
 from compat_tests.harness_helpers import (PARTITIONS, actual_row, assert_same_rows, expected_row,
                                           first_offset_at_or_after, harness_pool, make_records,
                                           past_base_ts, pooled_harness, wire)
 
 CODECS = ("none", "gzip")
-BROKER_ID = 1
 
 
 @pytest.fixture(scope="module")
@@ -52,15 +52,19 @@ def js(request, js_pool, module_server) -> Iterator[clients.HarnessProcess]:
 def assert_topic_gone(h: clients.HarnessProcess, topic: str) -> None:
     clients.wait_until(lambda: topic not in h.ok("list_topics")["topics"], timeout=10,
                        what=f"{topic} to leave list_topics")
+    broker_info(h.bootstrap).wait_gone(topic)       # a cluster: every broker has forgotten it
     r = h.call("describe_topic", topic=topic)
     assert r["ok"] is False and r.get("error_type") == "UNKNOWN_TOPIC_OR_PARTITION", r
     assert topic not in h.ok("list_topics")["topics"]   # the metadata lookup did not re-create it
 
 
 def assert_describe(h: clients.HarnessProcess, topic: str, partitions: int) -> None:
+    """Each partition's leader as the broker's own Metadata gives it (one broker, or a cluster's); replication
+    factor 1: the leader is the only replica."""
+    leaders = broker_info(h.bootstrap).leaders(topic)
     d = h.ok("describe_topic", topic=topic)
-    assert d["partitions"] == [{"partition": p, "leader": BROKER_ID, "replicas": [BROKER_ID],
-                                "isr": [BROKER_ID]} for p in range(partitions)]
+    assert d["partitions"] == [{"partition": p, "leader": leaders[p], "replicas": [leaders[p]],
+                                "isr": [leaders[p]]} for p in range(partitions)]
 
 
 # --------------------------------------------------------------------- tests
@@ -84,7 +88,8 @@ def test_create_and_delete_topic_via_admin(js):
     assert_describe(js, topic, 4)
 
     cl = js.ok("describe_cluster")
-    assert cl["controller"] == BROKER_ID and [n["id"] for n in cl["nodes"]] == [BROKER_ID]
+    probe = broker_info(js.bootstrap)
+    assert cl["controller"] == probe.controller_id and [n["id"] for n in cl["nodes"]] == list(probe.brokers)
     assert isinstance(cl["cluster_id"], str) and len(cl["cluster_id"]) == 22
 
     js.ok("delete_topic", topic=topic)

@@ -34,13 +34,13 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests import clients
+from compat_tests.broker_probe import bootstrap_addresses, broker_info
 from compat_tests.python_clients import unique_topic
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 N_RECORDS = 10_000
 PARTITIONS = 3
 CHUNKS = 2          # kcat runs per partition (each with its own headers)
-BROKER_ID = 1
 
 
 @pytest.fixture
@@ -141,14 +141,18 @@ def test_produce_consume_roundtrip(kcat_env, codec):
     topic = unique_topic(f"kcat-roundtrip-{codec}")
     create_topic_client_lacks_admin(bootstrap, topic, PARTITIONS)
 
+    # The brokers (one, or a cluster's: those of the bootstrap list), the controller and each partition's leader as
+    # the broker's own Metadata gives them; replication factor 1: the leader is the only replica.
+    probe = broker_info(bootstrap)
+    leaders = probe.leaders(topic)
     md = kcat_metadata(bootstrap, topic)
-    assert md["controllerid"] == BROKER_ID
-    assert [b["id"] for b in md["brokers"]] == [BROKER_ID]
-    assert md["brokers"][0]["name"] == bootstrap
+    assert md["controllerid"] == probe.controller_id
+    assert sorted((b["id"], b["name"]) for b in md["brokers"]) == [(n, f"{h}:{p}") for n, (h, p) in probe.brokers.items()]
+    assert sorted(probe.addresses()) == sorted(bootstrap_addresses(bootstrap))
     (t,) = md["topics"]
     assert t["topic"] == topic and "error" not in t, t
-    assert t["partitions"] == [{"partition": p, "leader": BROKER_ID, "replicas": [{"id": BROKER_ID}],
-                                "isrs": [{"id": BROKER_ID}]} for p in range(PARTITIONS)]
+    assert t["partitions"] == [{"partition": p, "leader": leaders[p], "replicas": [{"id": leaders[p]}],
+                                "isrs": [{"id": leaders[p]}]} for p in range(PARTITIONS)]
 
     # -- produce: per partition CHUNKS runs of kcat -P -p <p> -z <codec>
     counts = {p: len(range(p, N_RECORDS, PARTITIONS)) for p in range(PARTITIONS)}

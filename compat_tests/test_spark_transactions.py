@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from compat_tests.broker_probe import broker_info
+from compat_tests.cluster_support import Cluster
 from compat_tests.python_clients import create_topics, unique_topic
 from compat_tests.spark_support import (EXAMPLES, RunningExample, require_spark_env, requires_connector,
                                         run_example, spark_harness, wait_for_lso)
@@ -444,3 +446,26 @@ def produce_held(bootstrap: str, topic: str, name: str = "held", timeout_ms: int
         rows.append((order_id, ts))
     assert p.flush(30) == 0 and len(acked) == PARTITIONS
     return Held(p, [Order(i, "customer-h", 500, ts, *acked[i], True) for i, ts in rows])
+
+
+def test_orders_pipeline_exactly_once_on_a_cluster(tmp_path, postgres_database):
+    """The orders pipeline against three brokers on one PostgreSQL (compat_tests/cluster_support.py): the orders'
+    partitions led by several brokers, two transactional producers committing and aborting; one run to the end
+    (--available-now) reads exactly the committed orders (read_committed) and its transactional sink and Parquet
+    table hold each once (the example's check)."""
+    spark_env = require_spark_env()
+    with Cluster(tmp_path / "cluster", postgres_database, size=3) as cluster:
+        bootstrap = cluster.bootstrap
+        topic, results = unique_topic("orders"), unique_topic("order-totals")
+        create_topics(bootstrap, [topic, results], PARTITIONS)
+        assert len(set(broker_info(bootstrap).leaders(topic).values())) > 1
+        broker_info(bootstrap).leaders(results)                 # every broker lists both topics
+        orders = two_producers(bootstrap, topic, 6)
+        committed = [o for o in orders if o.committed]
+        assert committed and len(committed) < len(orders)
+        proc = run_example(spark_env, "orders_pipeline.py", [
+            "run", "--bootstrap", bootstrap, "--orders-topic", topic, "--results-topic", results,
+            "--work-dir", str(tmp_path / "work"), "--available-now", "--check"], tmp_path)
+    lines = proc.stdout.splitlines()
+    assert "OK" in lines, proc.stdout[-3000:]
+    assert any(line.startswith(f"committed input: {len(committed)} orders ") for line in lines), proc.stdout[-3000:]

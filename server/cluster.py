@@ -107,6 +107,7 @@ class ClusterView:
         if found is None or found[0] not in self.brokers:
             return None
         leader_id, epoch = found
+        epoch = max(epoch, 0)               # -1: its first leader has not opened it yet; it will at epoch 0
         assigned = self.preferred.get(key)
         if assigned:                        # a reassignment's replicas, as Kafka lists them (the live ones)
             live = tuple(n for n in assigned if n in self.brokers)
