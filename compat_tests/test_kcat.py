@@ -218,8 +218,9 @@ def test_produce_consume_roundtrip(kcat_env, codec):
 
     # -- delete (client lacks admin) and check it is gone
     delete_topic_client_lacks_admin(bootstrap, topic)
-    clients.wait_until(lambda: topic not in {t["topic"] for t in kcat_metadata(bootstrap)["topics"]},
-                       timeout=10, what=f"{topic} to leave the metadata")
+    for one in bootstrap.split(","):        # a cluster: every broker's Metadata, each replaying the deletion
+        clients.wait_until(lambda: topic not in {t["topic"] for t in kcat_metadata(one)["topics"]},
+                           timeout=10, what=f"{topic} to leave the metadata of {one}")
     (t,) = kcat_metadata(bootstrap, topic)["topics"]
     assert t["topic"] == topic and t.get("error") == "Broker: Unknown topic or partition", t
     assert topic not in {t["topic"] for t in kcat_metadata(bootstrap)["topics"]}   # not re-created

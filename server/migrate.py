@@ -84,22 +84,22 @@ def _copy(engine: PostgresEngine, p) -> int:
     watermark, a commit round at a time → the bytes copied."""
     key = (p.topic.topic_id, p.index)
     log_ = p.log
-    row = engine.lead(key)
     offset, end, copied = log_.log_start_offset, log_.high_watermark, 0
-    committed = row.log_end_offset
+    committed, new = 0, True        # the first commit creates the row, led by this node at epoch 0
     while offset < end:
         rows, next_offset = rows_of(log_, offset, end, ROUND_BYTES)
         if not rows:
             break
-        refused = engine.commit([PartitionAppend(key, row.leader_epoch, committed, next_offset,
-                                                 log_.log_start_offset, rows)], [])
+        refused = engine.commit([PartitionAppend(key, 0, committed, next_offset, log_.log_start_offset, rows,
+                                                 new)], [])
         if refused:
             raise MigrationRefused(f"partition {p.topic.name}-{p.index} changed in the database during the migration")
         copied += sum(len(data) for _, _, data in rows)
         committed = offset = next_offset
+        new = False
     if offset < end:
         raise MigrationRefused(f"partition {p.topic.name}-{p.index}: nothing could be read at offset {offset}")
-    if committed != end:         # an empty log whose start moved: the row records where it starts
-        engine.commit([PartitionAppend(key, row.leader_epoch, committed, end, log_.log_start_offset, [])], [])
+    if new or committed != end:     # an empty log (its start may have moved): the row records where it starts
+        engine.commit([PartitionAppend(key, 0, committed, end, log_.log_start_offset, [], new)], [])
     log.info("partition %s-%d: offsets %d..%d, %d bytes", p.topic.name, p.index, log_.log_start_offset, end, copied)
     return copied
