@@ -170,5 +170,13 @@ def test_no_cleaner_process_outlives_a_killed_broker(server):
     clients.wait_until(lambda: cleaner_processes(server, workdir), timeout=60, interval=0.02,
                        what="a cleaning to run in a child process")
     left: list[int] = []
-    server.kill9(between=lambda: left.extend(processes_in(workdir)))
+
+    def after_the_kill():
+        # the cleaner's SIGKILL (PR_SET_PDEATHSIG) comes with the broker's death, but a process takes a moment to
+        # go; one that was never sent it stays, and is what this looks for
+        deadline = time.monotonic() + 5
+        while processes_in(workdir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left.extend(processes_in(workdir))
+    server.kill9(between=after_the_kill)
     assert not left, f"processes of the killed broker still run in its directory: {left}"
