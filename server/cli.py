@@ -206,7 +206,7 @@ def main(argv=None) -> int:
     if args.command == "dump-log":
         return dump_log.run(args)
     if args.command == "migrate":
-        return migrate.run(args)
+        return migrate.run(args, load_config)
     # Before anything else of the broker: a SIGTERM from here on is a clean shutdown, however early it comes.
     signals = StopSignals().install()
     try:

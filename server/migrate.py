@@ -36,8 +36,8 @@ class MigrationRefused(Exception):
     """What keeps the data directory from being migrated, said in one sentence."""
 
 
-def run(args) -> int:
-    from .cli import load_config            # the serve command's configuration, as the broker reads it (cli imports this module)
+def run(args, load_config) -> int:
+    """``trireme migrate``; ``load_config(args)``: the serve command's configuration, as the broker reads it."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         config = load_config(args)
