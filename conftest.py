@@ -14,11 +14,9 @@ settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHES
 _databases = itertools.count(1)
 
 
-@pytest.fixture(scope="session")
-def postgres():
-    """One throwaway PostgreSQL server for the session (one per xdist worker: each its own directory and port).
-    Tests that stop or restart a server start their own PostgresServer instead.  Skips when the machine lacks
-    PostgreSQL; under CI (CI=true), where `make test` installs it, fails instead."""
+def _postgres_server():
+    """A started throwaway PostgreSQL, closed after.  Skips when the machine lacks PostgreSQL; under CI (CI=true),
+    where `make test` installs it, fails instead."""
     from trireme.postgresql import PostgresServer, PostgresUnavailable
     server = PostgresServer()
     try:
@@ -31,6 +29,19 @@ def postgres():
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """One throwaway PostgreSQL server for the session (one per xdist worker: each its own directory and port).
+    Tests that stop or restart a server use ``own_postgres``."""
+    yield from _postgres_server()
+
+
+@pytest.fixture
+def own_postgres():
+    """A throwaway PostgreSQL of the test's own, which it may stop, crash or restart."""
+    yield from _postgres_server()
 
 
 @pytest.fixture

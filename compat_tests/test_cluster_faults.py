@@ -22,12 +22,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer
 
 from compat_tests.cluster_support import Cluster
 from compat_tests.python_clients import create_topics
-from compat_tests.test_cluster import coordinator_of, metadata_leaders, wait_for
-from compat_tests.test_eos_loop import WORKER, _check_exactly_once
+from compat_tests.cluster_support import wait_for
+from compat_tests.test_cluster import coordinator_of, metadata_leaders
+from compat_tests.test_eos_loop import WORKER, _check_exactly_once, read_committed_keys
 
 pytestmark = pytest.mark.trireme_only("starts trireme serve processes on a PostgreSQL of its own")
 
@@ -146,28 +147,6 @@ class JavaTransactionalLoad(TransactionalLoad):
                 harness = None
         if harness is not None:
             harness.close()
-
-
-def read_committed_keys(bootstrap: str, topic: str) -> dict[bytes, int]:
-    """key → how many times a read_committed consumer reads it, from the start to the end of every partition."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "check-" + uuid.uuid4().hex,
-                  "isolation.level": "read_committed", "enable.auto.commit": False})
-    tps = [TopicPartition(topic, p, 0) for p in range(PARTITIONS)]
-    ends = {tp.partition: c.get_watermark_offsets(tp, timeout=30)[1] for tp in tps}
-    c.assign(tps)
-    counts: dict[bytes, int] = {}
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        msgs = c.consume(1000, timeout=0.5)
-        for m in msgs:
-            if not m.error():
-                counts[m.key()] = counts.get(m.key(), 0) + 1
-        if not msgs and all(tp.offset >= ends[tp.partition] for tp in c.position(tps)):
-            break
-    short = {tp.partition: (tp.offset, ends[tp.partition]) for tp in c.position(tps) if tp.offset < ends[tp.partition]}
-    c.close()
-    assert not short, f"read_committed stopped short of the end (position, end) (a transaction left open?): {short}"
-    return counts
 
 
 def check_transactions(bootstrap: str, topic: str, loads: list[TransactionalLoad], maybe: frozenset = frozenset()) -> int:
@@ -334,19 +313,10 @@ def leader_epochs(dsn: str) -> int:
 
 
 @pytest.fixture
-def own_postgres():
-    """A PostgreSQL of the test's own (it is crashed): → the server, with a database ``faults``."""
-    from trireme.postgresql import PostgresServer, PostgresUnavailable
-    pg = PostgresServer()
-    try:
-        pg.start()
-    except PostgresUnavailable as e:
-        pytest.skip(str(e))
-    try:
-        pg.create_database("faults")
-        yield pg
-    finally:
-        pg.close()
+def own_postgres(own_postgres):
+    """The test's own PostgreSQL (conftest.py; it is crashed), with a database ``faults``."""
+    own_postgres.create_database("faults")
+    return own_postgres
 
 
 def test_every_broker_outlives_a_postgresql_restart(tmp_path, own_postgres):

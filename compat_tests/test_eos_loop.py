@@ -23,22 +23,26 @@ PARTITIONS = 3
 WORKER = Path(__file__).with_name("eos_worker.py")
 
 
-def _read_keys(bootstrap: str, topic: str) -> dict[bytes, int]:
+def read_committed_keys(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> dict[bytes, int]:
+    """key → how many times a read_committed consumer reads it, from the start to the end of every partition
+    (stopping short of an end, as behind a transaction left open, fails)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "check-" + uuid.uuid4().hex,
                   "isolation.level": "read_committed", "enable.auto.commit": False})
-    tps = [TopicPartition(topic, p, 0) for p in range(PARTITIONS)]
-    ends = {tp.partition: c.get_watermark_offsets(tp, timeout=20)[1] for tp in tps}
+    tps = [TopicPartition(topic, p, 0) for p in range(partitions)]
+    ends = {tp.partition: c.get_watermark_offsets(tp, timeout=30)[1] for tp in tps}
     c.assign(tps)
     counts: dict[bytes, int] = {}
-    deadline = time.time() + 120
-    while time.time() < deadline:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
         msgs = c.consume(1000, timeout=0.5)
         for m in msgs:
             if not m.error():
                 counts[m.key()] = counts.get(m.key(), 0) + 1
         if not msgs and all(tp.offset >= ends[tp.partition] for tp in c.position(tps)):
             break
+    short = {tp.partition: (tp.offset, ends[tp.partition]) for tp in c.position(tps) if tp.offset < ends[tp.partition]}
     c.close()
+    assert not short, f"read_committed stopped short of the end (position, end) (a transaction left open?): {short}"
     return counts
 
 
@@ -59,7 +63,7 @@ def _setup(bootstrap: str, prefix: str, n: int) -> tuple[str, str, str, str]:
 def _check_exactly_once(bootstrap: str, source: str, sink: str, group: str, n: int) -> None:
     """Every input key exactly once in the committed output; the group's offsets at the input's end (they went
     with the output)."""
-    counts = _read_keys(bootstrap, sink)
+    counts = read_committed_keys(bootstrap, sink)
     missing = n - len(counts)
     extra = {k: c for k, c in counts.items() if c != 1}
     assert missing == 0 and not extra, f"{missing} keys missing, {len(extra)} duplicated: {list(extra.items())[:5]}"

@@ -17,7 +17,7 @@ from compat_tests.clients import wait_until
 from compat_tests.conftest import ServerProcess
 from compat_tests.test_log_cleaner_server import CLEANER, _cleaned, _create, _produce, _read_all
 from compat_tests.python_clients import unique_topic
-from compat_tests.test_crash import (FAST_RECONNECT, PARTITIONS, Stream, check_acked_present, check_dense,
+from compat_tests.test_crash import (PARTITIONS, Stream, check_acked_present, check_dense,
                                      consume_all, create_topic, kill_mid_stream)
 from trireme.wire import records
 
@@ -64,16 +64,11 @@ def test_acknowledged_records_are_in_the_database_and_survive_sigkill(tmp_path, 
         server.stop()
 
 
-def test_a_database_outage_refuses_writes_retriably_and_loses_nothing(tmp_path):
+def test_a_database_outage_refuses_writes_retriably_and_loses_nothing(tmp_path, own_postgres):
     """PostgreSQL stops (immediate mode: a crash) under an idempotent stream and starts again 3 s later: the
     broker's partitions go offline (KAFKA_STORAGE_ERROR, which the client retries) and come back by themselves;
     every record the client was told was written is there exactly once."""
-    from trireme.postgresql import PostgresServer, PostgresUnavailable
-    database = PostgresServer()
-    try:
-        database.start()
-    except PostgresUnavailable as e:
-        pytest.skip(str(e))
+    database = own_postgres
     server = None
     try:
         dsn = database.create_database("outage")
@@ -99,7 +94,6 @@ def test_a_database_outage_refuses_writes_retriably_and_loses_nothing(tmp_path):
     finally:
         if server is not None:
             server.stop()
-        database.close()
 
 
 def stored_records(dsn: str, topic_id: uuid.UUID, partition: int = 0) -> list[tuple[int, bytes]]:
