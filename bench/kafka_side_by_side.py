@@ -17,7 +17,8 @@ producers of at most 10 × 100 B per request).
 Per workload and target it prints the median and range over the rounds of MB/s (records/s, ack p50/p99), broker
 CPU per MB (``utime+stime`` of the broker process), the fsync floor where one request in flight meets the disk
 (``fsync_floor.floor``: a bare write + fdatasync loop of the request size, on the started broker's disk, in the
-same round), and the 1-minute load average; for the Java runs the broker's peak resident size (VmHWM, reset before
+same round), and the 1-minute load average; with both started brokers, the serial floor of the one-in-flight rows
+(the client's round trip without fsync plus one fdatasync) and the share of it reached; for the Java runs the broker's peak resident size (VmHWM, reset before
 the run), and for a started broker the restart after kill -9 with 1 GiB in a partition (to ``listening on``, to its
 logs loaded, to the first acknowledged record); with ``--bootstrap``, each started target's ratio to it, round by
 round.
@@ -341,6 +342,38 @@ def summarize(runs: list[dict]) -> list[dict]:
     return out
 
 
+def serial_floors(runs: list[dict]) -> list[dict]:
+    """Where one request in flight meets the disk (idempotent librdkafka, one message at a time), what the same client
+    could get at best with an fdatasync before each answer: its own round trip against the same broker without fsync
+    (the ``no-fsync`` target, same round) plus the disk's fdatasync of one request (the fsync target's floor, same
+    round), in series.  Per row and fsync target: the spread over the rounds of that floor and of the target's share
+    of it (MB/s ÷ floor; for latency, floor ÷ p50)."""
+    by_key = {(r["round"], r["workload"], r["target"]): r for r in runs}
+    out = []
+    for workload, unit in (("idempotent", "mb_per_s"), ("latency", "p50_ms")):
+        for target in dict.fromkeys(r["target"] for r in runs):
+            floors, shares = [], []
+            for (rnd, w, t), r in by_key.items():
+                off = by_key.get((rnd, w, "trireme-no-fsync"))
+                if w != workload or t != target or t == "trireme-no-fsync" or not off or not r.get("floor") \
+                        or not r["floor"].get("fdatasync_p50_ms") or not r.get(unit) or not off.get(unit):
+                    continue
+                sync_s = r["floor"]["fdatasync_p50_ms"] / 1000
+                if unit == "mb_per_s":
+                    size = r["floor"]["request_bytes"]
+                    floor = size / (size / (off[unit] * 1e6) + sync_s) / 1e6
+                    share = r[unit] / floor
+                else:
+                    floor = off[unit] + sync_s * 1000
+                    share = floor / r[unit]
+                floors.append(floor)
+                shares.append(share)
+            if floors:
+                out.append({"workload": workload, "target": target, "figure": unit, "floor": spread(floors),
+                            "share": spread(shares)})
+    return out
+
+
 def overall_cpu(runs: list[dict]) -> dict:
     """Per target, broker CPU per MB over the THROUGHPUT rows of each round together (the issue's combined goal):
     the spread over the rounds that ran all of them."""
@@ -529,12 +562,18 @@ def main(argv=None) -> int:
     cpu = overall_cpu(runs)
     for name, sp in cpu.items():
         print(f"broker CPU per MB over {', '.join(THROUGHPUT)}: {name} {_fmt(sp, '.2f')} ms/MB")
+    serial = serial_floors(runs)
+    for entry in serial:
+        print(f"{entry['workload']:<18} {entry['target']:<17} serial floor (no-fsync round trip + fdatasync): "
+              f"{'MB/s' if entry['figure'] == 'mb_per_s' else 'ack p50 ms'} {_fmt(entry['floor'], '.2f')}; "
+              f"reached {_fmt(entry['share'], '.2f')} of it")
     ratio = ratios(runs, args.name) if args.bootstrap and len(targets) > 1 else []
     if ratio:
         print(f"\nratio to {args.name}, round by round:")
         for entry in ratio:
             print(format_ratio(entry))
-    print(json.dumps(rounded({"runs": runs, "summary": summary, "cpu_per_mb_overall": cpu, "ratios": ratio}),
+    print(json.dumps(rounded({"runs": runs, "summary": summary, "cpu_per_mb_overall": cpu, "serial_floors": serial,
+                              "ratios": ratio}),
                      separators=(",", ":")), flush=True)
     return 0
 

@@ -80,6 +80,9 @@ RELEASE_PAUSE_S = 0.05
 # How long a flush round waits, at most, for the rest of a client's burst of requests (gather_burst).  trio's timers
 # wake at millisecond steps, so this is about the least that can be asked; a burst that comes whole ends it sooner.
 BURST_WAIT_S = 0.001
+# How long an append that no answer waits for (a coordinator record answered once written to the OS, as
+# AddPartitionsToTxn's) may wait for a flush round someone else needs before it gets one of its own.
+UNAWAITED_FLUSH_S = 0.005
 # With the PostgreSQL engine, a commit round takes at most this many bytes of each partition (the rest goes in the
 # next round): one transaction stays bounded whatever backlog an outage left.
 ROUND_BYTES = 8 << 20
@@ -270,6 +273,8 @@ class Broker:
         self.flush_interval_ms = config["log.flush.interval.ms"]
         self._dirty: set[Partition] = set()
         self._dirty_event = trio.Event()
+        self._unawaited_only = False           # what is dirty since the last round: only appends no answer waits for
+        self._awaited = trio.Event()            # set by an append an answer waits for (ends that wait at once)
         self._deleted_in_database: list = []   # deleted partitions the next commit round removes (PostgreSQL engine)
         self._cluster_poke = trio.Event()       # set when the cluster should be polled at once (run_membership)
         self._leadership_lock = trio.Lock()     # _follow_leadership
@@ -1037,8 +1042,11 @@ class Broker:
 
     # --- durability ----------------------------------------------------------------------------
 
-    def appended(self, partition: Partition) -> None:
-        """Note that ``partition`` has unflushed data; the flusher will cover it."""
+    def appended(self, partition: Partition, *, awaited: bool = True) -> None:
+        """Note that ``partition`` has unflushed data; the flusher will cover it.  ``awaited=False``: no answer
+        waits for its flush (written to the OS already), so the round that covers it may be one that something else
+        needs, within UNAWAITED_FLUSH_S: a transaction's first Produce then needs no round of its own after the
+        AddPartitionsToTxn record's."""
         if not self.fsync:
             partition.log.flush_done(partition.log.flush_begin())
             self._wake_waiters()
@@ -1050,6 +1058,11 @@ class Broker:
                     and not log_.sealed_segments_unflushed:
                 return                      # the interval flusher covers it
         self._dirty.add(partition)
+        if awaited:
+            self._unawaited_only = False
+            self._awaited.set()
+        elif not self._dirty_event.is_set():
+            self._unawaited_only = True
         self._dirty_event.set()
 
     def write_appended(self, partition: Partition) -> bool:
@@ -1238,9 +1251,14 @@ class Broker:
     async def _flush_rounds(self, worker: WorkerThread, fan_out: ThreadFanOut) -> None:
         while True:
             await self._dirty_event.wait()
+            if self._unawaited_only:
+                with trio.move_on_after(UNAWAITED_FLUSH_S):
+                    await self._awaited.wait()
             if self._bursts:
                 await self.gather_burst()
             self._dirty_event = trio.Event()
+            self._awaited = trio.Event()
+            self._unawaited_only = False
             batch = [(p, p.log.flush_begin()) for p in self._dirty]
             self._dirty.clear()
             if self.engine is not None:

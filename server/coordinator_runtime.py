@@ -49,7 +49,7 @@ COMPACT_SLACK = 1000
 class Durability(Protocol):
     """The part of the broker a runtime needs: group commit of appended data."""
 
-    def appended(self, partition) -> None: ...
+    def appended(self, partition, *, awaited: bool = True) -> None: ...
     def write_appended(self, partition) -> bool: ...
     async def wait_durable(self, partition, offset: int) -> bool: ...
     def storage_failed(self, partition, error: BaseException) -> None: ...
@@ -219,7 +219,7 @@ class CoordinatorRuntime:
 
     # --- appending -------------------------------------------------------------------------
 
-    def _append(self, batch: bytearray, sync: bool) -> int | None:
+    def _append(self, batch: bytearray, sync: bool, awaited: bool = True) -> int | None:
         if self.partition.storage_error:
             return None
         now = now_ms()
@@ -234,19 +234,20 @@ class CoordinatorRuntime:
         if sync:
             self.durability.sync_now(self.partition)
         else:
-            self.durability.appended(self.partition)
+            self.durability.appended(self.partition, awaited=awaited)
         return last
 
     def _append_batch(self, records: list, *, producer_id: int = -1, producer_epoch: int = -1,
-                      transactional: bool = False, sync: bool = False) -> int | None:
+                      transactional: bool = False, sync: bool = False, awaited: bool = True) -> int | None:
         """Append one batch of coordinator records → its last offset, or None if the write failed."""
         now = now_ms()
         return self._append(bytearray(rec.build_batch([(k, v, [], now) for k, v in records],
                                                       producer_id=producer_id, producer_epoch=producer_epoch,
-                                                      transactional=transactional, base_timestamp=now)), sync)
+                                                      transactional=transactional, base_timestamp=now)), sync,
+                            awaited)
 
     def stage(self, effects: Effects | list, *, producer_id: int = -1, producer_epoch: int = -1,
-              transactional: bool = False):
+              transactional: bool = False, awaited: bool = True):
         """Carry out the synchronous part of ``effects`` (or a plain record list): append, set timers, and see to
         its answers.  → what :meth:`complete` takes, to wait until the records are durable.
 
@@ -255,13 +256,15 @@ class CoordinatorRuntime:
         assignment), as Kafka's runtime waits for its last write.  The runtime releases them itself, not the
         caller's wait: an answer may go to another request queued ahead of the caller's on its connection (a
         LeaveGroup ends the parked JoinGroup before it), whose answer must not wait for the caller's.
+        ``awaited=False``: the caller answers once the records are :meth:`written`, so their flush may wait for a
+        round that something else needs (Broker.appended); if it cannot answer so, :meth:`flush_soon`.
         """
         if not isinstance(effects, Effects):
             effects = records_only(effects)
         failed = False
         if effects.records:
             last = self._append_batch(effects.records, producer_id=producer_id,
-                                      producer_epoch=producer_epoch, transactional=transactional)
+                                      producer_epoch=producer_epoch, transactional=transactional, awaited=awaited)
             if last is None:
                 failed = True
             else:
@@ -299,6 +302,10 @@ class CoordinatorRuntime:
             heapq.heappush(self._heap, (deadline, next(self._heap_seq), key))
         if effects.timers:
             self._timers_changed.set()
+
+    def flush_soon(self) -> None:
+        """What was staged with ``awaited=False`` is waited for after all: its flush round is due now."""
+        self.durability.appended(self.partition)
 
     def written(self, staged) -> bool:
         """Write the staged records to the OS now (no fsync) → whether they were written: what an answer sent

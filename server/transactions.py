@@ -141,10 +141,12 @@ class TransactionService(CoordinatorRuntime):
         ``answer_when_staged``: answer once the records are staged and written to the OS (a process crash keeps
         them; a power loss may not) and make them durable in the background."""
         if outcome.records:
-            staged = self.stage(outcome.effects)
+            staged = self.stage(outcome.effects, awaited=not answer_when_staged)
             self._signal_change()            # an operation waiting on this id may build on what was staged
-            if answer_when_staged and self.written(staged) and self.start_soon(self._make_durable, outcome, staged):
-                return outcome
+            if answer_when_staged:
+                if self.written(staged) and self.start_soon(self._make_durable, outcome, staged):
+                    return outcome
+                self.flush_soon()
             durable = await self._make_durable(outcome, staged)
             if not durable:
                 # the partition moved meanwhile: NOT_COORDINATOR, as Kafka maps NOT_LEADER_OR_FOLLOWER
@@ -179,6 +181,7 @@ class TransactionService(CoordinatorRuntime):
             outcome = await self.run_operation(await self._attempt(attempt), answer_when_staged=answer_when_staged)
             if outcome.error != E.CONCURRENT_TRANSACTIONS.code or trio.current_time() >= deadline:
                 return outcome
+            self.flush_soon()                # the record in flight may be one no answer waited for (run_operation)
             with trio.move_on_at(deadline):
                 await changed.wait()
 
@@ -301,10 +304,14 @@ class TransactionService(CoordinatorRuntime):
                       "good on %s; not retrying: abort it as a hanging transaction (trireme transactions "
                       "find-hanging, abort)", job.transactional_id, job.producer_id, _partition_errors_text(refused))
 
-    async def _complete(self, job: MarkerJob) -> TxnOutcome:
+    async def _complete(self, job: MarkerJob, *, by_operator: bool = False) -> TxnOutcome:
+        """The COMPLETE record of a transaction whose markers are durable.  No client waits for it, and a crash that
+        loses it leaves the transaction prepared, its markers written again at start-up: so it is made durable by
+        the next flush round anyone needs (the next transaction's first Produce), not by one of its own; an
+        operator's completion waits for its fsync."""
         await self.wait_replayed()
         outcome = await self.run_operation(self.coordinator.markers_written(
-            job.transactional_id, job.producer_id, job.producer_epoch, now_ms()))
+            job.transactional_id, job.producer_id, job.producer_epoch, now_ms()), answer_when_staged=not by_operator)
         stuck = self.stuck.get(job.transactional_id)
         if not outcome.error and stuck is not None and stuck.job == job:
             del self.stuck[job.transactional_id]
@@ -425,7 +432,7 @@ class TransactionService(CoordinatorRuntime):
         except BaseException:
             self.stuck.setdefault(transactional_id, stuck)
             raise
-        outcome = await self._complete(job)
+        outcome = await self._complete(job, by_operator=True)
         if outcome.error:
             self.stuck.setdefault(transactional_id, stuck)        # its markers are written: only COMPLETE is left
             raise NotStuck(f"writing the COMPLETE record failed: {E.for_code(outcome.error).name}")

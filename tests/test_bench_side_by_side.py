@@ -9,8 +9,8 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 from kafka_side_by_side import (BROKER_PHASES, THROUGHPUT, Target, disk_floor, format_ratio,  # noqa: E402
-                                format_summary, overall_cpu, parse, ratios, reset_peak_rss, run_unit, spread,
-                                summarize)
+                                format_summary, overall_cpu, parse, ratios, reset_peak_rss, run_unit,
+                                serial_floors, spread, summarize)
 
 
 def run(rnd: int, target: str, workload: str, mb_per_s: float, cpu_s: float | None = 1.0, mb: float = 100.0,
@@ -165,3 +165,22 @@ def test_restart_kills_a_started_trireme_and_times_its_start_on_the_same_data():
     assert 0 < row["listening_s"] <= row["restart_s"] and row["loaded_s"] is not None and row["disk_gib"] > 0
     assert not os.path.exists(target.temp)
     assert run_unit("restart", Target("kafka", "h:9092", None, None, None), parse([])) == []   # not ours to kill
+
+
+def test_serial_floor_adds_one_fdatasync_to_the_round_trip_without_fsync_of_the_same_round():
+    floor = {"request_bytes": 1_000_000, "in_flight": 1, "mb_per_s": 900.0, "p50_ms": 1.0, "fdatasync_p50_ms": 1.0,
+             "cpu_ms_per_mb": 0.5}
+    runs = [run(1, "trireme", "idempotent", 200.0, floor=floor), run(1, "trireme-no-fsync", "idempotent", 500.0),
+            run(2, "trireme", "idempotent", 300.0, floor=floor), run(2, "trireme-no-fsync", "idempotent", 250.0),
+            run(3, "trireme", "idempotent", 999.0, floor=floor),             # no no-fsync run in round 3: no floor
+            {"round": 1, "target": "trireme", "workload": "latency", "p50_ms": 0.5,
+             "floor": dict(floor, request_bytes=100, fdatasync_p50_ms=0.15)},
+            {"round": 1, "target": "trireme-no-fsync", "workload": "latency", "p50_ms": 0.2}]
+    idempotent, latency = serial_floors(runs)
+    # 1 MB at 500 MB/s is 2 ms, plus 1 ms of fdatasync: 3 ms a request, 333 MB/s; at 250 MB/s, 4 + 1 ms: 200 MB/s
+    assert idempotent["workload"] == "idempotent" and idempotent["target"] == "trireme"
+    assert idempotent["floor"]["n"] == 2
+    assert idempotent["floor"]["max"] == pytest.approx(1000 / 3) and idempotent["floor"]["min"] == pytest.approx(200)
+    assert idempotent["share"]["min"] == pytest.approx(200 / (1000 / 3)) and idempotent["share"]["max"] == 1.5
+    assert latency["floor"]["median"] == pytest.approx(0.35) and latency["share"]["median"] == pytest.approx(0.7)
+    assert serial_floors([r for r in runs if r["target"] == "trireme"]) == []
