@@ -350,6 +350,7 @@ class Connection:
         self.request_bytes = 0          # request budget bytes this connection holds
         self.response_bytes = 0         # response budget bytes this connection holds (encoded, unwritten)
         self._polls: set[trio.CancelScope] = set()     # long polls pending (Deferred.poll)
+        self._tasks: trio.Nursery | None = None    # run()'s task group, while it runs (start_soon)
         self._queue: collections.deque = collections.deque()   # _Outgoing | _Waiting, in request order
         self._queued: trio.Event | None = None     # set when the writer, waiting for work, may go on
         self._room: trio.Event | None = None       # set when the reader, waiting for a queue slot, may go on
@@ -372,6 +373,7 @@ class Connection:
         reason = "closed by client"
         try:
             async with trio.open_nursery() as nursery:
+                self._tasks = nursery
                 nursery.start_soon(self._write_responses)
                 watchdog = trio.CancelScope()
                 nursery.start_soon(self._watch_idle, watchdog)
@@ -406,6 +408,12 @@ class Connection:
             with trio.CancelScope(shield=True):
                 await self._close_transport()
             log.info("connection close %s requests=%d reason=%r", self._log_fields(), self.requests, reason)
+
+    def start_soon(self, fn) -> None:
+        """Start ``async fn()`` now, in the connection's task group (ended with it): the part of a request's handling
+        that must not wait for the answers before it, as a Deferred's wait does (the writer runs those in request
+        order): a transactional Produce's implicit add and append (server/handlers/produce.py)."""
+        self._tasks.start_soon(fn)
 
     def stop_reading(self) -> None:
         """The broker is shutting down: read no further request (those in flight still get their answers)."""

@@ -111,7 +111,7 @@ def produce(ctx, request):
     previous = _ORDER.get(ctx.connection) if ctx.connection is not None else None
     if not adds and (previous is None or previous.is_set()):
         return _produce_now(ctx, request, {}, denied)
-    return _in_connection_order(ctx, request, adds, previous, denied)
+    return _in_connection_order(ctx, request, previous, denied)
 
 
 def _topic_key(version: int, topic_data):
@@ -138,27 +138,45 @@ def _denied_topics(ctx, request) -> set:
 _ORDER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _in_connection_order(ctx, request, adds, previous, denied):
-    """Transactions V2: add the partitions to the producer's transaction first, then append — after the
-    produce requests before this one on the connection appended, and before those after it."""
+def _in_connection_order(ctx, request, previous, denied):
+    """Transactions V2: after the produce requests before this one on the connection appended (and before those
+    after it), add the partitions whose transaction is not open here yet to the producer's transaction, then
+    append.  Asked after the requests before it, not before: those that follow the transaction's first batch on
+    a partition find it open and ask nothing (a pipelining client's next 4 would otherwise each wait for the
+    first's add to be durable, the coordinator's answer to a second add while the first is in flight).  Started at once
+    (Connection.start_soon), not when the writer reaches this answer: run as a Deferred's wait, each append would
+    wait for the answers before it, so a pipelining client (the Java producer's 5 in flight) would get one request
+    per fsync."""
     appended = trio.Event()
     _ORDER[ctx.connection] = appended
     tid = request.transactional_id
+    outcome: list = []                      # the append's result, or the exception that ended it
 
     async def add_then_append():
         try:
+            if previous is not None:
+                await previous.wait()
             added = {}
-            for (producer_id, producer_epoch), partitions in adds.items():
+            for (producer_id, producer_epoch), partitions in _implicit_adds(ctx, request, denied).items():
                 errors = await ask_coordinator(ctx.broker, tid, producer_id, producer_epoch, partitions,
                                                verify_only=ctx.api_version < IMPLICIT_ADD_SINCE)
                 added.update({(tp, producer_id, producer_epoch): error for tp, error in errors.items()})
-            if previous is not None:
-                await previous.wait()
-            result = _produce_now(ctx, request, added, denied, close_on_acks0_error=False)
+            outcome.append(_produce_now(ctx, request, added, denied, close_on_acks0_error=False))
+        except Exception as e:              # raised in the answer's wait: the connection logs it and closes
+            outcome.append(e)
         finally:
             appended.set()
+
+    async def answer():
+        await appended.wait()
+        if not outcome:
+            raise RuntimeError("the add and append were cancelled")
+        result = outcome[0]
+        if isinstance(result, Exception):
+            raise result
         return await result.wait() if isinstance(result, Deferred) else result
-    return Deferred(add_then_append)
+    ctx.connection.start_soon(add_then_append)
+    return Deferred(answer)
 
 
 def _implicit_adds(ctx, request, denied) -> dict[tuple[int, int], list[tuple[str, int]]]:
