@@ -236,7 +236,7 @@ def _restart(target: Target, data_bytes: int, topic: str) -> dict:
     an acks=all record on that partition, and whether it took the offset after the records acknowledged before."""
     s = _produce_consume(target, ["--bytes", str(data_bytes), "--record-size", "1024", "--topic", topic,
                                   "--phases", "produce"])
-    records = s["produce"]["records"]
+    records = s["produce"]["records"] + s["produce"].get("warmup_records", 0)     # acknowledged before the kill
     partition = os.path.join(target.server.data_dir, "logs", f"{topic}-0")
     on_disk = sum(os.path.getsize(os.path.join(partition, name)) for name in os.listdir(partition))
     started = target.kill_and_restart()

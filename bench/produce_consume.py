@@ -370,6 +370,7 @@ def produce_phase(args, bootstrap: str, topic: str, stats: ServerStats) -> dict:
         **times,
         "client": args.client,
         "records": delivered,
+        "warmup_records": sent.get("warmup_records", 0),   # acknowledged before the clock started
         "bytes": delivered * args.record_size,
         "seconds": elapsed,
         "mb_per_s": delivered * args.record_size / elapsed / 1e6,
@@ -503,7 +504,8 @@ def _send_confluent(args, bootstrap: str, topic: str, clock) -> dict:
     remaining = producer.flush(600)
     latencies = sorted(latencies)
     sent = {
-        "records": counts[0], "errors": counts[1], "first_errors": errors, "undelivered": remaining,
+        "records": counts[0], "warmup_records": 0 if txn_size else 1, "errors": counts[1], "first_errors": errors,
+        "undelivered": remaining,
         "backpressure_retries": backpressure,
         "latency_ms": {name: (None if v is None else v * 1000) for name, v in (
             ("p50", percentile(latencies, 0.50)), ("p99", percentile(latencies, 0.99)),
