@@ -18,8 +18,8 @@ Per workload and target it prints the median and range over the rounds of MB/s (
 CPU per MB (``utime+stime`` of the broker process), the fsync floor where one request in flight meets the disk
 (``fsync_floor.floor``: a bare write + fdatasync loop of the request size, on the started broker's disk, in the
 same round), and the 1-minute load average; with both started brokers, the serial floor of the one-in-flight rows
-(the client's round trip without fsync plus one fdatasync) and the share of it reached; for the Java runs the broker's peak resident size (VmHWM, reset before
-the run), and for a started broker the restart after kill -9 with 1 GiB in a partition (to ``listening on``, to its
+(the client's round trip without fsync plus one fdatasync) and the share of it reached; for the Java runs the
+broker's peak resident size (VmHWM, reset before the run), and for a started broker the restart after kill -9 with 1 GiB in a partition (to ``listening on``, to its
 logs loaded, to the first acknowledged record); with ``--bootstrap``, each started target's ratio to it, round by
 round.
 The last stdout line is a JSON summary.  Nothing is asserted.  See bench/README.md.

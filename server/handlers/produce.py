@@ -143,10 +143,10 @@ def _in_connection_order(ctx, request, previous, denied):
     after it), add the partitions whose transaction is not open here yet to the producer's transaction, then
     append.  Asked after the requests before it, not before: those that follow the transaction's first batch on
     a partition find it open and ask nothing (a pipelining client's next 4 would otherwise each wait for the
-    first's add to be durable, the coordinator's answer to a second add while the first is in flight).  Started at once
-    (Connection.start_soon), not when the writer reaches this answer: run as a Deferred's wait, each append would
-    wait for the answers before it, so a pipelining client (the Java producer's 5 in flight) would get one request
-    per fsync."""
+    first's add to be durable, the coordinator's answer to a second add while the first is in flight).  Started
+    at once (Connection.start_soon), not when the writer reaches this answer: run as a Deferred's wait, each
+    append would wait for the answers before it, so a pipelining client (the Java producer's 5 in flight) would
+    get one request per fsync."""
     appended = trio.Event()
     _ORDER[ctx.connection] = appended
     tid = request.transactional_id
