@@ -12,6 +12,8 @@ import dataclasses
 import enum
 from typing import Any, Awaitable, Callable, Iterable
 
+import trio
+
 from broker_runner import run_with_broker
 from trireme.server.broker import Broker
 from trireme.server.config import Config
@@ -107,6 +109,10 @@ class Client:
         self.peer = f"{host}:40000"
         self.response_bytes = 0
         self.unstable_api_versions = False
+
+    def start_soon(self, fn) -> None:
+        """Connection.start_soon; here a trio system task (a test's request has no connection task group)."""
+        trio.lowlevel.spawn_system_task(fn)
 
 
 def context(broker, api: str, version: int, frame, principal: str = PRINCIPAL) -> RequestContext:

@@ -445,11 +445,11 @@ def test_an_operator_completed_transaction_whose_complete_record_was_refused_com
     real_complete = txn._complete
     filled = []
 
-    async def complete_on_a_full_disk(job):     # the disk fills between the operator's marker and the record
+    async def complete_on_a_full_disk(job, **kwargs):   # the disk fills between the operator's marker and the record
         if not filled:
             filled.append(True)
             storage.full = True
-        return await real_complete(job)
+        return await real_complete(job, **kwargs)
     txn._complete = complete_on_a_full_disk
 
     async def body(b):
