@@ -304,8 +304,10 @@ class CoordinatorRuntime:
             self._timers_changed.set()
 
     def flush_soon(self) -> None:
-        """What was staged with ``awaited=False`` is waited for after all: its flush round is due now."""
-        self.durability.appended(self.partition)
+        """What was staged with ``awaited=False`` is waited for after all: its flush round is due now (no round when
+        every staged record is replayed already)."""
+        if self._unreplayed:
+            self.durability.appended(self.partition)
 
     def written(self, staged) -> bool:
         """Write the staged records to the OS now (no fsync) → whether they were written: what an answer sent
