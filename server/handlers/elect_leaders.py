@@ -32,6 +32,17 @@ ELECTION_TYPES = (0, 1)      # PREFERRED, UNCLEAN
 CLUSTER_AUTHORIZATION_MESSAGE = "Cluster authorization failed."
 
 
+def refuse_all(response, request, code: int, message: str | None):
+    """The answer refusing every partition of ``request`` with ``code`` (also a forwarded request's,
+    server/forwarding.py)."""
+    tcls = type(response).ReplicaElectionResult
+    response.error_code = code
+    response.replica_election_results = [tcls(topic=t.topic, partition_result=[
+        tcls.PartitionResult(partition_id=index, error_code=code, error_message=message) for index in t.partitions])
+        for t in request.topic_partitions or ()]
+    return response
+
+
 @handles("ElectLeaders", 0, 2)
 def elect_leaders(ctx, request):
     broker = ctx.broker
@@ -40,12 +51,7 @@ def elect_leaders(ctx, request):
     pcls = tcls.PartitionResult
     election_type = request.election_type if ctx.api_version >= 1 else 0
     if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        response.error_code = E.CLUSTER_AUTHORIZATION_FAILED.code
-        response.replica_election_results = [tcls(topic=t.topic, partition_result=[
-            pcls(partition_id=index, error_code=E.CLUSTER_AUTHORIZATION_FAILED.code,
-                 error_message=CLUSTER_AUTHORIZATION_MESSAGE) for index in t.partitions])
-            for t in request.topic_partitions or ()]
-        return response
+        return refuse_all(response, request, E.CLUSTER_AUTHORIZATION_FAILED.code, CLUSTER_AUTHORIZATION_MESSAGE)
     if broker.membership is not None and election_type in ELECTION_TYPES:
         return _elect_in_cluster(broker, request, response, election_type)
     if request.topic_partitions is None:
@@ -75,15 +81,20 @@ def _elect_in_cluster(broker, request, response, election_type: int):
     """ElectLeaders with the PostgreSQL engine: on the cluster as the database has it now (not this broker's last
     poll), name each partition's preferred leader its leader, where needed."""
     async def elect():
+        failed = None
         try:
             view = await trio.to_thread.run_sync(broker.membership.poll)
-            moves = _answers(broker, request, response, election_type, view)
-            done = await trio.to_thread.run_sync(broker.membership.move, {k: m for k, (m, _) in moves.items()}) \
-                if moves else set()
         except DatabaseUnavailable as e:
-            response.replica_election_results.clear()
-            moves = _answers(broker, request, response, election_type, broker.cluster.view)
-            done, error, message = set(), E.REQUEST_TIMED_OUT, f"the cluster's database: {e}"
+            view, failed = broker.cluster.view, e        # answered from the last poll, nothing moved
+        moves = _answers(broker, request, response, election_type, view)
+        done = set()
+        if moves and failed is None:
+            try:
+                done = await trio.to_thread.run_sync(broker.membership.move, {k: m for k, (m, _) in moves.items()})
+            except DatabaseUnavailable as e:
+                failed = e
+        if failed is not None:
+            error, message = E.REQUEST_TIMED_OUT, f"the cluster's database: {failed}"
         else:
             error, message = E.ELIGIBLE_LEADERS_NOT_AVAILABLE, "the partition's leader changed meanwhile"
         for key, (_, answer) in moves.items():
