@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any, Awaitable, Callable
 
 
@@ -19,3 +20,14 @@ class Deferred:
     wait: Callable[[], Awaitable[Any]]
     poll: bool = False
     ready: Callable[[], bool] | None = None
+
+
+async def settle(result):
+    """A handler's result → its response: awaited if it is a coroutine, then a Deferred's wait (a handler called
+    outside a connection: the local peer, an Envelope, a request forwarded to this broker once it is the
+    controller)."""
+    if inspect.isawaitable(result):
+        result = await result
+    if isinstance(result, Deferred):
+        result = await result.wait()
+    return result

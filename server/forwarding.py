@@ -17,10 +17,8 @@ controller in the background (Kafka's AutoTopicCreationManager), in an Envelope 
 """
 from __future__ import annotations
 
-import inspect
 import ipaddress
 import logging
-import socket
 
 import trio
 
@@ -31,8 +29,9 @@ from trireme.wire.codec import message
 from trireme.wire.primitives import INT16, CodecError
 
 from . import dispatch
-from .deferred import Deferred
-from .peers import PeerUnavailable, encode_request, handler_for, response_header_version
+from .deferred import Deferred, settle
+from .handlers import alter_partition_reassignments, create_acls, delete_acls, elect_leaders
+from .peers import PeerUnavailable, decode_response, encode_request, handler_for, response_header_version
 
 log = logging.getLogger("trireme.forwarding")
 
@@ -90,7 +89,7 @@ def address_bytes(host: str) -> bytes:
     try:
         return ipaddress.ip_address(host).packed
     except ValueError:
-        return socket.inet_aton("0.0.0.0")
+        return bytes(4)                     # 0.0.0.0
 
 
 def address_text(data: bytes) -> str:
@@ -119,19 +118,13 @@ def forward(ctx, request) -> Deferred:
     """The client's request (``ctx.frame``, decoded as ``request``) sent to the controller → its answer: the
     controller's embedded response (dispatch.Encoded), or the API's error response."""
     handler = dispatch.HANDLERS[ctx.api_key]
-    envelope = _ENVELOPE(request_data=bytes(ctx.frame), request_principal=serialize_principal(ctx.principal),
-                         client_host_address=address_bytes(ctx.host))
+    frame = bytes(ctx.frame)
 
     async def wait():
         try:
-            data = await send(ctx.broker, envelope)
+            data = await send(ctx.broker, frame, ctx.principal, ctx.host)
         except _HereNow:                    # this broker became the controller meanwhile
-            result = handler.fn(ctx, request)
-            if inspect.isawaitable(result):
-                result = await result
-            if isinstance(result, Deferred):
-                result = await result.wait()
-            return result
+            return await settle(handler.fn(ctx, request))
         except EnvelopeError as e:
             if e.error_code == E.UNSUPPORTED_VERSION.code:
                 # the controller serves other versions (brokers of different releases): as Kafka, the client's
@@ -156,10 +149,13 @@ class _HereNow(Exception):
     """This broker is the controller now: the request is handled here."""
 
 
-async def send(broker, envelope) -> bytes:
-    """Send ``envelope`` to the controller, waiting and retrying as Kafka's forwarding channel → the embedded
+async def send(broker, frame, principal: str, host: str) -> bytes:
+    """Send a request ``frame`` (without its size prefix) of ``principal`` from ``host`` to the controller in an
+    Envelope, waiting and retrying as Kafka's forwarding channel → the embedded
     response's bytes.  EnvelopeError: REQUEST_TIMED_OUT after RETRY_TIMEOUT_S, UNSUPPORTED_VERSION as the controller
     answered it, UNKNOWN_SERVER_ERROR for any other Envelope error; _HereNow when this broker became the controller."""
+    envelope = _ENVELOPE(request_data=bytes(frame), request_principal=serialize_principal(principal),
+                         client_host_address=address_bytes(host))
     with trio.move_on_after(RETRY_TIMEOUT_S):
         while True:
             controller = broker.cluster.controller_id
@@ -215,10 +211,8 @@ class AutoCreation:
             topic = handler.request.cls.CreatableTopic(name=name, num_partitions=-1, replication_factor=-1)
             request = handler.request.cls(topics=[topic], timeout_ms=self.broker.config["request.timeout.ms"])
             frame = encode_request(handler, _CREATE_TOPICS_VERSION, 0, request)
-            envelope = _ENVELOPE(request_data=bytes(frame), request_principal=serialize_principal(principal),
-                                 client_host_address=address_bytes(host))
             try:
-                data = await send(self.broker, envelope)
+                data = await send(self.broker, frame, principal, host)
             except _HereNow:
                 try:
                     await self.broker.auto_create(name)
@@ -228,8 +222,11 @@ class AutoCreation:
             except EnvelopeError as e:
                 log.warning("auto-creating topic %s through the controller failed: %s", name, e)
                 return
-            _, size = headers.decode_response_header(data, response_header_version(handler, _CREATE_TOPICS_VERSION))
-            answer = handler.response.decode(memoryview(data), _CREATE_TOPICS_VERSION, size)[0]
+            try:
+                answer = decode_response(handler, _CREATE_TOPICS_VERSION, data, 0)
+            except (CodecError, ValueError) as e:
+                log.warning("auto-creating topic %s: the controller's answer could not be read: %s", name, e)
+                return
             for result in answer.topics:
                 if result.error_code and result.error_code != E.TOPIC_ALREADY_EXISTS.code:
                     log.warning("the controller did not auto-create topic %s: %s %s", name,
@@ -277,18 +274,6 @@ def _alter_configs(r, request, code, version):
     return r
 
 
-def _create_acls(r, request, code, version):
-    cls = type(r).AclCreationResult
-    r.results = [cls(error_code=code, error_message=None) for _ in request.creations]
-    return r
-
-
-def _delete_acls(r, request, code, version):
-    cls = type(r).DeleteAclsFilterResult
-    r.filter_results = [cls(error_code=code, error_message=None, matching_acls=[]) for _ in request.filters]
-    return r
-
-
 def _alter_client_quotas(r, request, code, version):
     cls = type(r).EntryData
     r.entries = [cls(error_code=code, error_message=None,
@@ -304,24 +289,6 @@ def _alter_user_scram_credentials(r, request, code, version):
     return r
 
 
-def _alter_partition_reassignments(r, request, code, version):
-    r.error_code = code
-    cls = type(r).ReassignableTopicResponse
-    r.responses = [cls(name=t.name, partitions=[
-        cls.ReassignablePartitionResponse(partition_index=p.partition_index, error_code=code, error_message=None)
-        for p in t.partitions]) for t in request.topics]
-    return r
-
-
-def _elect_leaders(r, request, code, version):
-    r.error_code = code
-    cls = type(r).ReplicaElectionResult
-    r.replica_election_results = [cls(topic=t.topic, partition_result=[
-        cls.PartitionResult(partition_id=p, error_code=code, error_message=None) for p in t.partitions])
-        for t in request.topic_partitions or ()]
-    return r
-
-
 def _top_level(r, request, code, version):
     r.error_code = code
     return r
@@ -329,9 +296,14 @@ def _top_level(r, request, code, version):
 
 _ERRORS = {
     "CreateTopics": _create_topics, "DeleteTopics": _delete_topics, "CreatePartitions": _create_partitions,
-    "AlterConfigs": _alter_configs, "IncrementalAlterConfigs": _alter_configs, "CreateAcls": _create_acls,
-    "DeleteAcls": _delete_acls, "AlterClientQuotas": _alter_client_quotas,
-    "AlterUserScramCredentials": _alter_user_scram_credentials, "UpdateFeatures": _top_level,
-    "AlterPartitionReassignments": _alter_partition_reassignments, "ListPartitionReassignments": _top_level,
-    "ElectLeaders": _elect_leaders, "DescribeQuorum": _top_level, "UnregisterBroker": _top_level,
+    "AlterConfigs": _alter_configs, "IncrementalAlterConfigs": _alter_configs,
+    "CreateAcls": lambda r, request, code, version: create_acls.refuse_all(
+        r, request.creations, type(r).AclCreationResult, E.for_code(code)),
+    "DeleteAcls": lambda r, request, code, version: delete_acls.refuse_all(r, request, E.for_code(code)),
+    "AlterClientQuotas": _alter_client_quotas, "AlterUserScramCredentials": _alter_user_scram_credentials,
+    "UpdateFeatures": _top_level, "ListPartitionReassignments": _top_level,
+    "AlterPartitionReassignments": lambda r, request, code, version: alter_partition_reassignments.refuse_all(
+        r, request, code, None, version),
+    "ElectLeaders": lambda r, request, code, version: elect_leaders.refuse_all(r, request, code, None),
+    "DescribeQuorum": _top_level, "UnregisterBroker": _top_level,
 }

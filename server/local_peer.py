@@ -19,7 +19,7 @@ import time
 from trireme.wire import headers
 
 from . import dispatch
-from .deferred import Deferred
+from .deferred import Deferred, settle
 from .peers import decode_response, encode_request, handler_for, response_header_version
 
 
@@ -50,10 +50,7 @@ class LocalPeer:
         as the ``peer`` phase of the API in trireme_request_phase_seconds_total."""
         started = time.perf_counter()
         handler, correlation_id, result = self._invoke(api, version, request)
-        if inspect.isawaitable(result):
-            result = await result
-        if isinstance(result, Deferred):
-            result = await result.wait()
+        result = await settle(result)
         self.broker.metrics.observe_phase(api, "peer", time.perf_counter() - started)
         return self._response(handler, version, correlation_id, result)
 

@@ -28,7 +28,7 @@ def allocate_producer_ids(ctx, request):
 
     def refused(code: int):
         return ctx.response(error_code=code, producer_id_start=-1, producer_id_len=0)
-    if not ctx.cluster_action and not ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+    if not ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
         return refused(E.CLUSTER_AUTHORIZATION_FAILED.code)
     if broker.cluster.controller_id != broker.node_id:
         return refused(E.NOT_CONTROLLER.code)

@@ -54,6 +54,19 @@ def _check(broker, name: str, index: int, replicas) -> tuple[E.KafkaError, str |
     return E.NONE, None
 
 
+def refuse_all(response, request, code: int, message: str | None, version: int):
+    """The answer refusing every partition of ``request`` (of ``version``) with ``code`` (also a forwarded
+    request's, server/forwarding.py)."""
+    tcls = type(response).ReassignableTopicResponse
+    response.error_code, response.error_message = code, message
+    if version >= 1:
+        response.allow_replication_factor_change = request.allow_replication_factor_change
+    response.responses = [tcls(name=t.name, partitions=[
+        tcls.ReassignablePartitionResponse(partition_index=p.partition_index, error_code=code, error_message=message)
+        for p in t.partitions]) for t in request.topics]
+    return response
+
+
 @handles("AlterPartitionReassignments", 0, 1)
 def alter_partition_reassignments(ctx, request):
     broker = ctx.broker
@@ -63,12 +76,8 @@ def alter_partition_reassignments(ctx, request):
     if ctx.api_version >= 1:
         response.allow_replication_factor_change = request.allow_replication_factor_change
     if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        code = E.CLUSTER_AUTHORIZATION_FAILED.code
-        response.error_code, response.error_message = code, CLUSTER_AUTHORIZATION_MESSAGE
-        response.responses = [tcls(name=t.name, partitions=[
-            pcls(partition_index=p.partition_index, error_code=code, error_message=CLUSTER_AUTHORIZATION_MESSAGE)
-            for p in t.partitions]) for t in request.topics]
-        return response
+        return refuse_all(response, request, E.CLUSTER_AUTHORIZATION_FAILED.code, CLUSTER_AUTHORIZATION_MESSAGE,
+                          ctx.api_version)
     stored = {}                                 # (topic id, index) → its answer, once the database has the list
     for t in request.topics:
         out = tcls(name=t.name)

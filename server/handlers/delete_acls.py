@@ -26,22 +26,25 @@ from .describe_acls import CLUSTER_DENIED, NO_AUTHORIZER
 log = logging.getLogger("trireme.security")
 
 
+def refuse_all(response, request, error, message=None):
+    """The answer refusing every filter of ``request`` (also a forwarded request's, server/forwarding.py)."""
+    rcls = type(response).DeleteAclsFilterResult
+    response.filter_results = [rcls(error_code=error.code, error_message=message, matching_acls=[])
+                               for _ in request.filters]
+    return response
+
+
 @handles("DeleteAcls", 1, 3)
 def delete_acls(ctx, request):
     response = ctx.response()
     rcls = type(response).DeleteAclsFilterResult
     mcls = rcls.DeleteAclsMatchingAcl
 
-    def refuse_all(error, message=None):
-        response.filter_results = [rcls(error_code=error.code, error_message=message, matching_acls=[])
-                                   for _ in request.filters]
-        return response
-
     if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        return refuse_all(E.CLUSTER_AUTHORIZATION_FAILED, CLUSTER_DENIED)
+        return refuse_all(response, request, E.CLUSTER_AUTHORIZATION_FAILED, CLUSTER_DENIED)
     security = ctx.broker.security
     if not security.authorizer_enabled:
-        return refuse_all(E.SECURITY_DISABLED, NO_AUTHORIZER)
+        return refuse_all(response, request, E.SECURITY_DISABLED, NO_AUTHORIZER)
     filters = [AclFilter.of(f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter, f.principal_filter,
                             f.host_filter, f.operation, f.permission_type) for f in request.filters]
 
@@ -49,7 +52,7 @@ def delete_acls(ctx, request):
         try:
             results = await security.update(lambda: security.acls.delete(filters))
         except MetadataUnavailable as e:
-            return refuse_all(E.KAFKA_STORAGE_ERROR, f"ACLs not deleted: {e}")
+            return refuse_all(response, request, E.KAFKA_STORAGE_ERROR, f"ACLs not deleted: {e}")
         for r in results:
             if isinstance(r, tuple):
                 response.filter_results.append(rcls(error_code=getattr(E, r[0]).code, error_message=r[1],

@@ -22,8 +22,9 @@ from trireme.wire import headers
 from trireme.wire.primitives import CodecError
 
 from .. import dispatch, forwarding
-from ..deferred import Deferred
+from ..deferred import Deferred, settle
 from ..dispatch import handles
+from ..peers import response_header_version
 
 
 @handles("Envelope", 0, 0, advertised=False)
@@ -37,13 +38,7 @@ def envelope(ctx, request):
         return _answer(ctx, inner, handler, result)
 
     async def wait():
-        answer = result
-        if inspect.isawaitable(answer):
-            answer = await answer
-        if isinstance(answer, Deferred):
-            answer = await answer.wait()
-        return _answer(ctx, inner, handler, answer)
-
+        return _answer(ctx, inner, handler, await settle(result))
     return Deferred(wait)
 
 
@@ -51,7 +46,7 @@ def _open(ctx, request):
     """→ (the embedded request's context, its handler, the decoded request); EnvelopeError for Kafka's answers."""
     broker = ctx.broker
     listener = getattr(ctx.connection, "listener", None)
-    if not ctx.cluster_action and listener is not None and listener.name != broker.config.inter_broker_listener:
+    if listener is not None and listener.name != broker.config.inter_broker_listener:
         raise forwarding.EnvelopeError(E.CLUSTER_AUTHORIZATION_FAILED.code, "not the inter-broker listener")
     if not ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
         raise forwarding.EnvelopeError(E.CLUSTER_AUTHORIZATION_FAILED.code, "no ClusterAction")
@@ -82,7 +77,6 @@ def _open(ctx, request):
 def _answer(ctx, inner, handler, response):
     """The Envelope's answer carrying the embedded response, header and body, as the client will read it."""
     version = inner.api_version
-    head = headers.encode_response_header(
-        inner.correlation_id, headers.response_header_version(inner.api_key, handler.response.is_flexible(version)))
+    head = headers.encode_response_header(inner.correlation_id, response_header_version(handler, version))
     body = response.body if type(response) is dispatch.Encoded else handler.response.encode_bytes(response, version)
     return ctx.response(error_code=0, response_data=head + bytes(body))
