@@ -34,7 +34,7 @@ from trireme.wire import records
 from trireme.wire.codec import message
 
 from .clock import now_ms
-from .cluster import LocalCluster, ViewCluster, rendezvous
+from .cluster import LocalCluster, ViewCluster, choose_leader
 from .cluster_metadata import (CLUSTER_METADATA_TOPIC, CLUSTER_METADATA_TOPIC_ID, ClusterMetadataService,
                                MetadataUnavailable)
 from .config import TOPIC_DEFAULT_PROPERTIES, Config, ConfigError
@@ -273,8 +273,7 @@ class Broker:
         self.flush_interval_ms = config["log.flush.interval.ms"]
         self._dirty: set[Partition] = set()
         self._dirty_event = trio.Event()
-        self._unawaited_only = False           # what is dirty since the last round: only appends no answer waits for
-        self._awaited = trio.Event()            # set by an append an answer waits for (ends that wait at once)
+        self._awaited = trio.Event()            # set when something an answer waits for is due (_flush_due)
         self._deleted_in_database: list = []   # deleted partitions the next commit round removes (PostgreSQL engine)
         self._cluster_poke = trio.Event()       # set when the cluster should be polled at once (run_membership)
         self._leadership_lock = trio.Lock()     # _follow_leadership
@@ -406,10 +405,14 @@ class Broker:
             self.membership.register(self._advertised_endpoints(), config["broker.rack"] or None)
         except NodeIdInUse as e:
             raise StartupError(str(e)) from None
+        self.cluster = ViewCluster(self._poll_electing())
+
+    def _poll_electing(self):
+        """(blocking) Poll the cluster; when there is no live controller, become it (and poll again) → the view."""
         view = self.membership.poll()
         if view.controller_id not in view.brokers and self.membership.elect() is not None:
             view = self.membership.poll()
-        self.cluster = ViewCluster(view)
+        return view
 
     def _open_led_partitions(self, stop_requested) -> None:
         """Start-up with the PostgreSQL engine, once the metadata log names the topics: have leaders assigned (as the
@@ -445,9 +448,7 @@ class Broker:
     def _refresh_view(self):
         """(blocking) Poll the cluster; when there is no live controller, become it; as the controller, assign the
         partitions' leaders (and poll again when that changed something) → the view."""
-        view = self.membership.poll()
-        if view.controller_id not in view.brokers and self.membership.elect() is not None:
-            view = self.membership.poll()
+        view = self._poll_electing()
         if view.controller_id == self.node_id and self.membership.assign(view, self._managed_partitions(view)):
             view = self.membership.poll()
         return view
@@ -853,7 +854,7 @@ class Broker:
         opened = []
         if self.membership is not None:     # in a cluster: only those the controller will name this broker to lead
             live = [b.node_id for b in self.cluster.brokers()]
-            indexes = [i for i in indexes if rendezvous((topic.topic_id, i), live)[:1] == [self.node_id]]
+            indexes = [i for i in indexes if choose_leader((topic.topic_id, i), (), live) == self.node_id]
         try:
             for index in indexes:
                 self._remove_partition_files(topic.name, index)
@@ -938,7 +939,7 @@ class Broker:
         if self.membership is not None and self.cluster.controller_id == self.node_id:
             # the controller removes the partitions' rows and batches (their leaders close them as they replay this)
             self._deleted_in_database.extend((topic.topic_id, index) for index in range(topic.partitions))
-            self._dirty_event.set()
+            self._flush_due(())
         for index in range(topic.partitions):
             partition = self.partitions.pop((topic.name, index), None)
             if partition is not None:
@@ -1057,12 +1058,14 @@ class Broker:
             if log_.log_end_offset - log_.durable_offset < self.flush_interval_messages \
                     and not log_.sealed_segments_unflushed:
                 return                      # the interval flusher covers it
-        self._dirty.add(partition)
+        self._flush_due((partition,), awaited=awaited)
+
+    def _flush_due(self, partitions, *, awaited: bool = True) -> None:
+        """The flusher's next round covers ``partitions``; ``awaited``: something waits for it, so the round starts
+        now (else it may wait UNAWAITED_FLUSH_S for one that something else needs: Broker.appended)."""
+        self._dirty.update(partitions)
         if awaited:
-            self._unawaited_only = False
             self._awaited.set()
-        elif not self._dirty_event.is_set():
-            self._unawaited_only = True
         self._dirty_event.set()
 
     def write_appended(self, partition: Partition) -> bool:
@@ -1135,8 +1138,7 @@ class Broker:
         if self.partitions.get((p.topic.name, p.index)) is not p:
             return                              # deleted meanwhile
         if self.engine is not None:
-            self._dirty.add(p)
-            self._dirty_event.set()
+            self._flush_due((p,))
             return
         free = self.storage.available_bytes(p.directory)
         if free is not None and free < STORAGE_RETRY_FREE_BYTES:
@@ -1230,11 +1232,10 @@ class Broker:
         """With Kafka's flush policy: every log.flush.interval.ms, flush whatever is not durable yet."""
         while True:
             await trio.sleep(self.flush_interval_ms / 1000)
-            for p in self.partitions.values():
-                if p.storage_error is None and p.log.log_end_offset > p.log.durable_offset:
-                    self._dirty.add(p)
-            if self._dirty:
-                self._dirty_event.set()
+            due = [p for p in self.partitions.values()
+                   if p.storage_error is None and p.log.log_end_offset > p.log.durable_offset]
+            if due:
+                self._flush_due(due)
 
     async def run_flusher(self) -> None:
         """Group commit: fsync every partition written since the last round (in the flush thread), then
@@ -1251,14 +1252,13 @@ class Broker:
     async def _flush_rounds(self, worker: WorkerThread, fan_out: ThreadFanOut) -> None:
         while True:
             await self._dirty_event.wait()
-            if self._unawaited_only:
+            if not self._awaited.is_set():             # only appends no answer waits for (Broker.appended)
                 with trio.move_on_after(UNAWAITED_FLUSH_S):
                     await self._awaited.wait()
             if self._bursts:
                 await self.gather_burst()
             self._dirty_event = trio.Event()
             self._awaited = trio.Event()
-            self._unawaited_only = False
             batch = [(p, p.log.flush_begin()) for p in self._dirty]
             self._dirty.clear()
             if self.engine is not None:
@@ -1286,7 +1286,7 @@ class Broker:
             if retry:
                 log.warning("out of file descriptors: %d partition(s) not flushed, retrying", len(self._dirty))
                 await trio.sleep(0.1)
-                self._dirty_event.set()
+                self._flush_due(())
 
     def sync_now(self, partition: Partition) -> None:
         """Make everything appended to ``partition`` durable now, blocking (start-up: a coordinator's first records
@@ -1302,9 +1302,7 @@ class Broker:
             if a.key in refused:
                 raise OSError(f"partition {partition.topic.name}-{partition.index}: the database refused the commit "
                               f"({refused[a.key]})")
-            partition.database_new = False
-            del partition.cleaned_ranges[:len(a.cleaned)]
-            partition.log.flush_done(a.end_offset)
+            self._committed(partition, a)
             if a.end_offset >= partition.log.log_end_offset:
                 return
 
@@ -1316,6 +1314,14 @@ class Broker:
                    for first, last in p.cleaned_ranges]
         return PartitionAppend((p.topic.topic_id, p.index), p.database_epoch, start, end, p.log.log_start_offset,
                                rows, p.database_new, cleaned)
+
+    @staticmethod
+    def _committed(p: Partition, a: PartitionAppend) -> None:
+        """``p``'s part ``a`` of a commit is in the database: its row exists, its cleaned ranges are replaced, and
+        its batches up to ``a``'s end are durable."""
+        p.database_new = False
+        del p.cleaned_ranges[:len(a.cleaned)]
+        p.log.flush_done(a.end_offset)
 
     async def _commit_round(self, worker: WorkerThread, batch) -> None:
         """A flush round with the PostgreSQL engine: one database transaction commits every partition's batches
@@ -1339,9 +1345,7 @@ class Broker:
         for p, a in appends:
             row = refused.get(a.key)
             if row is None:
-                p.database_new = False
-                del p.cleaned_ranges[:len(a.cleaned)]
-                p.log.flush_done(a.end_offset)
+                self._committed(p, a)
             elif row.leader_id == self.node_id and row.leader_epoch == a.leader_epoch \
                     and a.from_offset < row.log_end_offset <= p.log.log_end_offset:
                 p.log.flush_done(row.log_end_offset)    # a commit whose answer was lost did commit
@@ -1358,7 +1362,7 @@ class Broker:
                 self._dirty.add(p)
         self._wake_waiters()
         if self._dirty:
-            self._dirty_event.set()
+            self._flush_due(())
 
     def _database_unavailable(self, partitions: list[Partition], error: DatabaseUnavailable) -> None:
         """A commit failed: its partitions go offline (appends refused with KAFKA_STORAGE_ERROR, waiters answered)
@@ -1380,16 +1384,14 @@ class Broker:
         p = self.partitions.get((topic, index))
         if p is not None:
             p.cleaned_ranges.extend(ranges)
-            self._dirty.add(p)
-            self._dirty_event.set()
+            self._flush_due((p,))
 
     def _log_start_moved(self, topic: str, index: int) -> None:
         """With the PostgreSQL engine: a partition's log start moved (retention, DeleteRecords, a coordinator's
         compaction): the next commit round moves its row's and deletes the rows below it."""
         p = self.partitions.get((topic, index))
         if p is not None:
-            self._dirty.add(p)
-            self._dirty_event.set()
+            self._flush_due((p,))
 
     def _write_snapshots(self, snapshots) -> None:
         for path, data in snapshots:
@@ -1514,8 +1516,7 @@ class Broker:
         with trio.move_on_after(self.config["trireme.shutdown.grace.ms"] / 1000):
             while pending := [p for p in self.partitions.values()
                               if p.storage_error is None and p.log.durable_offset < p.log.log_end_offset]:
-                self._dirty.update(pending)
-                self._dirty_event.set()
+                self._flush_due(pending)
                 await self._hw_event.wait()
         self._membership_running.cancel()       # no heartbeat renews the lease, no stale view assigns, once it ends
         await self._membership_ended.wait()

@@ -136,9 +136,8 @@ def choose_leader(key: PartitionKey, preferred, live) -> int | None:
 class ViewCluster:
     """The cluster as this broker's last poll of the database found it (server/postgresql/membership.py)."""
 
-    def __init__(self, view: ClusterView, topic_replication=lambda topic: topic.replication_factor):
+    def __init__(self, view: ClusterView):
         self.view = view
-        self._replication = topic_replication
         self._leadership: dict = {}        # (topic id, index) → PartitionLeadership | None: asked per request
 
     @property
@@ -156,5 +155,5 @@ class ViewCluster:
         try:
             return self._leadership[key]
         except KeyError:
-            found = self._leadership[key] = self.view.leadership(key, self._replication(topic))
+            found = self._leadership[key] = self.view.leadership(key, topic.replication_factor)
             return found

@@ -99,7 +99,7 @@ def _copy(engine: PostgresEngine, p) -> int:
         new = False
     if offset < end:
         raise MigrationRefused(f"partition {p.topic.name}-{p.index}: nothing could be read at offset {offset}")
-    if new or committed != end:     # an empty log (its start may have moved): the row records where it starts
+    if new:                         # an empty log (its start may have moved): the row records where it starts
         engine.commit([PartitionAppend(key, 0, committed, end, log_.log_start_offset, [], new)], [])
     log.info("partition %s-%d: offsets %d..%d, %d bytes", p.topic.name, p.index, log_.log_start_offset, end, copied)
     return copied

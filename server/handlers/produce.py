@@ -111,7 +111,7 @@ def produce(ctx, request):
     previous = _ORDER.get(ctx.connection) if ctx.connection is not None else None
     if not adds and (previous is None or previous.is_set()):
         return _produce_now(ctx, request, {}, denied)
-    return _in_connection_order(ctx, request, previous, denied)
+    return _in_connection_order(ctx, request, adds, previous, denied)
 
 
 def _topic_key(version: int, topic_data):
@@ -138,15 +138,15 @@ def _denied_topics(ctx, request) -> set:
 _ORDER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _in_connection_order(ctx, request, previous, denied):
+def _in_connection_order(ctx, request, adds, previous, denied):
     """Transactions V2: after the produce requests before this one on the connection appended (and before those
     after it), add the partitions whose transaction is not open here yet to the producer's transaction, then
-    append.  Asked after the requests before it, not before: those that follow the transaction's first batch on
-    a partition find it open and ask nothing (a pipelining client's next 4 would otherwise each wait for the
-    first's add to be durable, the coordinator's answer to a second add while the first is in flight).  Started
-    at once (Connection.start_soon), not when the writer reaches this answer: run as a Deferred's wait, each
-    append would wait for the answers before it, so a pipelining client (the Java producer's 5 in flight) would
-    get one request per fsync."""
+    append.  ``adds``: those found when it was read; asked again if requests before it were still to append: those
+    that follow the transaction's first batch on a partition then find it open and ask nothing (a pipelining
+    client's next 4 would otherwise each wait for the first's add to be durable, the coordinator's answer to a
+    second add while the first is in flight).  Started at once (Connection.start_soon), not when the writer
+    reaches this answer: run as a Deferred's wait, each append would wait for the answers before it, so a
+    pipelining client (the Java producer's 5 in flight) would get one request per fsync."""
     appended = trio.Event()
     _ORDER[ctx.connection] = appended
     tid = request.transactional_id
@@ -154,10 +154,12 @@ def _in_connection_order(ctx, request, previous, denied):
 
     async def add_then_append():
         try:
-            if previous is not None:
+            pending = adds
+            if previous is not None and not previous.is_set():
                 await previous.wait()
+                pending = _implicit_adds(ctx, request, denied)
             added = {}
-            for (producer_id, producer_epoch), partitions in _implicit_adds(ctx, request, denied).items():
+            for (producer_id, producer_epoch), partitions in pending.items():
                 errors = await ask_coordinator(ctx.broker, tid, producer_id, producer_epoch, partitions,
                                                verify_only=ctx.api_version < IMPLICIT_ADD_SINCE)
                 added.update({(tp, producer_id, producer_epoch): error for tp, error in errors.items()})

@@ -140,32 +140,27 @@ class Membership:
     def reassign(self, replicas: dict[PartitionKey, list[int]]) -> set[PartitionKey]:
         """AlterPartitionReassignments: store each partition's preferred leaders and tell every broker (the controller
         moves the partitions) → the keys stored (a partition without a row yet is not)."""
-        def work(conn):
-            stored = set()
-            cursor = conn.cursor()
-            for (topic_id, partition), nodes in replicas.items():
-                cursor.execute(sql("partition_reassign"), {"topic_id": topic_id, "partition": partition,
-                                                           "replicas": nodes})
-                if cursor.rowcount:
-                    stored.add((topic_id, partition))
-            conn.execute(sql("cluster_notify"), {"controller_epoch": 0})
-            return stored
-        return self._db.run(work)
+        return self._update_each("partition_reassign", {key: {"replicas": nodes} for key, nodes in replicas.items()})
 
     def move(self, moves: dict[PartitionKey, tuple[int, int, int]]) -> set[PartitionKey]:
         """ElectLeaders: name each partition's new leader now (key → (its leader and leader epoch as seen, which
         fence the change, the new leader)) and tell every broker → the keys moved."""
+        return self._update_each("partition_assign", {
+            key: {"leader_id": target, "seen_leader_id": seen_leader, "seen_leader_epoch": seen_epoch}
+            for key, (seen_leader, seen_epoch, target) in moves.items()})
+
+    def _update_each(self, statement: str, params: dict[PartitionKey, dict]) -> set[PartitionKey]:
+        """``statement`` once per partition row (with its key and ``params``), then tell every broker, in one
+        transaction → the keys whose row it changed."""
         def work(conn):
-            moved = set()
+            changed = set()
             cursor = conn.cursor()
-            for (topic_id, partition), (seen_leader, seen_epoch, target) in moves.items():
-                cursor.execute(sql("partition_assign"), {"topic_id": topic_id, "partition": partition,
-                                                         "leader_id": target, "seen_leader_id": seen_leader,
-                                                         "seen_leader_epoch": seen_epoch})
+            for (topic_id, partition), values in params.items():
+                cursor.execute(sql(statement), {"topic_id": topic_id, "partition": partition, **values})
                 if cursor.rowcount:
-                    moved.add((topic_id, partition))
+                    changed.add((topic_id, partition))
             conn.execute(sql("cluster_notify"), {"controller_epoch": 0})
-            return moved
+            return changed
         return self._db.run(work)
 
     # --- the controller -------------------------------------------------------------------------------------------
