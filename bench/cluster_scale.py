@@ -24,7 +24,6 @@ import contextlib
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -34,7 +33,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import produce_consume  # noqa: E402
-from produce_consume import CLK_TCK, Server, ServerStats, machine_busy_seconds, parse_size  # noqa: E402
+from produce_consume import (CLK_TCK, Server, ServerStats, machine_busy_seconds, parse_size,  # noqa: E402
+                             spread)
+from produce_consume import _fmt as _f, format_spread as _sp  # noqa: E402
 
 PHASES = ("produce", "consume")
 # One query for the database's counters: its commits and inserted tuples (pg_stat_database, flushed by each backend
@@ -111,10 +112,9 @@ class Snapshot:
     time, the brokers' flush rounds (their metrics: with the PostgreSQL engine a round is one database commit) and
     the database's counters."""
 
-    def __init__(self, broker_pids: list[int], metrics_urls: list[str | None], postmaster_pid: int | None, conn,
-                 proc: str = "/proc"):
+    def __init__(self, broker_pids: list[int], metrics_urls: list[str | None], postmaster_pid: int | None, conn):
         self.broker_pids, self.metrics_urls = broker_pids, metrics_urls
-        self.postmaster_pid, self.conn, self.proc = postmaster_pid, conn, proc
+        self.postmaster_pid, self.conn = postmaster_pid, conn
 
     def database(self) -> dict | None:
         return None if self.conn is None else {"t": time.perf_counter(), **database_counters(self.conn)}
@@ -122,8 +122,8 @@ class Snapshot:
     def take(self) -> dict:
         metrics = [produce_consume.scrape_metrics(url) for url in self.metrics_urls]
         return {"t": time.perf_counter(), "machine": machine_busy_seconds(),
-                "brokers": [process_cpu_seconds(p, self.proc) for p in self.broker_pids],
-                "postgres": None if self.postmaster_pid is None else tree_cpu_seconds(self.postmaster_pid, self.proc),
+                "brokers": [process_cpu_seconds(p) for p in self.broker_pids],
+                "postgres": None if self.postmaster_pid is None else tree_cpu_seconds(self.postmaster_pid),
                 "rounds": None if None in metrics else sum(m["fsyncs"] for m in metrics),
                 "round_seconds": None if None in metrics else sum(m["fsync_seconds"] for m in metrics),
                 "produce_requests": None if None in metrics else sum(m["requests"].get("Produce", 0)
@@ -263,7 +263,7 @@ def client_args(args) -> argparse.Namespace:
     return argparse.Namespace(client="confluent", bytes=args.bytes, record_size=args.record_size, acks="all",
                               linger_ms=args.linger_ms, compression="none", idempotent=False, transactional=0,
                               abort_every=0, isolation="read_uncommitted", client_prop=[], producer_prop=[],
-                              consumer_prop=[], consume_timeout=600.0, partitions=args.partitions)
+                              consumer_prop=[], consume_timeout=600.0)
 
 
 def run_target(target: str, pg, args, rnd: int, run_id: int) -> dict:
@@ -317,14 +317,6 @@ def measure(run: dict, cargs, args, pg, bootstrap: str, topic: str, servers, con
 
 # --- the figures over rounds ---------------------------------------------------------------------
 
-def spread(values) -> dict | None:
-    """Median, smallest and largest of the values that are there (None: none are)."""
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
-
-
 SUMMARY_FIGURES = ("mb_per_s", "brokers_cpu_ms_per_mb", "postgres_cpu_ms_per_mb", "rounds_per_s", "rounds_per_mb",
                    "round_ms", "commits_per_s", "commits_per_mb", "write_txns_per_s", "write_txns_per_mb",
                    "wal_bytes_per_mb", "loadavg_1m", "others_cores")
@@ -349,18 +341,6 @@ def summarize(runs: list[dict]) -> list[dict]:
                                                     if i < len(row["broker_cpu_ms_per_mb"])) for i in range(width)]
             out.append(entry)
     return out
-
-
-def _f(value, spec: str) -> str:
-    return "n/a" if value is None else format(value, spec)
-
-
-def _sp(sp: dict | None, spec: str) -> str:
-    if sp is None:
-        return "n/a"
-    if sp["n"] == 1:
-        return format(sp["median"], spec)
-    return f"{format(sp['median'], spec)} [{format(sp['min'], spec)}-{format(sp['max'], spec)}]"
 
 
 def format_run(run: dict, phase: str) -> str:

@@ -46,7 +46,9 @@ import small_requests  # noqa: E402
 from cleaner_isolation import latencies  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
-from produce_consume import PhaseClock, Server, ServerStats, create_topic, parse_size, scrape_metrics  # noqa: E402
+from produce_consume import (PhaseClock, Server, ServerStats, create_topic, parse_size, scrape_metrics,  # noqa: E402
+                             spread)
+from produce_consume import format_spread as _fmt  # noqa: E402
 
 # The rows, in the order of the issue's table.
 WORKLOADS = ("produce", "idempotent", "transactional", "consume", "consume_committed", "java", "java_idempotent",
@@ -236,7 +238,7 @@ def _restart(target: Target, data_bytes: int, topic: str) -> dict:
     an acks=all record on that partition, and whether it took the offset after the records acknowledged before."""
     s = _produce_consume(target, ["--bytes", str(data_bytes), "--record-size", "1024", "--topic", topic,
                                   "--phases", "produce"])
-    records = s["produce"]["records"] + s["produce"].get("warmup_records", 0)     # acknowledged before the kill
+    records = s["produce"]["records"] + s["produce"]["warmup_records"]     # acknowledged before the kill
     partition = os.path.join(target.server.data_dir, "logs", f"{topic}-0")
     on_disk = sum(os.path.getsize(os.path.join(partition, name)) for name in os.listdir(partition))
     started = target.kill_and_restart()
@@ -292,14 +294,6 @@ def _small(target: Target, entry: list[str]) -> dict:
 
 # --- the figures --------------------------------------------------------------------------------
 
-def spread(values) -> dict | None:
-    """Median, smallest and largest of the values that are there (None: none are)."""
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
-
-
 # The figures each row is judged by: throughput rows by MB/s, latency by its percentiles, small requests by records/s.
 def figures(workload: str) -> tuple[str, ...]:
     if workload == "restart":
@@ -348,23 +342,23 @@ def serial_floors(runs: list[dict]) -> list[dict]:
     (the ``no-fsync`` target, same round) plus the disk's fdatasync of one request (the fsync target's floor, same
     round), in series.  Per row and fsync target: the spread over the rounds of that floor and of the target's share
     of it (MB/s ÷ floor; for latency, floor ÷ p50)."""
-    by_key = {(r["round"], r["workload"], r["target"]): r for r in runs}
+    off = {(r["round"], r["workload"]): r for r in runs if r["target"] == "trireme-no-fsync"}
     out = []
     for workload, unit in (("idempotent", "mb_per_s"), ("latency", "p50_ms")):
-        for target in dict.fromkeys(r["target"] for r in runs):
+        for target in dict.fromkeys(r["target"] for r in runs if r["target"] != "trireme-no-fsync"):
             floors, shares = [], []
-            for (rnd, w, t), r in by_key.items():
-                off = by_key.get((rnd, w, "trireme-no-fsync"))
-                if w != workload or t != target or t == "trireme-no-fsync" or not off or not r.get("floor") \
-                        or not r["floor"].get("fdatasync_p50_ms") or not r.get(unit) or not off.get(unit):
+            for r in runs:
+                other = off.get((r["round"], workload))
+                if r["workload"] != workload or r["target"] != target or not other or not other.get(unit) \
+                        or not r.get(unit) or not (r.get("floor") or {}).get("fdatasync_p50_ms"):
                     continue
                 sync_s = r["floor"]["fdatasync_p50_ms"] / 1000
                 if unit == "mb_per_s":
                     size = r["floor"]["request_bytes"]
-                    floor = size / (size / (off[unit] * 1e6) + sync_s) / 1e6
+                    floor = size / (size / (other[unit] * 1e6) + sync_s) / 1e6
                     share = r[unit] / floor
                 else:
-                    floor = off[unit] + sync_s * 1000
+                    floor = other[unit] + sync_s * 1000
                     share = floor / r[unit]
                 floors.append(floor)
                 shares.append(share)
@@ -417,14 +411,6 @@ def rounded(value):
     if isinstance(value, list):
         return [rounded(v) for v in value]
     return value
-
-
-def _fmt(sp: dict | None, spec: str) -> str:
-    if sp is None:
-        return "n/a"
-    if sp["n"] == 1:
-        return format(sp["median"], spec)
-    return f"{sp['median']:{spec}} [{sp['min']:{spec}}-{sp['max']:{spec}}]"
 
 
 _LABELS = {"mb_per_s": ("MB/s", ",.0f"), "records_per_s": ("records/s", ",.0f"), "cpu_ms_per_mb": ("CPU ms/MB", ".2f"),

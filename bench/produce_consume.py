@@ -32,6 +32,7 @@ import re
 import resource
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -708,6 +709,23 @@ def consume_phase(args, bootstrap: str, topic: str, stats: ServerStats) -> dict:
 
 def _fmt(v, spec=".1f"):
     return "n/a" if v is None else format(v, spec)
+
+
+def spread(values) -> dict | None:
+    """Median, smallest and largest of the values that are there (None: none are): one figure over rounds."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def format_spread(sp: dict | None, spec: str) -> str:
+    """A :func:`spread` as ``median [min-max]`` (the median alone for one value)."""
+    if sp is None:
+        return "n/a"
+    if sp["n"] == 1:
+        return format(sp["median"], spec)
+    return f"{sp['median']:{spec}} [{sp['min']:{spec}}-{sp['max']:{spec}}]"
 
 
 def report_produce(r: dict) -> None:
