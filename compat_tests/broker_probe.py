@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from compat_tests.clients import wait_until
 from trireme.server.admin.client import API_KEYS, AdminError, Connection, parse_host_port, request, request_class
 
 # Short group timings so rebalances in tests are quick.
@@ -43,10 +44,11 @@ class BrokerInfo:
         self.kafka_major = 4 if self.api_versions.get(API_KEYS["Fetch"], (0, 0))[0] >= 4 else 3
         self.is_trireme = any(c.name.startswith("trireme.") for r in configs.results for c in r.configs)
 
-    def _connect(self, timeout: float = 10.0) -> Connection:
+    def _connect(self, timeout: float = 10.0, address: tuple[str, int] | None = None) -> Connection:
+        """A connection to ``address``, by default the bootstrap list's first broker (every broker answers for the
+        cluster)."""
         secured = {} if PROBE_SECURITY is None else {"security": PROBE_SECURITY}
-        # A cluster's bootstrap list: ask its first broker (every broker answers for the cluster).
-        return Connection(*parse_host_port(self.bootstrap.split(",")[0]), timeout=timeout, **secured)
+        return Connection(*(address or bootstrap_addresses(self.bootstrap)[0]), timeout=timeout, **secured)
 
     def partitions(self, topic: str) -> list[int]:
         """The topic's partitions in the order the broker's Metadata lists them (Kafka's is not sorted)."""
@@ -60,31 +62,21 @@ class BrokerInfo:
             seen = [self._topic_at(address, topic) for address in self.addresses()]
             found = [None if t.error_code else {p.partition_index: p.leader_id for p in t.partitions} for t in seen]
             return found[0] if found[0] and all(f == found[0] for f in found) and -1 not in found[0].values() else None
-        return self._wait(agreed, timeout, f"every broker to list {topic} with the same leaders")
+        return wait_until(agreed, timeout, interval=0.05, what=f"every broker to list {topic} with the same leaders")
 
     def wait_gone(self, topic: str, timeout: float = 30.0) -> None:
         """Until no broker's Metadata lists the (deleted) topic."""
-        self._wait(lambda: all(self._topic_at(a, topic).error_code for a in self.addresses()), timeout,
-                   f"every broker to forget {topic}")
-
-    @staticmethod
-    def _wait(check, timeout: float, what: str) -> Any:
-        deadline = time.monotonic() + timeout
-        while not (found := check()):
-            assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
-            time.sleep(0.05)
-        return found
+        wait_until(lambda: all(self._topic_at(a, topic).error_code for a in self.addresses()), timeout,
+                   interval=0.05, what=f"every broker to forget {topic}")
 
     def _topic(self, topic: str) -> Any:
-        t = self._topic_at(parse_host_port(self.bootstrap.split(",")[0]), topic)
+        t = self._topic_at(None, topic)
         assert t.error_code == 0, t
         return t
 
-    @staticmethod
-    def _topic_at(address: tuple[str, int], topic: str) -> Any:
+    def _topic_at(self, address: tuple[str, int] | None, topic: str) -> Any:
         cls = request_class("Metadata")
-        secured = {} if PROBE_SECURITY is None else {"security": PROBE_SECURITY}
-        conn = Connection(*address, timeout=10.0, **secured)
+        conn = self._connect(address=address)
         try:
             meta = conn.send("Metadata", 12, cls(topics=[cls.MetadataRequestTopic(name=topic)],
                                                 allow_auto_topic_creation=False))
@@ -100,7 +92,7 @@ class BrokerInfo:
 
 def bootstrap_addresses(bootstrap: str) -> list[tuple[str, int]]:
     """The (host, port) of each broker of a bootstrap list, in its order."""
-    return [(h, int(p)) for h, _, p in (a.rpartition(":") for a in bootstrap.split(","))]
+    return [parse_host_port(a) for a in bootstrap.split(",")]
 
 
 _BROKER_INFO: dict[str, BrokerInfo] = {}

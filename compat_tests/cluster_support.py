@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-import time
 import urllib.request
 from pathlib import Path
 
@@ -55,10 +54,9 @@ class Cluster:
 
 def requests_handled(broker, api: str) -> int:
     """How many ``api`` requests the broker handled, from its metrics endpoint (``trireme.metrics.listen`` on)."""
-    deadline = time.monotonic() + 20
-    while not (urls := re.findall(r"metrics on (http://\S+/metrics)", broker.stderr_path.read_text(errors="replace"))):
-        assert time.monotonic() < deadline, f"{broker}: no metrics address in its log"
-        time.sleep(0.1)
+    urls = wait_until(lambda: re.findall(r"metrics on (http://\S+/metrics)",
+                                         broker.stderr_path.read_text(errors="replace")),
+                      timeout=20, what=f"{broker}'s metrics address in its log")
     page = urllib.request.urlopen(urls[-1], timeout=10).read().decode()
     found = re.search(rf'^trireme_requests_total\{{api="{api}"\}} (\S+)$', page, re.M)
     return int(float(found.group(1))) if found else 0

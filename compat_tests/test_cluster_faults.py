@@ -24,11 +24,10 @@ import psycopg
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from compat_tests.cluster_support import Cluster
+from compat_tests.cluster_support import Cluster, wait_for
 from compat_tests.python_clients import create_topics
-from compat_tests.cluster_support import wait_for
 from compat_tests.test_cluster import coordinator_of, metadata_leaders
-from compat_tests.test_eos_loop import WORKER, _check_exactly_once, read_committed_keys
+from compat_tests.test_eos_loop import WORKER, _check_exactly_once, _setup, read_committed_keys
 
 pytestmark = pytest.mark.trireme_only("starts trireme serve processes on a PostgreSQL of its own")
 
@@ -207,22 +206,11 @@ class EosWorker:
         self.log.close()
 
 
-def produce_input(bootstrap: str, topic: str, n: int) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
-    for i in range(n):
-        p.produce(topic, key=b"k%06d" % i, value=b"v%d" % i, partition=i % PARTITIONS)
-        if i % 10000 == 0:
-            p.poll(0)
-    assert p.flush(60) == 0
-
-
 def start_round(bootstrap: str, tmp_path: Path) -> tuple[dict[str, str], EosWorker]:
-    """Input and output topics for the worker, EOS_RECORDS input records, and the worker on them."""
-    tag = uuid.uuid4().hex[:8]
-    topics = {"in": f"in-{tag}", "out": f"out-{tag}", "group": f"g-{tag}"}
-    create_topics(bootstrap, [topics["in"], topics["out"]], PARTITIONS)
-    produce_input(bootstrap, topics["in"], EOS_RECORDS)
-    return topics, EosWorker(bootstrap, topics["in"], topics["out"], topics["group"], tmp_path / f"worker-{tag}.log")
+    """Input and output topics for the worker, EOS_RECORDS input records (test_eos_loop's), and the worker on them."""
+    source, sink, group, _ = _setup(bootstrap, "f", EOS_RECORDS)
+    topics = {"in": source, "out": sink, "group": group}
+    return topics, EosWorker(bootstrap, source, sink, group, tmp_path / f"worker-{group}.log")
 
 
 def start_load(cluster: Cluster, java: bool = False) -> tuple[str, list[TransactionalLoad]]:
