@@ -448,6 +448,19 @@ def produce_held(bootstrap: str, topic: str, name: str = "held", timeout_ms: int
     return Held(p, [Order(i, "customer-h", 500, ts, *acked[i], True) for i, ts in rows])
 
 
+def spread_orders_topic(bootstrap: str) -> str:
+    """A new orders topic whose partitions are led by more than one broker.  Leaders follow rendezvous hashing of the
+    topic's random id, so with 3 partitions on 3 brokers one topic in 9 is led by a single broker: the next name is
+    taken then (20 such topics in a row: one time in 10^19)."""
+    info = broker_info(bootstrap)
+    for _ in range(20):
+        topic = unique_topic("orders")
+        create_topics(bootstrap, [topic], PARTITIONS)
+        if len(set(info.leaders(topic).values())) > 1:
+            return topic
+    raise AssertionError("20 orders topics in a row, each led by a single broker")
+
+
 def test_orders_pipeline_exactly_once_on_a_cluster(tmp_path, postgres_database):
     """The orders pipeline against three brokers on one PostgreSQL (compat_tests/cluster_support.py): the orders'
     partitions led by several brokers, two transactional producers committing and aborting; one run to the end
@@ -456,9 +469,8 @@ def test_orders_pipeline_exactly_once_on_a_cluster(tmp_path, postgres_database):
     spark_env = require_spark_env()
     with Cluster(tmp_path / "cluster", postgres_database, size=3) as cluster:
         bootstrap = cluster.bootstrap
-        topic, results = unique_topic("orders"), unique_topic("order-totals")
-        create_topics(bootstrap, [topic, results], PARTITIONS)
-        assert len(set(broker_info(bootstrap).leaders(topic).values())) > 1
+        topic, results = spread_orders_topic(bootstrap), unique_topic("order-totals")
+        create_topics(bootstrap, [results], PARTITIONS)
         broker_info(bootstrap).leaders(results)                 # every broker lists both topics
         orders = two_producers(bootstrap, topic, 6)
         committed = [o for o in orders if o.committed]
