@@ -202,6 +202,17 @@ def _flush_partition(item) -> OSError | None:
     return None
 
 
+def _preallocate(ahead) -> None:
+    """Zeros written ahead of the active segments' ends after a round (in the flush thread: PartitionLog.preallocation);
+    a failure only means the next appends grow their file as without it (a failed fsync is reported by the next
+    flush: it is sticky)."""
+    for handle, end in ahead:
+        try:
+            handle.preallocate(end)
+        except OSError:
+            pass
+
+
 class Broker:
     def __init__(self, config: Config, storage: Storage | None = None, *, listen: str | None = None,
                  stop_requested=None, endpoints: dict | None = None):
@@ -1280,6 +1291,9 @@ class Broker:
                     if p.log.size_bytes - p.snapshot_size >= SNAPSHOT_INTERVAL_BYTES:
                         snapshots.append(self._snapshot_bytes(p))
             self._wake_waiters()
+            ahead = [a for a in (p.log.preallocation() for p, _ in batch if p.storage_error is None) if a]
+            if ahead:
+                await worker.run(_preallocate, ahead)
             snapshots = [s for s in snapshots if s is not None]
             if snapshots:
                 await worker.run(self._write_snapshots, snapshots)

@@ -114,7 +114,9 @@ def dump_segment(path: str, out, *, deep: bool = False, data: bool = False) -> N
                 header = None
             total = header.batch_length + LOG_OVERHEAD if header is not None else 0
             if header is None or total > MAX_BATCH_BYTES or position + total > size:
-                print(f"Found {size - position} invalid bytes at the end of {os.path.basename(path)}", file=out)
+                rest = head + f.read()
+                what = "bytes of zeros (written ahead for appends)" if rest.count(0) == len(rest) else "invalid bytes"
+                print(f"Found {size - position} {what} at the end of {os.path.basename(path)}", file=out)
                 return
             batch = head + f.read(total - BATCH_HEADER_SIZE)
             print(_batch_line(header, batch, position), file=out)

@@ -31,6 +31,14 @@ RELEASE_STEP_BYTES = 4 << 20  # a dropped segment's blocks are freed this many b
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 WRITE_BEHIND_MAX = 16384  # batches this big are written by the append itself (see PartitionLog)
+# After a flush round that covered at most PREALLOCATE_ROUND_BYTES of the active segment, the flusher has zeros
+# written ahead of its end (AppendFile.preallocate): PREALLOCATE_ROUNDS rounds' worth, within these bounds and the
+# segment's size.  An fsync over written blocks saves a round about the same time whatever its size (the metadata
+# commit), while the zeros cost their bytes: worth it for small rounds, not for large ones.
+PREALLOCATE_ROUND_BYTES = 256 << 10
+PREALLOCATE_ROUNDS = 32
+PREALLOCATE_MIN_BYTES = 64 << 10
+PREALLOCATE_MAX_BYTES = 4 << 20
 _READAHEAD = 8192  # bytes read at a time when hopping from batch header to batch header
 _RECOVERY_CHUNK = 1 << 20
 _SEGMENT_NAME = re.compile(r"(\d{20})\.(log|index|timeindex|txnindex)")
@@ -388,6 +396,7 @@ class PartitionLog:
         self._last_aborted = -1  # last offset of the last entry ever indexed (survives retention)
         self._txn_pending: list[_Segment] = []  # segments whose txnindex has entries not yet written or fsynced
         self._plans: dict[int, _FlushPlan] = {}
+        self._round_end = 0     # the active segment's size at the last `preallocation`
         self._dir_generation = 0  # bumped when a segment file is created
         self._dir_synced_generation = 0
         self._closed = False
@@ -485,7 +494,10 @@ class PartitionLog:
             recovered.append(seg)
             valid_end = self._recover_segment(seg, allow_gaps=seg.base_offset < cleaned_below)
             expected = seg.next_offset
-            if valid_end < seg.size:
+            if valid_end < seg.size and i < len(segments) - 1 and self._zeros_from(seg, valid_end):
+                seg.handle.truncate(valid_end)  # zeros written ahead before it rolled (preallocation): cut only them
+                seg.size = valid_end
+            elif valid_end < seg.size:
                 seg.handle.truncate(valid_end)
                 seg.size = valid_end
                 for gone in segments[i + 1 :]:
@@ -657,6 +669,18 @@ class PartitionLog:
             pos += batch_size
         return pos
 
+    def _zeros_from(self, seg: _Segment, pos: int) -> bool:
+        """Whether the segment's file holds only zeros from `pos` to its end, and no more than preallocation
+        writes."""
+        if seg.size - pos > PREALLOCATE_MAX_BYTES:
+            return False
+        while pos < seg.size:
+            chunk = seg.handle.read(pos, min(_RECOVERY_CHUNK, seg.size - pos))
+            if not chunk or chunk.count(0) != len(chunk):
+                return False
+            pos += len(chunk)
+        return True
+
     def _bytes_since_last_index(self, seg: _Segment) -> int:
         return seg.size - (seg.index_pos[-1] if seg.index_pos else 0)
 
@@ -826,6 +850,10 @@ class PartitionLog:
             new.handle.truncate(0)
         old = self._segments[-1]
         old.seal()
+        try:
+            old.handle.cut_ahead()
+        except OSError:
+            pass                # recovery cuts the zeros after a crash (_load)
         self._segments.append(new)
         self._bases.append(base)
         self._dir_generation += 1
@@ -1018,6 +1046,22 @@ class PartitionLog:
         for seg in plan.seal:
             if not seg.deleted:
                 self._persist_indexes(seg, durable=True)
+
+    def preallocation(self) -> tuple[AppendFile, int] | None:
+        """After a flush round (owning thread): the active segment's file and how far it should have zeros written
+        ahead (for `AppendFile.preallocate`, any thread), or None: nothing due, or the round covered too little of
+        it to gain (PREALLOCATE_ROUND_BYTES)."""
+        seg = self._segments[-1]
+        covered = seg.size - self._round_end if seg.size >= self._round_end else seg.size
+        self._round_end = seg.size
+        handle = seg.handle
+        if self._unsafe or not 0 < covered <= PREALLOCATE_ROUND_BYTES or not isinstance(handle, AppendFile):
+            return None
+        step = min(max(covered * PREALLOCATE_ROUNDS, PREALLOCATE_MIN_BYTES), PREALLOCATE_MAX_BYTES)
+        end = min(seg.size + step, self.segment_bytes)
+        if handle.allocated - seg.size >= step // 2 or end <= handle.allocated:
+            return None
+        return handle, end
 
     def flush_done(self, target: int) -> None:
         """Record that the flush to `target` succeeded: the high watermark advances."""
@@ -1623,6 +1667,12 @@ class PartitionLog:
             return
         self._closed = True
         release_files(*self.take_retired())
+        active = self._segments[-1].handle if self._segments else None
+        if isinstance(active, AppendFile):
+            try:
+                active.cut_ahead()
+            except OSError:
+                pass            # recovery cuts the zeros
         for seg in self._segments:
             for handle in (seg.handle, seg.txn_handle):
                 if handle is not None:

@@ -10,6 +10,7 @@ import threading
 from abc import ABC, abstractmethod
 
 _IOV_MAX = 1024       # buffers per pwritev call (Linux's UIO_MAXIOV)
+_ZEROS = memoryview(bytes(1 << 20))     # AppendFile.preallocate writes this much at a time
 TEMP_SUFFIX = ".tmp"  # `write_atomic` stages data in `path + TEMP_SUFFIX`; leftovers may be removed
 
 # Errors that mean "out of descriptors (or kernel memory for them)", not a broken disk: never sticky,
@@ -72,6 +73,23 @@ class AppendFile(ReadFile):
     @abstractmethod
     def truncate(self, n: int) -> None:
         """Cut the file to `n` bytes (not durable until `sync`)."""
+
+    @property
+    def allocated(self) -> int:
+        """Where the file's written blocks end: its size, or further once `preallocate` wrote zeros past it."""
+        return self.size
+
+    def preallocate(self, end: int) -> None:
+        """Write zeros from `allocated` up to `end` and make them durable (`sync`), leaving the logical size as it
+        is: appends up to `end` then write over blocks the file system has written and counted already, so an
+        fsync after them has no metadata to commit (neither the file's size nor its blocks change) and costs
+        about half as much (docs/performance.md, "Writing over zeros").  The zeros past the logical end are what
+        a torn append leaves too: recovery cuts them.  Implementations that cannot do it do nothing.  Raises
+        OSError (a failed fsync is sticky, as for `sync`)."""
+
+    def cut_ahead(self) -> None:
+        """Give back what `preallocate` wrote past the logical end, and preallocate nothing more (a segment that
+        takes no more appends)."""
 
     def sync(self) -> None:
         """Make everything written so far durable (fsync). Raises OSError on failure (SyncFailed for a device
@@ -317,11 +335,43 @@ class _FileAppendFile(_FileHandle, AppendFile):
     def __init__(self, storage: FileStorage, path: str, flags: int, fd: int) -> None:
         AppendFile.__init__(self)
         _FileHandle.__init__(self, storage, path, flags, fd)
-        self._size = os.fstat(fd).st_size
+        self._size = self._allocated = os.fstat(fd).st_size
+        self._extent = threading.Lock()         # an append and the zeros written past it never overlap
+        self._cut = False                       # cut_ahead was called: no more zeros
 
     @property
     def size(self) -> int:
         return self._size
+
+    @property
+    def allocated(self) -> int:
+        return self._allocated
+
+    def preallocate(self, end: int) -> None:
+        # a step at a time, each under the lock: an append (another thread) waits for one step at most, and a
+        # step starts past whatever was appended meanwhile
+        wrote = False
+        while True:
+            with self._extent:
+                start = max(self._allocated, self._size)
+                if start >= end or self._closed or self._cut:
+                    break
+                n = min(end - start, len(_ZEROS))
+                fd = self._pin()
+                try:
+                    written = os.pwrite(fd, _ZEROS[:n], start)
+                finally:
+                    self._unpin()
+                self._allocated = start + written
+                wrote = True
+        if wrote:
+            self.sync()
+
+    def cut_ahead(self) -> None:
+        with self._extent:
+            self._cut = True
+            if self._allocated > self._size:
+                self.truncate(self._size)
 
     def write(self, buf: bytes | bytearray | memoryview) -> None:
         self.write_vectored([buf])
@@ -329,6 +379,10 @@ class _FileAppendFile(_FileHandle, AppendFile):
     def write_vectored(self, buffers: list) -> None:
         """One `pwritev` per IOV_MAX buffers, continuing after short writes; on failure the file is cut back to
         where it was, so no partial batch is left for recovery to find."""
+        with self._extent:
+            self._write_vectored(buffers)
+
+    def _write_vectored(self, buffers: list) -> None:
         views = [v for v in (_as_bytes_view(b) for b in buffers) if len(v)]
         pos = self._size
         total = sum(len(v) for v in views)
@@ -347,12 +401,14 @@ class _FileAppendFile(_FileHandle, AppendFile):
         except OSError:
             try:
                 os.ftruncate(fd, pos)
+                self._allocated = pos
             except OSError:
                 pass
             raise
         finally:
             self._unpin()
         self._size = pos + total
+        self._allocated = max(self._allocated, self._size)
 
     def read(self, pos: int, n: int) -> bytes:
         return self._pread(pos, n)
@@ -363,7 +419,7 @@ class _FileAppendFile(_FileHandle, AppendFile):
             os.ftruncate(fd, n)
         finally:
             self._unpin()
-        self._size = n
+        self._size = self._allocated = n
 
     def _fsync(self) -> None:
         fd = self._pin()
@@ -522,6 +578,7 @@ class _MemoryAppendFile(AppendFile):
         self._inode = inode
         self._size = len(inode.data)
         self._closed = False
+        self._cut = False
 
     @property
     def size(self) -> int:
@@ -549,6 +606,25 @@ class _MemoryAppendFile(AppendFile):
             self._check_open()
             del self._inode.data[n:]
             self._size = n
+
+    @property
+    def allocated(self) -> int:
+        return max(self._size, len(self._inode.data))
+
+    def preallocate(self, end: int) -> None:
+        with self._storage._lock:
+            self._check_open()
+            start = self.allocated
+            if start >= end or self._cut:
+                return
+            self._inode.data[start:end] = bytes(end - start)
+        self.sync()
+
+    def cut_ahead(self) -> None:
+        with self._storage._lock:
+            self._check_open()
+            self._cut = True
+            del self._inode.data[self._size:]
 
     def _fsync(self) -> None:
         with self._storage._lock:

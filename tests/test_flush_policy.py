@@ -137,3 +137,41 @@ def test_the_fsync_threads_must_be_from_1_to_64():
             config.set("trireme.fsync.threads", bad)
     config.set("trireme.fsync.threads", "1")
     assert config["trireme.fsync.threads"] == 1
+
+
+def test_after_a_small_round_the_flush_thread_writes_zeros_ahead_once_the_round_is_answered(tmp_path, monkeypatch):
+    """Appends that follow then write over written blocks (AppendFile.preallocate): the zeros are written in the
+    flush thread after the round's high watermark moved, so no answer waits for them."""
+    broker, p = _broker_with_partition(tmp_path)
+    handle = p.log._segments[-1].handle
+    calls = []
+    real = handle.preallocate
+
+    def preallocate(end):
+        calls.append((threading.current_thread().name, p.log.high_watermark, end))
+        real(end)
+    monkeypatch.setattr(handle, "preallocate", preallocate)
+
+    async def body(b):
+        _append(b, p, 5)
+        assert await b.wait_durable(p, 4)
+        with trio.fail_after(5):
+            while not calls:
+                await trio.sleep(0.005)
+    run_with_broker(broker, body)
+    [(thread, high_watermark, end)] = calls
+    assert thread == "trireme-flush" and high_watermark == 5 and end > p.log.size_bytes
+    assert (tmp_path / "logs" / "t-0" / "00000000000000000000.log").stat().st_size == end
+    broker.close()                                  # and a closed log keeps no zeros
+    assert (tmp_path / "logs" / "t-0" / "00000000000000000000.log").stat().st_size == p.log.size_bytes
+
+
+def test_without_fsync_nothing_is_written_ahead(tmp_path):
+    broker, p = _broker_with_partition(tmp_path, **{"trireme.fsync.enable": "false"})
+
+    async def body(b):
+        _append(b, p, 5)
+        assert await b.wait_durable(p, 4)
+        await trio.sleep(0.05)
+    run_with_broker(broker, body)
+    assert (tmp_path / "logs" / "t-0" / "00000000000000000000.log").stat().st_size == p.log.size_bytes

@@ -381,7 +381,7 @@ def test_dump_log_prints_batches_and_records_as_kafka_dump_log(tmp_path, capsys)
     p.log.flush_done(p.log.flush_begin())
     broker.close()
     with open(tmp_path / "logs" / "t-0" / "00000000000000000000.log", "ab") as f:
-        f.write(b"\x00" * 7)                                   # a torn tail
+        f.write(b"\x00\x00\x00\x00\x07\x00\x00")                   # a torn tail
     assert main(["dump-log", "--files", str(tmp_path / "logs" / "t-0"), "--print-data-log"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("Dumping ") and lines[0].endswith("00000000000000000000.log")
@@ -401,6 +401,13 @@ def test_dump_log_prints_batches_and_records_as_kafka_dump_log(tmp_path, capsys)
     assert main(["dump-log", "--files", str(tmp_path / "logs" / "t-0" / "00000000000000000000.log")]) == 0
     assert [line[:12] for line in capsys.readouterr().out.splitlines()[2:]] == ["baseOffset: ", "baseOffset: ",
                                                                                "Found 7 inva"]
+    with open(tmp_path / "logs" / "t-0" / "00000000000000000000.log", "r+b") as f:
+        f.truncate(os.path.getsize(f.name) - 7)
+        f.seek(0, os.SEEK_END)
+        f.write(bytes(4096))                                    # zeros written ahead for appends
+    assert main(["dump-log", "--files", str(tmp_path / "logs" / "t-0" / "00000000000000000000.log")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == \
+        "Found 4096 bytes of zeros (written ahead for appends) at the end of 00000000000000000000.log"
     assert main(["dump-log", "--files", str(tmp_path / "missing.log")]) == 1
 
 

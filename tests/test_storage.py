@@ -44,6 +44,40 @@ def test_append_read_size(storage):
     r.close()
 
 
+def test_preallocate_writes_durable_zeros_past_the_logical_end(storage):
+    storage.makedirs("d")
+    f = storage.open_append("d/z.log")
+    storage.sync_dir("d")
+    f.write(b"abc")
+    assert f.allocated == 3
+    f.preallocate((1 << 20) + 10)                   # more than one step of zeros
+    assert f.size == 3 and f.allocated == (1 << 20) + 10
+    assert storage.size("d/z.log") == (1 << 20) + 10
+    f.write(b"def")                                 # over the zeros
+    assert f.size == 6 and storage.read("d/z.log", 0, 8) == b"abcdef\0\0"
+    f.preallocate(100)                              # already there: nothing
+    assert f.allocated == (1 << 20) + 10
+    if isinstance(storage, MemoryStorage):
+        after = storage.crash()
+        assert after.read_all("d/z.log") == b"abc" + bytes((1 << 20) + 7)    # the zeros were synced (not the append)
+    f.cut_ahead()
+    assert storage.read_all("d/z.log") == b"abcdef" and f.allocated == 6
+    f.preallocate(50)                               # never again after a cut
+    assert storage.size("d/z.log") == 6
+    f.write(b"g")
+    assert storage.read_all("d/z.log") == b"abcdefg"
+    f.close()
+
+
+def test_truncate_drops_the_zeros_too(storage):
+    f = storage.open_append("t.log")
+    f.write(b"abcdef")
+    f.preallocate(4096)
+    f.truncate(2)
+    assert f.size == f.allocated == 2 and storage.read_all("t.log") == b"ab"
+    f.close()
+
+
 def test_write_vectored_appends_the_buffers_in_order(storage):
     f = storage.open_append("v.log")
     f.write(b"head:")
