@@ -53,6 +53,25 @@ class HarnessError(RuntimeError):
 
 # ------------------------------------------------------------------ helpers
 
+def segment_batches(data: bytes, *, active: bool) -> tuple[list, int]:
+    """(position, header) of each whole batch in a segment file's bytes, and how many zero bytes follow the last one.
+    Only the active (last) segment of a partition may end in zeros: with fsync on the broker writes zeros ahead of
+    its appends (docs/architecture.md, "How a produce flows"); whatever else follows the batches is left to the
+    caller's check (its size is not counted)."""
+    from trireme.wire import records
+
+    batches, end = [], 0
+    try:
+        for pos, header in records.iter_batch_headers(data):
+            batches.append((pos, header))
+            end = pos + header.size
+    except records.CodecError:
+        if not active:
+            raise
+    zeros = len(data) - end if active and data.count(0, end) == len(data) - end else 0
+    return batches, zeros
+
+
 def b64(data: bytes | str | None) -> str | None:
     if data is None:
         return None

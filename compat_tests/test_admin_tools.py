@@ -38,8 +38,11 @@ def admin(module_server):
 
 
 def _segment_bytes(server, topic: str, partition: int) -> int:
+    """The bytes of the partition's batches in its segment files (zeros written ahead of appends are not the log's)."""
     directory = Path(server.data_dir) / "logs" / f"{topic}-{partition}"
-    return sum(f.stat().st_size for f in directory.iterdir() if f.name.endswith(".log"))
+    segments = sorted((f for f in directory.iterdir() if f.name.endswith(".log")), key=lambda f: int(f.stem))
+    return sum(h.size for f in segments
+               for _, h in clients.segment_batches(f.read_bytes(), active=f == segments[-1])[0])
 
 
 # --- Java Admin: log dirs, reassignments, quotas ---------------------------------------------

@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from compat_tests.clients import segment_batches
 from compat_tests.python_clients import unique_topic
 from trireme.wire import records
 
@@ -186,16 +187,18 @@ def check_segments(server, topic: str, stored: dict[int, list[tuple[int, bytes]]
             data = path.read_bytes()
             base = int(path.stem)
             assert base == expected, f"{path.name}: segment starts at {base}, previous ended at {expected}"
-            for pos, header in records.iter_batch_headers(data):
+            batches, zeros = segment_batches(data, active=path == segments[-1])
+            for pos, header in batches:
                 assert records.crc_ok(data, pos, header), f"{path}: bad CRC in the batch at byte {pos}"
                 assert header.base_offset == expected, (
                     f"{path}: batch at byte {pos} has base offset {header.base_offset}, expected {expected}")
                 expected = header.next_offset
-            sizes = [h.size for _, h in records.iter_batch_headers(data)]
-            assert sum(sizes) == len(data), f"{path}: {len(data) - sum(sizes)} trailing bytes after the last batch"
+            sizes = [h.size for _, h in batches]
+            assert sum(sizes) + zeros == len(data), (
+                f"{path}: {len(data) - sum(sizes)} trailing bytes after the last batch")
             if segment_bytes is not None:
-                assert len(data) <= segment_bytes or len(sizes) == 1, (
-                    f"{path}: {len(data)} bytes in {len(sizes)} batches, over segment.bytes={segment_bytes}")
+                assert sum(sizes) <= segment_bytes or len(sizes) == 1, (
+                    f"{path}: {sum(sizes)} bytes in {len(sizes)} batches, over segment.bytes={segment_bytes}")
         assert expected == len(recs), f"{topic}-{p}: segments end at offset {expected}, consumed {len(recs)}"
     return nfiles
 

@@ -251,7 +251,8 @@ def test_lost_add_partitions_record_aborts_the_orphaned_transaction(server):
         segment = server.data_dir / "logs" / "__transaction_state-0" / "00000000000000000000.log"
         data = segment.read_bytes()
         first_batch = 12 + struct.unpack_from(">i", data, 8)[0]     # the InitProducerId record's batch
-        assert len(data) > first_batch, "the AddPartitionsToTxn record should follow it"
+        assert len(data) > first_batch + 12 and struct.unpack_from(">i", data, first_batch + 8)[0] > 0, \
+            "the AddPartitionsToTxn record should follow it"
         segment.write_bytes(data[:first_batch])
         (segment.parent / "producer-state.snapshot").unlink(missing_ok=True)
     server.kill9(between=lose_the_add_record)

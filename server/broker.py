@@ -83,6 +83,8 @@ BURST_WAIT_S = 0.001
 # How long an append that no answer waits for (a coordinator record answered once written to the OS, as
 # AddPartitionsToTxn's) may wait for a flush round someone else needs before it gets one of its own.
 UNAWAITED_FLUSH_S = 0.005
+# Zeros are written ahead of appends (PartitionLog.preallocation) only while the file system has this much space free
+PREALLOCATE_FREE_BYTES = 256 << 20
 # With the PostgreSQL engine, a commit round takes at most this many bytes of each partition (the rest goes in the
 # next round): one transaction stays bounded whatever backlog an outage left.
 ROUND_BYTES = 8 << 20
@@ -202,15 +204,14 @@ def _flush_partition(item) -> OSError | None:
     return None
 
 
-def _preallocate(ahead) -> None:
-    """Zeros written ahead of the active segments' ends after a round (in the flush thread: PartitionLog.preallocation);
-    a failure only means the next appends grow their file as without it (a failed fsync is reported by the next
-    flush: it is sticky)."""
-    for handle, end in ahead:
-        try:
-            handle.preallocate(end)
-        except OSError:
-            pass
+def _preallocate(item) -> None:
+    """Zeros written ahead of an active segment's end after a round (PartitionLog.preallocation); a failure only means
+    the next appends grow their file as without it (a failed fsync is reported by the next flush: it is sticky)."""
+    handle, end = item
+    try:
+        handle.preallocate(end)
+    except OSError:
+        pass
 
 
 class Broker:
@@ -1291,9 +1292,10 @@ class Broker:
                     if p.log.size_bytes - p.snapshot_size >= SNAPSHOT_INTERVAL_BYTES:
                         snapshots.append(self._snapshot_bytes(p))
             self._wake_waiters()
-            ahead = [a for a in (p.log.preallocation() for p, _ in batch if p.storage_error is None) if a]
+            ahead = [a for a in (p.log.preallocation() for p, _ in batch
+                                 if p.storage_error is None and p not in failures) if a]
             if ahead:
-                await worker.run(_preallocate, ahead)
+                await worker.run(self._preallocate_all, ahead, fan_out)
             snapshots = [s for s in snapshots if s is not None]
             if snapshots:
                 await worker.run(self._write_snapshots, snapshots)
@@ -1423,6 +1425,15 @@ class Broker:
         errors = fan_out.map(_flush_partition, live)
         failures = {p: error for (p, _), error in zip(live, errors) if error is not None}
         return failures, time.perf_counter() - started
+
+    def _preallocate_all(self, ahead, fan_out: ThreadFanOut) -> None:
+        """In the flush thread, after a round was answered: zeros ahead of the active segments that are due
+        (PartitionLog.preallocation), several at once as the round's fsyncs, unless the file system is short of
+        space (PREALLOCATE_FREE_BYTES)."""
+        free = self.storage.available_bytes(ahead[0][0].path)
+        if free is not None and free < PREALLOCATE_FREE_BYTES:
+            return
+        fan_out.map(_preallocate, ahead)
 
     async def run_retention(self) -> None:
         interval = self.config["log.retention.check.interval.ms"] / 1000

@@ -114,8 +114,7 @@ def dump_segment(path: str, out, *, deep: bool = False, data: bool = False) -> N
                 header = None
             total = header.batch_length + LOG_OVERHEAD if header is not None else 0
             if header is None or total > MAX_BATCH_BYTES or position + total > size:
-                rest = head + f.read()
-                what = "bytes of zeros (written ahead for appends)" if rest.count(0) == len(rest) else "invalid bytes"
+                what = "bytes of zeros (written ahead for appends)" if _zeros_to_end(f, head) else "invalid bytes"
                 print(f"Found {size - position} {what} at the end of {os.path.basename(path)}", file=out)
                 return
             batch = head + f.read(total - BATCH_HEADER_SIZE)
@@ -123,6 +122,16 @@ def dump_segment(path: str, out, *, deep: bool = False, data: bool = False) -> N
             if deep:
                 _print_records(header, batch, out, data)
             position += total
+
+
+def _zeros_to_end(f, head: bytes) -> bool:
+    """Whether `head` and the rest of `f` are all zeros (read a MiB at a time, up to the first byte that is not)."""
+    chunk = head
+    while chunk:
+        if chunk.count(0) != len(chunk):
+            return False
+        chunk = f.read(1 << 20)
+    return True
 
 
 def _batch_line(h, batch: bytes, position: int) -> str:

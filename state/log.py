@@ -627,6 +627,13 @@ class PartitionLog:
                 end = pos + size
         except CorruptLog:
             pass
+        if end < seg.size and self._zeros_from(seg, end):    # zeros written ahead, not cut before a crash
+            cut = self._storage.open_append(seg.path)
+            try:
+                cut.truncate(end)
+            finally:
+                cut.close()
+            seg.size = end
         if end != seg.size or any(r >= seg.next_offset - seg.base_offset for r in seg.time_rel[-1:]):
             seg.handle.close()
             seg.handle = None
@@ -1051,6 +1058,8 @@ class PartitionLog:
         """After a flush round (owning thread): the active segment's file and how far it should have zeros written
         ahead (for `AppendFile.preallocate`, any thread), or None: nothing due, or the round covered too little of
         it to gain (PREALLOCATE_ROUND_BYTES)."""
+        if self._closed:
+            return None
         seg = self._segments[-1]
         covered = seg.size - self._round_end if seg.size >= self._round_end else seg.size
         self._round_end = seg.size

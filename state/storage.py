@@ -83,9 +83,10 @@ class AppendFile(ReadFile):
         """Write zeros from `allocated` up to `end` and make them durable (`sync`), leaving the logical size as it
         is: appends up to `end` then write over blocks the file system has written and counted already, so an
         fsync after them has no metadata to commit (neither the file's size nor its blocks change) and costs
-        about half as much (docs/performance.md, "Writing over zeros").  The zeros past the logical end are what
-        a torn append leaves too: recovery cuts them.  Implementations that cannot do it do nothing.  Raises
-        OSError (a failed fsync is sticky, as for `sync`)."""
+        about half as much (docs/performance.md, "Zeros written ahead of small rounds").  The zeros past the
+        logical end are what a torn append leaves too: recovery cuts them.  Implementations that cannot do it do
+        nothing.  Raises OSError (a failed fsync is sticky, as for `sync`; a write that fails gives back the
+        zeros this call wrote)."""
 
     def cut_ahead(self) -> None:
         """Give back what `preallocate` wrote past the logical end, and preallocate nothing more (a segment that
@@ -351,6 +352,7 @@ class _FileAppendFile(_FileHandle, AppendFile):
         # a step at a time, each under the lock: an append (another thread) waits for one step at most, and a
         # step starts past whatever was appended meanwhile
         wrote = False
+        first = self._allocated
         while True:
             with self._extent:
                 start = max(self._allocated, self._size)
@@ -360,6 +362,14 @@ class _FileAppendFile(_FileHandle, AppendFile):
                 fd = self._pin()
                 try:
                     written = os.pwrite(fd, _ZEROS[:n], start)
+                    if written <= 0:
+                        raise OSError(errno.ENOSPC, f"no zeros written to {self.path}")
+                except OSError:
+                    try:                            # give back what this call took (disk full: to other writes)
+                        self._truncate(max(first, self._size))
+                    except OSError:
+                        pass
+                    raise
                 finally:
                     self._unpin()
                 self._allocated = start + written
@@ -371,7 +381,7 @@ class _FileAppendFile(_FileHandle, AppendFile):
         with self._extent:
             self._cut = True
             if self._allocated > self._size:
-                self.truncate(self._size)
+                self._truncate(self._size)
 
     def write(self, buf: bytes | bytearray | memoryview) -> None:
         self.write_vectored([buf])
@@ -414,6 +424,10 @@ class _FileAppendFile(_FileHandle, AppendFile):
         return self._pread(pos, n)
 
     def truncate(self, n: int) -> None:
+        with self._extent:
+            self._truncate(n)
+
+    def _truncate(self, n: int) -> None:
         fd = self._pin()
         try:
             os.ftruncate(fd, n)
@@ -835,9 +849,13 @@ def _torn(inode: _Inode, rng: random.Random) -> bytes:
     live, durable = bytes(inode.data), inode.durable
     if live == durable:
         return durable
-    if not live.startswith(durable):  # truncated or rewritten since the last fsync
-        return rng.choice([durable, live])
-    suffix = bytearray(live[len(durable) : len(durable) + rng.randint(0, len(live) - len(durable))])
+    same = len(durable)
+    if not live.startswith(durable):
+        same = next((i for i, (a, b) in enumerate(zip(live, durable)) if a != b), len(live))
+        if len(live) < len(durable) or durable.count(0, same) != len(durable) - same:
+            return rng.choice([durable, live])      # truncated or rewritten since the last fsync
+        # appended over zeros written ahead (AppendFile.preallocate): torn as an append is, over the zeros
+    suffix = bytearray(live[same : same + rng.randint(0, len(live) - same)])
     mode = rng.randrange(3)
     if suffix and mode == 1:  # flip some bytes
         for _ in range(rng.randint(1, 4)):
@@ -846,4 +864,4 @@ def _torn(inode: _Inode, rng: random.Random) -> bytes:
         start = rng.randrange(len(suffix))
         end = rng.randint(start + 1, len(suffix))
         suffix[start:end] = bytes(end - start)
-    return durable + bytes(suffix)
+    return durable[:same] + bytes(suffix) + durable[same + len(suffix):]

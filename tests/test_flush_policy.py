@@ -175,3 +175,16 @@ def test_without_fsync_nothing_is_written_ahead(tmp_path):
         await trio.sleep(0.05)
     run_with_broker(broker, body)
     assert (tmp_path / "logs" / "t-0" / "00000000000000000000.log").stat().st_size == p.log.size_bytes
+
+
+def test_nothing_is_written_ahead_when_the_file_system_is_short_of_space(tmp_path, monkeypatch):
+    broker, p = _broker_with_partition(tmp_path)
+    monkeypatch.setattr(broker.storage, "available_bytes", lambda path: 100 << 20)
+
+    async def body(b):
+        for _ in range(3):
+            _append(b, p, 5)
+            assert await b.wait_durable(p, p.log.log_end_offset - 1)
+            await trio.sleep(0.02)
+    run_with_broker(broker, body)
+    assert (tmp_path / "logs" / "t-0" / "00000000000000000000.log").stat().st_size == p.log.size_bytes

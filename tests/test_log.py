@@ -513,6 +513,31 @@ def test_recovery_cuts_zeros_written_ahead_and_keeps_later_segments(storage):
     assert values_of(read_all(log)) == vals
 
 
+def test_a_sealed_segment_with_its_indexes_and_zeros_left_after_it_is_adopted_and_cut(storage, monkeypatch):
+    recovered = []
+    real = PartitionLog._recover_segment
+
+    def recover(self, seg, allow_gaps=False):
+        recovered.append(seg.base_offset)
+        return real(self, seg, allow_gaps)
+    monkeypatch.setattr(PartitionLog, "_recover_segment", recover)
+    log = open_log(storage, segment_bytes=1_000)
+    vals = fill(log, 20)
+    log.sync()
+    bases = log.segment_base_offsets
+    log.close()
+    first = f"{DIR}/{bases[0]:020d}.log"
+    size = storage.size(first)
+    f = storage.open_append(first)
+    f.preallocate(size + 500)                       # a cut that failed, or never reached the disk
+    f.close()
+    recovered.clear()
+    log = open_log(storage, segment_bytes=1_000)
+    assert log.segment_base_offsets == bases and storage.size(first) == size
+    assert recovered == bases[-1:]                  # the sealed segments were not read batch by batch
+    assert values_of(read_all(log)) == vals
+
+
 def test_crash_after_preallocation_keeps_the_data():
     storage = MemoryStorage()
     log = open_log(storage, segment_bytes=1 << 20)

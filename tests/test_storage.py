@@ -69,6 +69,23 @@ def test_preallocate_writes_durable_zeros_past_the_logical_end(storage):
     f.close()
 
 
+def test_a_crash_tears_an_append_over_zeros_as_it_tears_one_past_the_end():
+    storage = MemoryStorage()
+    storage.makedirs("d")
+    f = storage.open_append("d/z.log")
+    storage.sync_dir("d")
+    f.write(b"a" * 100)
+    f.preallocate(4096)                             # syncs the first 100 bytes and the zeros
+    f.write(b"b" * 300)
+    outcomes = set()
+    for seed in range(200):
+        after = storage.crash(torn_tail=True, rng=random.Random(seed)).read_all("d/z.log")
+        assert len(after) == 4096 and after[:100] == b"a" * 100
+        outcomes.add(after[100:400])
+    assert b"b" * 300 in outcomes and any(o.startswith(b"b") and o.endswith(b"\0") for o in outcomes)
+    assert len(outcomes) > 20                       # cut short, bytes flipped, a range of zeros
+
+
 def test_truncate_drops_the_zeros_too(storage):
     f = storage.open_append("t.log")
     f.write(b"abcdef")
