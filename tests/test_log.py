@@ -418,16 +418,28 @@ def test_recovery_rejects_non_dense_offsets(storage):
     assert log.log_end_offset == 3
 
 
-def test_recovery_of_unindexed_sealed_segment_drops_later_segments(storage):
+def closed_log_of_segments(storage) -> tuple[list[bytes], list[int]]:
+    """A log of 20 batches in 1,000-byte segments, flushed and closed → (values, segment base offsets)."""
     log = open_log(storage, segment_bytes=1_000)
     vals = fill(log, 20)
     log.sync()
     bases = log.segment_base_offsets
     log.close()
+    return vals, bases
+
+
+def forget_indexes(storage, base: int) -> str:
+    """Remove a segment's indexes, as if a crash came before it was known durable → its path without suffix."""
+    stem = f"{DIR}/{base:020d}"
+    storage.remove(stem + ".index")
+    storage.remove(stem + ".timeindex")
+    return stem
+
+
+def test_recovery_of_unindexed_sealed_segment_drops_later_segments(storage):
+    vals, bases = closed_log_of_segments(storage)
     # Simulate a crash before the second segment was known durable: no indexes, torn tail.
-    second = f"{DIR}/{bases[1]:020d}"
-    storage.remove(second + ".index")
-    storage.remove(second + ".timeindex")
+    second = forget_indexes(storage, bases[1])
     corrupt(storage, second + ".log", storage.size(second + ".log") - 10, cut=True)
     log = open_log(storage, segment_bytes=1_000)
     assert log.segment_base_offsets == bases[:2]
@@ -495,14 +507,8 @@ def test_close_cuts_the_zeros_and_reopen_continues(storage):
 def test_recovery_cuts_zeros_written_ahead_and_keeps_later_segments(storage):
     """A crash after a roll, before the sealed segment's zeros were cut on disk: recovery cuts only the zeros;
     the segments after it stay (a torn tail there would drop them)."""
-    log = open_log(storage, segment_bytes=1_000)
-    vals = fill(log, 20)
-    log.sync()
-    bases = log.segment_base_offsets
-    log.close()
-    second = f"{DIR}/{bases[1]:020d}"
-    storage.remove(second + ".index")               # not known durable: recovered batch by batch
-    storage.remove(second + ".timeindex")
+    vals, bases = closed_log_of_segments(storage)
+    second = forget_indexes(storage, bases[1])      # not known durable: recovered batch by batch
     size = storage.size(second + ".log")
     f = storage.open_append(second + ".log")
     f.preallocate(size + 700)
@@ -521,11 +527,7 @@ def test_a_sealed_segment_with_its_indexes_and_zeros_left_after_it_is_adopted_an
         recovered.append(seg.base_offset)
         return real(self, seg, allow_gaps)
     monkeypatch.setattr(PartitionLog, "_recover_segment", recover)
-    log = open_log(storage, segment_bytes=1_000)
-    vals = fill(log, 20)
-    log.sync()
-    bases = log.segment_base_offsets
-    log.close()
+    vals, bases = closed_log_of_segments(storage)
     first = f"{DIR}/{bases[0]:020d}.log"
     size = storage.size(first)
     f = storage.open_append(first)
