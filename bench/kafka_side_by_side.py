@@ -8,7 +8,8 @@ Targets: the Trireme brokers it starts (``--trireme``: ``fsync``, the default, a
 ``trireme serve`` on a temporary data dir) and at most one running broker (``--bootstrap``, e.g. Apache Kafka started
 outside the project; ``--server-pid`` gives its CPU).  Each round runs every workload on every target, one target
 right after the other (their order reversed every other round), so the same workload's runs on different brokers
-are minutes apart at most.  The workloads reuse the other benchmarks: ``produce_consume.py`` (confluent-kafka 1 KiB
+are minutes apart at most; before each run the page cache's dirty data is written back (``sync``), so that a
+no-fsync run's writeback does not slow the fsyncs of the run after it.  The workloads reuse the other benchmarks: ``produce_consume.py`` (confluent-kafka 1 KiB
 acks=all linger 5: produce then consume read_uncommitted; idempotent; transactional 1,000 records per transaction
 then consume read_committed; the Java 4.3 producer, not idempotent, and with all its defaults: idempotent),
 ``cleaner_isolation.latencies`` (acks=all, one 100-byte message at a time) and ``small_requests.py`` (1, 4 and 64
@@ -533,6 +534,7 @@ def main(argv=None) -> int:
             order = targets if rnd % 2 else targets[::-1]
             for unit in args.units:
                 for target in order:
+                    os.sync()   # the run before's dirty pages (a no-fsync broker's) written back, not left to this one
                     for row in run_unit(unit, target, args):
                         row.update(round=rnd, target=target.name)
                         runs.append(row)
