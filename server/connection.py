@@ -194,7 +194,7 @@ class FrameReader:
             self.charged = size
             return frame
         timeout = self.conn.limits.receive_timeout
-        with trio.move_on_after(timeout) as scope:
+        with trio.move_on_after(timeout):
             return await self._receive(size)
         self.conn.limits.count(self.conn.limits.closed, "receive timeout")
         raise CloseConnection(f"request frame of {size} bytes not received within "

@@ -40,6 +40,7 @@ from typing import Callable, Hashable, Iterable, NamedTuple
 
 import trireme.wire.error_codes as E
 from trireme.state import group_records as gr
+from trireme.state.coordinator_status import CoordinatorStatus
 from trireme.state.effects import Effects, TimerKey
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
@@ -417,7 +418,7 @@ class _Op:
 
 # --- the coordinator -------------------------------------------------------------------------
 
-class GroupCoordinator:
+class GroupCoordinator(CoordinatorStatus):
     """All classic groups and their committed offsets on this node."""
 
     def __init__(self, config: GroupConfig | None = None, *, new_uuid: Callable[[], str] | None = None):
@@ -430,15 +431,7 @@ class GroupCoordinator:
         self.open_transactions: dict[str, set[int]] = {}
         self._group_values: dict[str, bytes] = {}    # latest stored GroupMetadata value per group
         self._sequence = 0
-        self.loading = True
-        self.unavailable = 0           # NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS: not serving (see above)
-
-    @property
-    def serving_error(self) -> int:
-        """0 while the coordinator serves; else the error every request is answered."""
-        if self.unavailable:
-            return self.unavailable
-        return E.COORDINATOR_LOAD_IN_PROGRESS.code if self.loading else 0
+        CoordinatorStatus.__init__(self)    # loading; unavailable: not serving (see above)
 
     # --- JoinGroup ---------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 import trireme.wire.error_codes as E
+from trireme.state.coordinator_status import CoordinatorStatus
 from trireme.state.effects import Effects
 from trireme.state.txn_records import (TxnLogValue, TxnRecordError, TxnState, decode_txn_key, decode_txn_value,
                                        txn_record, txn_tombstone, value_version_for)
@@ -190,27 +191,17 @@ def _error(code: int) -> TxnOutcome:
     return TxnOutcome(error=code)
 
 
-class TransactionCoordinator:
+class TransactionCoordinator(CoordinatorStatus):
     def __init__(self, config: TxnConfig | None = None) -> None:
         self.config = config or TxnConfig()
         self.transaction_version = self.config.transaction_version   # the finalized level; UpdateFeatures sets it
         self.transactions: dict[str, TxnMetadata] = {}
         # id → (the record's value bytes, the value meant) being written; (None, None) for a tombstone
         self.pending: dict[str, tuple[bytes | None, TxnLogValue | None]] = {}
-        self.loading = True
-        # NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while the partition is being opened): this broker does not
-        # lead the coordinator's partition, and every request is answered with it.
-        self.unavailable = 0
+        CoordinatorStatus.__init__(self)    # loading; unavailable: this broker does not lead its partition
         self._next_last: dict[str, tuple[int, int]] = {}   # id → (last epoch, last id) its pending bump leaves
         self.timed_out = 0                              # transactions aborted at their timeout (metrics)
         self.fenced = 0                                 # open transactions fenced by InitProducerId
-
-    @property
-    def serving_error(self) -> int:
-        """0 while the coordinator serves; else the error every request is answered."""
-        if self.unavailable:
-            return self.unavailable
-        return E.COORDINATOR_LOAD_IN_PROGRESS.code if self.loading else 0
 
     # --- replay ----------------------------------------------------------------------------------
 
