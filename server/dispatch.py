@@ -38,6 +38,7 @@ class Handler:
     advertised_min: int                   # may be below min_version (Produce 0-2, see produce.py)
     fast: Callable | None = None          # see fast_path
     unstable_max: bool = False            # max_version is Kafka's "latestVersionUnstable" last version
+    advertised: bool = True               # listed by ApiVersions (not so broker-to-broker APIs)
 
     def enabled_max(self, unstable_enabled: bool) -> int:
         """The highest version served and advertised: as Kafka, a definition's unstable last version only
@@ -106,7 +107,6 @@ NOT_HANDLED = object()       # what a fast path returns for a request it leaves 
 
 HANDLERS: dict[int, Handler] = {}
 LEGACY: dict[int, Handler] = {}
-UNADVERTISED: set[int] = set()      # served, but not listed by ApiVersions (broker-to-broker APIs)
 
 
 def handles(name: str, min_version: int, max_version: int, *, advertised_min: int | None = None,
@@ -123,9 +123,7 @@ def handles(name: str, min_version: int, max_version: int, *, advertised_min: in
         HANDLERS[key] = Handler(key, name, min_version, max_version, fn, request, response,
                                 min_version if advertised_min is None else advertised_min,
                                 unstable_max=request.spec.latest_version_unstable
-                                and max_version == request.max_version)
-        if not advertised:
-            UNADVERTISED.add(key)
+                                and max_version == request.max_version, advertised=advertised)
         return fn
     return register
 
@@ -164,7 +162,7 @@ def advertised_versions(unstable_enabled: bool = False) -> dict[int, tuple[int, 
     """API key → (min, max) as ApiVersions reports them (with ``unstable.api.versions.enable`` as given)."""
     load_handlers()
     return {key: (h.advertised_min, h.enabled_max(unstable_enabled)) for key, h in sorted(HANDLERS.items())
-            if key not in UNADVERTISED}
+            if h.advertised}
 
 
 def implemented_versions() -> dict[int, tuple[int, int]]:
