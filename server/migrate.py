@@ -16,7 +16,7 @@ import sys
 from .config import ConfigError
 from .broker import ROUND_BYTES, Broker
 from .data_dir import StartupError
-from .postgresql.engine import Database, DatabaseUnavailable, PartitionAppend, PostgresEngine, rows_of, sql
+from .postgresql.engine import DatabaseUnavailable, PartitionAppend, PostgresEngine, rows_of
 
 HELP = "copy a stopped local broker's data directory into a PostgreSQL database (trireme.storage=postgresql)"
 log = logging.getLogger("trireme.migrate")
@@ -62,11 +62,10 @@ def migrate(config, dsn: str) -> tuple[int, int]:
             raise MigrationRefused(f"transactions are still open on {', '.join(open_txns)}: start the broker, let "
                                    f"them commit or abort (trireme transactions abort / force-terminate), stop it, "
                                    f"then migrate")
-        database = Database(dsn, "trireme migrate")
         engine = PostgresEngine(dsn, broker.node_id)
         try:
             engine.start(broker.cluster_id)
-            if database.run(lambda conn: conn.execute(sql("partitions_select")).fetchone()) is not None:
+            if engine.holds_partitions():
                 raise MigrationRefused("the database already holds partitions: migrate into an empty database")
             total = 0
             for p in sorted(broker.partitions.values(), key=lambda p: (p.topic.name, p.index)):
@@ -74,7 +73,6 @@ def migrate(config, dsn: str) -> tuple[int, int]:
             return len(broker.partitions), total
         finally:
             engine.close()
-            database.close()
     finally:
         broker.close()
 

@@ -177,6 +177,10 @@ class PostgresEngine:
         self._starts[key] = start
         return PartitionRow(self.node_id, epoch, start, end)
 
+    def holds_partitions(self) -> bool:
+        """Whether the database holds any partition's row (``trireme migrate`` copies only into an empty one)."""
+        return self._loader.run(lambda conn: conn.execute(sql("partitions_select")).fetchone()) is not None
+
     def row(self, key: PartitionKey) -> PartitionRow | None:
         """The partition's row as it is, without taking the partition (a follower's copy of a log)."""
         topic_id, partition = key
