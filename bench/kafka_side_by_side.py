@@ -9,9 +9,10 @@ Targets: the Trireme brokers it starts (``--trireme``: ``fsync``, the default, a
 outside the project; ``--server-pid`` gives its CPU).  Each round runs every workload on every target, one target
 right after the other (their order reversed every other round), so the same workload's runs on different brokers
 are minutes apart at most; before each run the page cache's dirty data is written back (``sync``), so that a
-no-fsync run's writeback does not slow the fsyncs of the run after it.  The workloads reuse the other benchmarks: ``produce_consume.py`` (confluent-kafka 1 KiB
-acks=all linger 5: produce then consume read_uncommitted; idempotent; transactional 1,000 records per transaction
-then consume read_committed; the Java 4.3 producer, not idempotent, and with all its defaults: idempotent),
+no-fsync run's writeback does not slow the fsyncs of the run after it.  The workloads reuse the other
+benchmarks: ``produce_consume.py`` (confluent-kafka 1 KiB acks=all linger 5: produce then consume read_uncommitted;
+idempotent; transactional 1,000 records per transaction then consume read_committed; the Java 4.3 producer, not
+idempotent, and with all its defaults: idempotent),
 ``cleaner_isolation.latencies`` (acks=all, one 100-byte message at a time) and ``small_requests.py`` (1, 4 and 64
 producers of at most 10 × 100 B per request).
 
@@ -20,9 +21,9 @@ CPU per MB (``utime+stime`` of the broker process), the fsync floor where one re
 (``fsync_floor.floor``: a bare write + fdatasync loop of the request size, on the started broker's disk, in the
 same round), and the 1-minute load average; with both started brokers, the serial floor of the one-in-flight rows
 (the client's round trip without fsync plus one fdatasync) and the share of it reached; for the Java runs the
-broker's peak resident size (VmHWM, reset before the run), and for a started broker the restart after kill -9 with 1 GiB in a partition (to ``listening on``, to its
-logs loaded, to the first acknowledged record); with ``--bootstrap``, each started target's ratio to it, round by
-round.
+broker's peak resident size (VmHWM, reset before the run), and for a started broker the restart after kill -9 with
+1 GiB in a partition (to ``listening on``, to its logs loaded, to the first acknowledged record); with
+``--bootstrap``, each started target's ratio to it, round by round.
 The last stdout line is a JSON summary.  Nothing is asserted.  See bench/README.md.
 """
 from __future__ import annotations
