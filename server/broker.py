@@ -322,7 +322,7 @@ class Broker:
         self.auto_creation = AutoCreation(self)
         self.groups = GroupService(config, self)
         self.transactions = TransactionService(config, self, self.allocate_producer_id, self.producer_ids_ready,
-                                               self.peer, self.partition_leader, self._open_transactions,
+                                               self.peer, self.partition_leader,
                                                self.features.level(TRANSACTION_VERSION))
         # The coordinators' topics: not in the registry (clients neither create nor write them), but described
         # to clients as Kafka describes them, marked internal.
@@ -332,7 +332,8 @@ class Broker:
         self.coordinators = {s.TOPIC.topic_id: s for s in (self.groups, self.transactions)}
         if self.engine is None:
             for service in self.coordinators.values():
-                service.activate(self.open_internal_partition(service.TOPIC, 0, segment_bytes=service.segment_bytes))
+                self._activate(service, self.open_internal_partition(service.TOPIC, 0,
+                                                                     segment_bytes=service.segment_bytes))
         self._sweep_orphans()
         self.log_cleaner = LogCleaner(self)
 
@@ -564,13 +565,18 @@ class Broker:
             log.info("leading partition %s-%d at leader epoch %d (log %d..%d)", topic.name, index, row.leader_epoch,
                      row.log_start_offset, row.log_end_offset)
             if coordinator is not None:
-                coordinator.activate(p)
+                self._activate(coordinator, p)
             self._wake_waiters()
 
-    def _open_transactions(self) -> list:
-        """((topic, index), producer id, epoch) of each transaction open in the partitions this broker leads."""
-        return [((p.topic.name, p.index), pid, epoch) for p in self.partitions.values()
-                for pid, epoch, _ in p.producers.open_transactions()]
+    def _activate(self, coordinator, partition: Partition) -> None:
+        """This broker leads a coordinator's partition: the coordinator serves here (the transaction coordinator
+        aborts what the data partitions led here hold open that it never recorded)."""
+        if coordinator is self.transactions:
+            coordinator.activate(partition, [((p.topic.name, p.index), pid, epoch)
+                                             for p in self.partitions.values()
+                                             for pid, epoch, _ in p.producers.open_transactions()])
+        else:
+            coordinator.activate(partition)
 
     def _close_partition(self, p: Partition, why: str) -> None:
         """This broker no longer leads ``p``: it stops serving it (requests for it are answered

@@ -76,19 +76,17 @@ class TransactionService(CoordinatorRuntime):
                   created_order=-1, leader_epoch=0)
 
     def __init__(self, config, durability: Durability, allocate_producer_id, producer_ids_ready, peer, leader_node,
-                 open_transactions=lambda: (), transaction_version: int = 0):
+                 transaction_version: int = 0):
         """``allocate_producer_id()``: a producer id reserved durably, ProducerIdError when none is left;
         ``await producer_ids_ready()``: until one is (raises MetadataUnavailable if the reservation cannot be
         written); ``peer(node id)``: its Peer (Broker.peer); ``leader_node(topic, index)``: the node id of the
-        partition's leader; ``open_transactions()``: ((topic, index), producer id, epoch) of each transaction open
-        in the data partitions this broker leads.  Inactive until :meth:`activate` with the ``__transaction_state``
-        partition (the broker opens it where it leads it)."""
+        partition's leader.  Inactive until :meth:`activate` with the ``__transaction_state`` partition (the broker
+        opens it where it leads it)."""
         self.config = config
         self.allocate_producer_id = allocate_producer_id
         self.producer_ids_ready = producer_ids_ready
         self.peer = peer
         self.leader_node = leader_node
-        self.open_transactions = open_transactions
         self._transaction_version = transaction_version
         super().__init__(TRANSACTION_STATE_TOPIC, None, durability, self.new_coordinator())
         self._changed = trio.Event()         # set whenever a transaction record was made durable
@@ -112,14 +110,14 @@ class TransactionService(CoordinatorRuntime):
             transaction_version=self._transaction_version,
         ))
 
-    def activate(self, partition) -> None:
+    def activate(self, partition, open_transactions=()) -> None:
         """Lead ``__transaction_state`` (see CoordinatorRuntime.activate): then the transactions it left prepared
-        get their markers again, and those open in the data partitions this broker leads that it never recorded
-        are aborted (:meth:`abort_orphans`)."""
+        get their markers again, and those open in ``open_transactions`` (the data partitions this broker leads:
+        ((topic, index), producer id, epoch)) that it never recorded are aborted (:meth:`abort_orphans`)."""
         self.stuck.clear()
         self._not_durable.clear()
         super().activate(partition)
-        self.abort_orphans(self.open_transactions())   # their markers go out when the activation's tasks start
+        self.abort_orphans(open_transactions)          # their markers go out when the activation's tasks start
 
     def loaded(self, replayed: int, started: float) -> None:
         self.compact(self.coordinator.compact_records(), replayed)
