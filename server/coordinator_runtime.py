@@ -414,18 +414,13 @@ class CoordinatorRuntime:
     def start_soon(self, fn, *args) -> bool:
         """Run ``fn(*args)`` in the active coordinator's task group (an activation whose tasks have not started yet
         starts it with them); False before :meth:`run` started, or while inactive."""
-        if self._nursery is None and (not self.active or self._runner is None):
-            return False
-        self.start_when_serving(fn, *args)
-        return True
-
-    def start_when_serving(self, fn, *args) -> None:
-        """Run ``fn(*args)`` in the active coordinator's task group, at once or when its tasks start (work an
-        activation finds, even before :meth:`run` started); nothing while inactive."""
-        if self._nursery is not None:
-            self._nursery.start_soon(fn, *args)
-        elif self.active:
+        if self._nursery is None:
+            if not self.active or self._runner is None:
+                return False
             self._starting.append((fn, args))
+            return True
+        self._nursery.start_soon(fn, *args)
+        return True
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """The runtime's tasks: those of each activation, for as long as it lasts (one at a time)."""

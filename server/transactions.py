@@ -92,6 +92,8 @@ class TransactionService(CoordinatorRuntime):
         self._changed = trio.Event()         # set whenever a transaction record was made durable
         self._not_durable: set[str] = set()  # ids whose records could not be made durable (disk full)
         self._id_block_failed = False        # the last producer id block reservation failed (logged)
+        self._resume: list[MarkerJob] = []   # prepared transactions found by the last activation
+        self._orphans: list[MarkerJob] = []
         self.stuck: dict[str, StuckTxn] = {}          # transactional id → its stuck transaction
         self.moot_markers = 0                         # markers counted as written: the partition saw a newer epoch
         # Fault injection (tests of stuck transactions): partitions whose coordinator markers are refused.
@@ -121,14 +123,14 @@ class TransactionService(CoordinatorRuntime):
 
     def loaded(self, replayed: int, started: float) -> None:
         self.compact(self.coordinator.compact_records(), replayed)
-        prepared = self.coordinator.loaded()
+        self._resume = self.coordinator.loaded()
+        self._orphans = []
         log.info("loaded transaction coordinator records=%d transactional_ids=%d prepared=%d in %.3fs", replayed,
-                 len(self.coordinator.transactions), len(prepared), time.perf_counter() - started)
-        for job in prepared:
-            self._resume_markers(job)               # when the activation's tasks start
+                 len(self.coordinator.transactions), len(self._resume), time.perf_counter() - started)
 
     def deactivate(self, why: str) -> None:
         super().deactivate(why)
+        self._resume, self._orphans = [], []
         self.stuck.clear()
         self._signal_change()                # operations waiting on an id answer (NOT_COORDINATOR)
 
@@ -229,11 +231,11 @@ class TransactionService(CoordinatorRuntime):
         stuck = self.stuck.get(job.transactional_id)
         if stuck is not None and stuck.job == job and not stuck.partitions:
             log.info("writing the COMPLETE record of operator-completed transaction %s", job.transactional_id)
-            self.start_when_serving(self._complete, job)
+            self.start_soon(self._complete, job)
             return
         log.info("resuming markers of prepared transaction %s (%s)", job.transactional_id,
                  "commit" if job.commit else "abort")
-        self.start_when_serving(self._write_markers, job)
+        self.start_soon(self._write_markers, job)
 
     async def init_producer_id(self, transactional_id: str, timeout_ms: int, **kwargs) -> TxnOutcome:
         await self.wait_replayed()
@@ -279,7 +281,7 @@ class TransactionService(CoordinatorRuntime):
             log.warning("transaction %s: producer id %d epoch %d has a transaction open on %s-%d that the "
                         "coordinator never recorded (its AddPartitionsToTxn record was lost in a crash): aborting it",
                         job.transactional_id, job.producer_id, job.producer_epoch, *job.partitions[0])
-            self.start_when_serving(self._abort_orphan, job)
+            self._orphans.append(job)
 
     async def _write_markers(self, job: MarkerJob) -> None:
         """WriteTxnMarkers for every partition of a prepared transaction until each is written; then COMPLETE.
@@ -464,8 +466,18 @@ class TransactionService(CoordinatorRuntime):
     # --- background work -------------------------------------------------------------------
 
     def serving(self, nursery) -> None:
+        self._start_resumed()
         nursery.start_soon(self._run_timeouts)
         nursery.start_soon(self._run_id_expiry)
+
+    def _start_resumed(self) -> None:
+        """Markers of the transactions the activation found prepared, and aborts of the orphans it found."""
+        for job in self._resume:
+            self._resume_markers(job)
+        self._resume = []
+        for job in self._orphans:
+            self.start_soon(self._abort_orphan, job)
+        self._orphans = []
 
     async def _run_timeouts(self) -> None:
         interval = self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000
