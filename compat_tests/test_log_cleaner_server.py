@@ -236,10 +236,16 @@ def test_metrics_status_page_and_dump_log_show_a_cleaning(server):
     _create(server, name, {"cleanup.policy": "compact", "segment.bytes": "1024"})
     _produce(server, name, [(b"k%d" % (i % 3), b"v%d" % i) for i in range(40)])
     wait_until(lambda: _cleaned(server, name), timeout=60, what="a cleaning")
-    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    text = ""
+
     def sample(metric: str) -> float:
         return float(re.search(rf"^{metric} (\S+)$", text, re.M).group(1))
-    assert sample("trireme_log_cleaner_cleanings_total") >= 1
+
+    def counted() -> bool:      # the checkpoint is written with the swap's files, just before the cleaning counts
+        nonlocal text
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        return sample("trireme_log_cleaner_cleanings_total") >= 1
+    wait_until(counted, timeout=10, what="the cleaning counted")
     assert sample("trireme_log_cleaner_bytes_written_total") > 0
     assert sample("trireme_log_cleaner_last_cleaning_timestamp_seconds") > 0
     assert f'trireme_log_cleaner_dirty_ratio{{topic="{name}",partition="0"}}' in text
