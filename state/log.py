@@ -494,12 +494,13 @@ class PartitionLog:
             recovered.append(seg)
             valid_end = self._recover_segment(seg, allow_gaps=seg.base_offset < cleaned_below)
             expected = seg.next_offset
-            if valid_end < seg.size and i < len(segments) - 1 and self._zeros_from(seg, valid_end):
-                seg.handle.truncate(valid_end)  # zeros written ahead before it rolled (preallocation): cut only them
-                seg.size = valid_end
-            elif valid_end < seg.size:
+            if valid_end < seg.size:
+                # zeros written ahead before it rolled (preallocation): cut only them, the later segments stay
+                zeros_only = i < len(segments) - 1 and self._zeros_from(seg, valid_end)
                 seg.handle.truncate(valid_end)
                 seg.size = valid_end
+                if zeros_only:
+                    continue
                 for gone in segments[i + 1 :]:
                     self._remove_files(gone)
                 del segments[i + 1 :]

@@ -23,17 +23,13 @@ def _broker(tmp_path) -> Broker:
 def _written_end(tmp_path) -> int:
     """The offset after the last whole batch in the coordinator's segment file (zeros written ahead after it are
     no batch)."""
-    data = bytearray((tmp_path / "logs" / "__transaction_state-0" / f"{0:020d}.log").read_bytes())
+    data = (tmp_path / "logs" / "__transaction_state-0" / f"{0:020d}.log").read_bytes()
     end = 0
-    pos = 0
-    while pos + rec.BATCH_HEADER_SIZE <= len(data):
-        try:
-            [(_, header)] = rec.validate_batches(data[pos:pos + rec.LOG_OVERHEAD
-                                                      + int.from_bytes(data[pos + 8:pos + 12], "big")])
-        except Exception:
-            break
-        end = header.base_offset + header.last_offset_delta + 1
-        pos += header.batch_length + rec.LOG_OVERHEAD
+    try:
+        for _, header in rec.iter_batch_headers(data):
+            end = header.next_offset
+    except rec.CodecError:
+        pass                                                    # the zeros after the last batch
     return end
 
 
