@@ -61,6 +61,7 @@ class Metrics:
         self.fsync = Histogram(FSYNC_BUCKETS)
         self.fsync_worker = Histogram(FSYNC_BUCKETS)
         self.fsync_partitions = 0
+        self.fsyncs_inline = 0          # of those, run on the event loop (Broker._flush_inline)
         self.bytes_in = 0
         self.bytes_out = 0
         self.topic_bytes_in: collections.Counter = collections.Counter()
@@ -219,6 +220,12 @@ def render_broker(broker) -> str:
                   [({}, m.fsync_worker)])
     out.metric("trireme_fsync_partitions_total", "counter", "Partitions covered by group-commit fsyncs.",
                m.fsync_partitions)
+    out.metric("trireme_segment_files_to_release", "gauge",
+               "Dropped segment log files (retention, deletion, cleaning) whose blocks are still being freed.",
+               broker.files_to_release)
+    out.metric("trireme_fsyncs_inline_total", "counter",
+               "Group-commit fsyncs run on the event loop: one partition, data alone to write, nothing else ready.",
+               m.fsyncs_inline)
     m.forget_deleted_topics(lambda name: broker.topics.get(name) is not None)
     out.metric("trireme_bytes_in_total", "counter", "Record batch bytes appended by Produce.", m.bytes_in)
     out.metric("trireme_bytes_out_total", "counter", "Record batch bytes sent in Fetch responses.", m.bytes_out)

@@ -60,6 +60,10 @@ class AppendFile(ReadFile):
 
     def __init__(self) -> None:
         self._sync_failed: OSError | None = None
+        # bumped (_extent_changed) whenever the file's size or blocks change; the last successful sync records the
+        # version it covered (see extent_synced)
+        self._extent_version = 1
+        self._extent_synced = 0
 
     @abstractmethod
     def write(self, buf: bytes | bytearray | memoryview) -> None:
@@ -92,11 +96,24 @@ class AppendFile(ReadFile):
         """Give back what `preallocate` wrote past the logical end, and preallocate nothing more (a segment that
         takes no more appends)."""
 
+    @property
+    def extent_synced(self) -> bool:
+        """Whether the file's size and blocks are what the last successful `sync` made durable: everything written
+        since lies over blocks the file had then (zeros written by `preallocate`), so the next `sync` has data alone
+        to write, no metadata, and is about as short as an fsync gets (the broker then runs it on its event loop:
+        server/broker.py, Broker._flush_inline).  False for a file never synced."""
+        return self._extent_synced == self._extent_version
+
+    def _extent_changed(self) -> None:
+        """The implementation changes the file's size or blocks (called before it does)."""
+        self._extent_version += 1
+
     def sync(self) -> None:
         """Make everything written so far durable (fsync). Raises OSError on failure (SyncFailed for a device
         failure, whatever its errno), forever after."""
         if self._sync_failed is not None:
             raise SyncFailed(errno.EIO, f"an earlier fsync of {self.path} failed: {self._sync_failed}")
+        version = self._extent_version      # what a concurrent write changes after this is not known to be covered
         try:
             self._fsync()
         except OSError as exc:
@@ -105,6 +122,7 @@ class AppendFile(ReadFile):
                 raise
             self._sync_failed = exc
             raise SyncFailed(exc.errno, f"fsync of {self.path} failed: {exc.strerror or exc}") from exc
+        self._extent_synced = version
 
     @abstractmethod
     def _fsync(self) -> None:
@@ -359,6 +377,7 @@ class _FileAppendFile(_FileHandle, AppendFile):
                 if start >= end or self._closed or self._cut:
                     break
                 n = min(end - start, len(_ZEROS))
+                self._extent_changed()
                 fd = self._pin()
                 try:
                     written = os.pwrite(fd, _ZEROS[:n], start)
@@ -396,6 +415,8 @@ class _FileAppendFile(_FileHandle, AppendFile):
         views = [v for v in (_as_bytes_view(b) for b in buffers) if len(v)]
         pos = self._size
         total = sum(len(v) for v in views)
+        if pos + total > self._allocated:
+            self._extent_changed()
         done = 0
         first = 0
         fd = self._pin()
@@ -410,6 +431,7 @@ class _FileAppendFile(_FileHandle, AppendFile):
                     views[first] = views[first][n:]
         except OSError:
             try:
+                self._extent_changed()
                 os.ftruncate(fd, pos)
                 self._allocated = pos
             except OSError:
@@ -428,6 +450,7 @@ class _FileAppendFile(_FileHandle, AppendFile):
             self._truncate(n)
 
     def _truncate(self, n: int) -> None:
+        self._extent_changed()
         fd = self._pin()
         try:
             os.ftruncate(fd, n)
@@ -603,6 +626,8 @@ class _MemoryAppendFile(AppendFile):
         with self._storage._lock:
             self._check_open()
             pos = self._size
+            if pos + len(view) > len(self._inode.data):
+                self._extent_changed()
             if self._storage._take_write_fault():
                 # A partial write that could not be cleaned up: garbage past the logical end.
                 self._inode.data[pos : pos + len(view) // 2] = view[: len(view) // 2]
@@ -618,6 +643,7 @@ class _MemoryAppendFile(AppendFile):
     def truncate(self, n: int) -> None:
         with self._storage._lock:
             self._check_open()
+            self._extent_changed()
             del self._inode.data[n:]
             self._size = n
 
@@ -631,6 +657,7 @@ class _MemoryAppendFile(AppendFile):
             start = self.allocated
             if start >= end or self._cut:
                 return
+            self._extent_changed()
             self._inode.data[start:end] = bytes(end - start)
         self.sync()
 
@@ -638,6 +665,8 @@ class _MemoryAppendFile(AppendFile):
         with self._storage._lock:
             self._check_open()
             self._cut = True
+            if len(self._inode.data) > self._size:
+                self._extent_changed()
             del self._inode.data[self._size:]
 
     def _fsync(self) -> None:

@@ -1,14 +1,17 @@
 """Kafka's flush policy as an opt-in: with log.flush.interval.* set, data is acknowledged and visible once written
 and fsynced on the interval; by default every acknowledgement waits for its fsync."""
 import threading
+import time
 
 import pytest
 import trio
 
 from broker_runner import run_with_broker
+from trireme.server import broker as broker_mod
 from trireme.server.broker import Broker
 from trireme.server.clock import now_ms
 from trireme.server.config import Config, ConfigError
+from trireme.state import log as log_mod
 from trireme.wire import records as rec
 
 
@@ -188,3 +191,78 @@ def test_nothing_is_written_ahead_when_the_file_system_is_short_of_space(tmp_pat
             await trio.sleep(0.02)
     run_with_broker(broker, body)
     assert (tmp_path / "logs" / "t-0" / "00000000000000000000.log").stat().st_size == p.log.size_bytes
+
+
+def _rounds_by_thread(tmp_path, monkeypatch, rounds: int, slow_round: int | None = None) -> tuple[Broker, list]:
+    """``rounds`` flush rounds of one small append each on t-0 → the broker and, per round, the name of the thread
+    its fsync ran in and whether that fsync was short (round ``slow_round``'s takes longer than INLINE_FSYNC_MAX_S)."""
+    monkeypatch.setattr(broker_mod, "INLINE_FSYNC_MAX_S", 0.1)
+    broker, p = _broker_with_partition(tmp_path)
+    seen = []
+    real = p.log.flush
+
+    def flush(target):
+        seen.append(threading.current_thread().name)
+        if len(seen) - 1 == slow_round:
+            time.sleep(0.15)
+        real(target)
+    monkeypatch.setattr(p.log, "flush", flush)
+
+    async def body(b):
+        for _ in range(rounds):
+            _append(b, p, 3)
+            assert await b.wait_durable(p, p.log.log_end_offset - 1)
+            await trio.sleep(0.002)                 # the zeros written ahead meanwhile
+    run_with_broker(broker, body)
+    return broker, seen
+
+
+def test_short_fsyncs_of_data_alone_run_on_the_event_loop_once_they_were_short_often_enough(tmp_path, monkeypatch):
+    """A round of one partition whose appends lie over zeros written ahead has data alone to sync; after
+    INLINE_FSYNC_STREAK such short fsyncs in the flush thread, the next run on the event loop (Broker._flush_inline),
+    sparing the round the hops to the thread and back."""
+    loop = threading.current_thread().name          # run_with_broker runs trio here
+    streak = broker_mod.INLINE_FSYNC_STREAK
+    broker, seen = _rounds_by_thread(tmp_path, monkeypatch, streak + 12)
+    assert loop not in seen[:streak + 1]            # the first round made the segment: it had metadata to sync
+    assert seen[-10:].count(loop) >= 5              # (the check that nothing else is ready to run is a heuristic)
+    assert broker.metrics.fsyncs_inline == seen.count(loop)
+
+
+def test_an_fsync_on_the_event_loop_that_took_long_sends_the_next_ones_back_to_the_flush_thread(tmp_path, monkeypatch):
+    """A disk that turns slow stalls the event loop once, by one fsync: the rounds after it fsync in the flush thread
+    until INLINE_FSYNC_STREAK of them were short again."""
+    loop = threading.current_thread().name
+    streak = broker_mod.INLINE_FSYNC_STREAK
+    rounds = 2 * streak + 12
+    broker, seen = _rounds_by_thread(tmp_path, monkeypatch, rounds, slow_round=streak + 6)
+    slow = streak + 6
+    assert loop in seen[:slow]
+    assert loop not in seen[slow + 1: slow + 1 + streak]
+    assert loop in seen[slow + 1 + streak:]
+
+
+def test_a_deleted_topics_files_count_as_to_release_until_their_blocks_are_freed(tmp_path, monkeypatch):
+    """trireme_segment_files_to_release: what a benchmark (bench/kafka_side_by_side.py) or an operator waits on
+    before the disk's space, and its fsyncs, are back to normal."""
+    from trireme.server.metrics import render_broker
+    monkeypatch.setattr(broker_mod, "RELEASE_PAUSE_S", 0.1)      # a cut of 64 KiB every 0.1 s: the file, with its
+                                                                    # zeros written ahead, goes in several cuts
+    monkeypatch.setattr(log_mod, "RELEASE_STEP_BYTES", 64 << 10)
+    broker, p = _broker_with_partition(tmp_path)
+    seen = []
+
+    async def body(b):
+        for _ in range(4):
+            _append(b, p, 200)
+        assert await b.wait_durable(p, p.log.log_end_offset - 1)
+        assert b.files_to_release == 0
+        await b.delete_topic("t")
+        seen.append(b.files_to_release)
+        seen.append(render_broker(b))
+        with trio.fail_after(10):
+            while b.files_to_release:
+                await trio.sleep(0.005)
+    run_with_broker(broker, body)
+    assert seen[0] == 1 and "trireme_segment_files_to_release 1" in seen[1]
+    assert "trireme_segment_files_to_release 0" in render_broker(broker)

@@ -472,6 +472,25 @@ def test_preallocation_after_small_rounds_only(storage):
     assert values_of(read_all(log))[-1] == b"x" * (log_mod.PREALLOCATE_ROUND_BYTES + 1)
 
 
+def test_a_flush_over_zeros_written_ahead_syncs_data_only(storage):
+    log = open_log(storage, segment_bytes=4_000)
+    fill(log, 2)
+    assert not log.flush_syncs_data_only(log.flush_begin())     # a new segment: its file and directory
+    log.sync()
+    handle, end = log.preallocation()
+    handle.preallocate(end)
+    fill(log, 3)
+    assert log.flush_syncs_data_only(log.flush_begin())         # over the zeros
+    log.sync()
+    abort(log, 7)
+    assert not log.flush_syncs_data_only(log.flush_begin())     # an aborted transaction's index entry
+    log.sync()
+    fill(log, 30)                                               # past the zeros, and rolls
+    assert not log.flush_syncs_data_only(log.flush_begin())
+    log.sync()
+    assert not log.flush_syncs_data_only(log.log_end_offset + 1)     # no such plan
+
+
 def test_preallocation_stops_at_the_segment_size_and_the_roll_cuts_it(storage):
     log = open_log(storage, segment_bytes=3_000)
     vals = fill(log, 5)

@@ -69,6 +69,53 @@ def test_preallocate_writes_durable_zeros_past_the_logical_end(storage):
     f.close()
 
 
+def test_extent_synced_says_whether_a_sync_would_have_data_alone_to_write(storage):
+    storage.makedirs("d")
+    f = storage.open_append("d/e.log")
+    assert not f.extent_synced                      # never synced
+    f.write(b"abc")
+    f.sync()
+    assert f.extent_synced
+    f.write(b"d")                                   # past the end: the file grows
+    assert not f.extent_synced
+    f.sync()
+    f.preallocate(100)                              # zeros written and synced
+    assert f.extent_synced
+    f.write(b"e" * 50)                              # over the zeros
+    assert f.extent_synced
+    f.write(b"f" * 50)                              # across their end
+    assert not f.extent_synced
+    f.sync()
+    assert f.extent_synced
+    f.truncate(10)
+    assert not f.extent_synced
+    f.sync()
+    f.preallocate(40)
+    f.cut_ahead()                                   # the zeros given back
+    assert not f.extent_synced
+    f.sync()
+    assert f.extent_synced
+    f.close()
+
+
+def test_a_write_during_a_sync_is_not_counted_as_synced(storage):
+    storage.makedirs("d")
+    f = storage.open_append("d/e.log")
+    f.write(b"abc")
+    real = f._fsync
+
+    def write_meanwhile():                          # as the event loop appends while the flush thread syncs
+        f.write(b"more")
+        real()
+    f._fsync = write_meanwhile
+    f.sync()
+    assert not f.extent_synced
+    f._fsync = real
+    f.sync()
+    assert f.extent_synced
+    f.close()
+
+
 def test_a_crash_tears_an_append_over_zeros_as_it_tears_one_past_the_end():
     storage = MemoryStorage()
     storage.makedirs("d")
