@@ -19,8 +19,9 @@ producers of at most 10 × 100 B per request).
 Per workload and target it prints the median and range over the rounds of MB/s (records/s, ack p50/p99), broker
 CPU per MB (``utime+stime`` of the broker process), the fsync floor where one request in flight meets the disk
 (``fsync_floor.floor``: a bare write + fdatasync loop of the request size, on the started broker's disk, in the
-same round), and the 1-minute load average; with both started brokers, the serial floor of the one-in-flight rows
-(the client's round trip without fsync plus one fdatasync) and the share of it reached; for the Java runs the
+same round), and the 1-minute load average; with both started brokers, the serial floor of the rows whose requests
+in flight meet the disk together (the client's time for them without fsync plus one fdatasync) and the share of it
+reached; for the Java runs the
 broker's peak resident size (VmHWM, reset before the run), and for a started broker the restart after kill -9 with
 1 GiB in a partition (to ``listening on``, to its logs loaded, to the first acknowledged record); with
 ``--bootstrap``, each started target's ratio to it, round by round.
@@ -60,6 +61,8 @@ WORKLOADS = ("produce", "idempotent", "transactional", "consume", "consume_commi
 # small-64), restart (last: it kills the broker).  ``java`` sets enable.idempotence=false (as the Kafka figures it is
 # compared with were measured); ``java_idempotent`` is the Java client's own defaults (acks=all, idempotent, up to 5
 # requests in flight).  Both give the broker's peak resident size during the run; restart only runs on a started broker.
+# How long, at most, a run waits for a Trireme to free the blocks of the topic the run before it deleted
+RELEASE_WAIT_S = 120
 UNITS = ("produce", "idempotent", "transactional", "java", "java_idempotent", "latency", "small", "restart")
 # The rows whose MB and broker CPU add up to the issue's "CPU per MB over the confluent-kafka and Java workloads".
 THROUGHPUT = ("produce", "idempotent", "transactional", "consume", "consume_committed", "java")
@@ -121,10 +124,19 @@ class Target:
         return None if metrics is None else (metrics["requests"].get("Produce", 0), metrics["fsyncs"])
 
     def delete_topic(self, topic: str) -> None:
-        """Topics go once measured, so the data of earlier rounds neither fills the disk nor the page cache."""
+        """Topics go once measured, so the data of earlier rounds neither fills the disk nor the page cache.  A
+        Trireme frees a deleted topic's blocks a step at a time in the background (``run_segment_release``: 1 GiB
+        in about 13 s); the next run waits until that is done, so that the release's cuts do not slow its fsyncs
+        (the restart row's 1 GiB made the next round's bare fdatasync loop 2.5 × slower)."""
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         for future in admin.delete_topics([topic], operation_timeout=30).values():
             future.result()
+        deadline = time.monotonic() + RELEASE_WAIT_S
+        while time.monotonic() < deadline:
+            metrics = scrape_metrics(self.stats.metrics_url)
+            if metrics is None or not metrics.get("files_to_release"):
+                return
+            time.sleep(0.1)
 
     def stop(self) -> None:
         if self.server is not None:
@@ -339,14 +351,15 @@ def summarize(runs: list[dict]) -> list[dict]:
 
 
 def serial_floors(runs: list[dict]) -> list[dict]:
-    """Where one request in flight meets the disk (idempotent librdkafka, one message at a time), what the same client
-    could get at best with an fdatasync before each answer: its own round trip against the same broker without fsync
-    (the ``no-fsync`` target, same round) plus the disk's fdatasync of one request (the fsync target's floor, same
-    round), in series.  Per row and fsync target: the spread over the rounds of that floor and of the target's share
-    of it (MB/s ÷ floor; for latency, floor ÷ p50)."""
+    """Where the requests in flight meet the disk together (idempotent librdkafka and one message at a time: one; the
+    Java producer: five), what the same client could get at best with an fdatasync before the answers: its own time
+    for those requests against the same broker without fsync (the ``no-fsync`` target, same round) plus the disk's
+    fdatasync of all of them (the fsync target's floor, same round), in series.  Per row and fsync target: the spread
+    over the rounds of that floor and of the target's share of it (MB/s ÷ floor; for latency, floor ÷ p50)."""
     off = {(r["round"], r["workload"]): r for r in runs if r["target"] == "trireme-no-fsync"}
     out = []
-    for workload, unit in (("idempotent", "mb_per_s"), ("latency", "p50_ms")):
+    for workload, unit in (("idempotent", "mb_per_s"), ("java", "mb_per_s"), ("java_idempotent", "mb_per_s"),
+                           ("latency", "p50_ms")):
         for target in dict.fromkeys(r["target"] for r in runs if r["target"] != "trireme-no-fsync"):
             floors, shares = [], []
             for r in runs:
@@ -356,7 +369,7 @@ def serial_floors(runs: list[dict]) -> list[dict]:
                     continue
                 sync_s = r["floor"]["fdatasync_p50_ms"] / 1000
                 if unit == "mb_per_s":
-                    size = r["floor"]["request_bytes"]
+                    size = r["floor"]["request_bytes"] * r["floor"]["in_flight"]   # what one fdatasync covers
                     floor = size / (size / (other[unit] * 1e6) + sync_s) / 1e6
                     share = r[unit] / floor
                 else:
@@ -553,7 +566,7 @@ def main(argv=None) -> int:
         print(f"broker CPU per MB over {', '.join(THROUGHPUT)}: {name} {_fmt(sp, '.2f')} ms/MB")
     serial = serial_floors(runs)
     for entry in serial:
-        print(f"{entry['workload']:<18} {entry['target']:<17} serial floor (no-fsync round trip + fdatasync): "
+        print(f"{entry['workload']:<18} {entry['target']:<17} serial floor (no-fsync time + fdatasync): "
               f"{'MB/s' if entry['figure'] == 'mb_per_s' else 'ack p50 ms'} {_fmt(entry['floor'], '.2f')}; "
               f"reached {_fmt(entry['share'], '.2f')} of it")
     ratio = ratios(runs, args.name) if args.bootstrap and len(targets) > 1 else []

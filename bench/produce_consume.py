@@ -561,7 +561,14 @@ def scrape_metrics(url: str | None) -> dict | None:
             "requests": {api: int(n) for api, n in re.findall(r'trireme_requests_total\{api="(\w+)"\} (\d+)', text)},
             "produce_latency": _buckets(text, "trireme_request_duration_seconds", 'api="Produce",'),
             "fsync_duration": _buckets(text, "trireme_fsync_duration_seconds"),
-            "fsync_worker": _buckets(text, "trireme_fsync_worker_seconds")}
+            "fsync_worker": _buckets(text, "trireme_fsync_worker_seconds"),
+            "files_to_release": _gauge(text, "trireme_segment_files_to_release")}
+
+
+def _gauge(text: str, name: str) -> float | None:
+    """An unlabelled gauge's value (None where the broker has no such metric)."""
+    found = re.search(rf"^{name} (\S+)", text, re.M)
+    return float(found.group(1)) if found else None
 
 
 def _buckets(text: str, histogram: str, labels: str = "") -> list[tuple[float, int]]:

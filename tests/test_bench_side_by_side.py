@@ -185,3 +185,13 @@ def test_serial_floor_adds_one_fdatasync_to_the_round_trip_without_fsync_of_the_
     assert idempotent["share"]["min"] == pytest.approx(200 / (1000 / 3)) and idempotent["share"]["max"] == 1.5
     assert latency["floor"]["median"] == pytest.approx(0.35) and latency["share"]["median"] == pytest.approx(0.7)
     assert serial_floors([r for r in runs if r["target"] == "trireme"]) == []
+
+
+def test_serial_floor_of_requests_in_flight_together_adds_one_fdatasync_of_them_all():
+    floor = {"request_bytes": 15_000, "in_flight": 5, "mb_per_s": 300.0, "p50_ms": 0.3, "fdatasync_p50_ms": 0.25,
+             "cpu_ms_per_mb": 1.0}
+    runs = [run(1, "trireme", "java", 100.0, floor=floor), run(1, "trireme-no-fsync", "java", 150.0)]
+    [java] = serial_floors(runs)
+    # five requests of 15 kB at 150 MB/s take 0.5 ms, plus 0.25 ms for one fdatasync of all five: 100 MB/s
+    assert java["workload"] == "java" and java["floor"]["median"] == pytest.approx(100.0)
+    assert java["share"]["median"] == pytest.approx(1.0)
