@@ -18,6 +18,7 @@ import time
 import uuid
 
 import trio
+import trio.testing
 
 from trireme.state.features import (LEGACY_FEATURES_FILE, TRANSACTION_VERSION, FeatureLevels, feature_record,
                                     read_legacy_levels)
@@ -85,13 +86,17 @@ BURST_WAIT_S = 0.001
 UNAWAITED_FLUSH_S = 0.005
 # Zeros are written ahead of appends (PartitionLog.preallocation) only while the file system has this much space free
 PREALLOCATE_FREE_BYTES = 256 << 20
-# A flush round of one partition whose fsync has data alone to write (over zeros written ahead) runs that fsync on
-# the event loop when nothing else is ready to run there (Broker._flush_inline), instead of handing it to the flush
-# thread and back (~0.1 ms of the round): only after this many such fsyncs in a row took at most INLINE_FSYNC_MAX_S,
-# so that a disk that turns slow stalls the event loop once, by that one fsync, before its fsyncs go back to the
-# thread.
+# A flush round of one partition whose fsync has data alone to write (over zeros written ahead), at most
+# INLINE_FSYNC_MAX_BYTES, runs that fsync on the event loop if the loop goes idle within INLINE_IDLE_WAIT_S
+# (Broker._fsync_round), instead of handing it to the flush thread and back (~0.1 ms of the round): only after
+# INLINE_FSYNC_STREAK such fsyncs in a row took at most INLINE_FSYNC_MAX_S, the last of them less than
+# INLINE_FSYNC_STREAK_S ago, so that a disk that turns slow stalls the event loop once, by that one fsync, before its
+# fsyncs go back to the thread.
+INLINE_FSYNC_MAX_BYTES = 256 << 10
+INLINE_IDLE_WAIT_S = 0.0001
 INLINE_FSYNC_MAX_S = 0.0005
 INLINE_FSYNC_STREAK = 8
+INLINE_FSYNC_STREAK_S = 1.0
 # With the PostgreSQL engine, a commit round takes at most this many bytes of each partition (the rest goes in the
 # next round): one transaction stays bounded whatever backlog an outage left.
 ROUND_BYTES = 8 << 20
@@ -212,10 +217,13 @@ def _flush_partition(item) -> OSError | None:
 
 
 async def _event_loop_idle() -> bool:
-    """After a scheduling point (which polls the sockets): whether no task is ready to run, so that blocking the event
-    loop for a moment delays nobody who is already waiting for it."""
-    await trio.lowlevel.checkpoint()
-    return trio.lowlevel.current_statistics().tasks_runnable == 0
+    """Whether the event loop goes idle within INLINE_IDLE_WAIT_S: no task ready to run, and the sockets polled with
+    nothing new (trio's wait_all_tasks_blocked), so that blocking it for a moment delays nobody already waiting for
+    it.  Meanwhile the other tasks run."""
+    with trio.move_on_after(INLINE_IDLE_WAIT_S):
+        await trio.testing.wait_all_tasks_blocked()
+        return True
+    return False
 
 
 def _preallocate(item) -> None:
@@ -308,6 +316,7 @@ class Broker:
         self._membership_ended = trio.Event()
         self._bursts: set = set()               # connections in a burst a flush round waits for (gather_burst)
         self._short_fsyncs = 0                  # data-only fsyncs in a row that took at most INLINE_FSYNC_MAX_S
+        self._short_fsyncs_at = 0.0             # when the last data-only fsync ended (time.monotonic)
         self._bursts_over: trio.Event | None = None
         self._hw_event = trio.Event()
         self._wake_callbacks: set = set()       # call_on_next_wake
@@ -1293,14 +1302,7 @@ class Broker:
                 await self._commit_round(worker, batch)
                 continue
             started = time.perf_counter()
-            data_only = len(batch) == 1 and batch[0][0].log.flush_syncs_data_only(batch[0][1])
-            if data_only and self._short_fsyncs >= INLINE_FSYNC_STREAK and await _event_loop_idle():
-                failures, worker_seconds = self._flush_inline(batch, fan_out)
-                self.metrics.fsyncs_inline += 1
-            else:
-                failures, worker_seconds = await worker.run(self._flush_all, batch, fan_out)
-            if data_only:
-                self._short_fsyncs = self._short_fsyncs + 1 if worker_seconds <= INLINE_FSYNC_MAX_S else 0
+            failures, worker_seconds = await self._fsync_round(worker, batch, fan_out)
             self.metrics.observe_fsync(time.perf_counter() - started, worker_seconds, len(batch))
             snapshots = []
             retry = False
@@ -1449,12 +1451,35 @@ class Broker:
         failures = {p: error for (p, _), error in zip(live, errors) if error is not None}
         return failures, time.perf_counter() - started
 
+    async def _fsync_round(self, worker: WorkerThread, batch, fan_out: ThreadFanOut) -> tuple[dict, float]:
+        """A round's fsyncs (:meth:`_flush_all`) → ({partition: error}, seconds).  In the flush thread; or, for a
+        round of one partition with data alone to sync (at most INLINE_FSYNC_MAX_BYTES over zeros written ahead,
+        PartitionLog.flush_syncs_data_only) once such fsyncs were short often enough (INLINE_FSYNC_*), on the event
+        loop if it goes idle first: the round then saves the hops to the flush thread and back, about 0.1 ms of a
+        0.7 ms cycle for the Java producer's five requests in flight (docs/performance.md, "The fsync on the event
+        loop")."""
+        if time.monotonic() - self._short_fsyncs_at > INLINE_FSYNC_STREAK_S:
+            self._short_fsyncs = 0              # a streak from long ago says nothing about the disk now
+        data_only = self._syncs_data_only(batch)
+        if data_only and self._short_fsyncs >= INLINE_FSYNC_STREAK and await _event_loop_idle() \
+                and self._syncs_data_only(batch):       # still: nothing appended meanwhile grew the file
+            failures, seconds = self._flush_inline(batch, fan_out)
+            self.metrics.fsyncs_inline += 1
+        else:
+            failures, seconds = await worker.run(self._flush_all, batch, fan_out)
+        if data_only:
+            self._short_fsyncs = self._short_fsyncs + 1 if seconds <= INLINE_FSYNC_MAX_S else 0
+            self._short_fsyncs_at = time.monotonic()
+        return failures, seconds
+
+    @staticmethod
+    def _syncs_data_only(batch) -> bool:
+        return len(batch) == 1 and batch[0][0].log.flush_syncs_data_only(batch[0][1], INLINE_FSYNC_MAX_BYTES)
+
     @trio.lowlevel.enable_ki_protection
     def _flush_inline(self, batch, fan_out: ThreadFanOut) -> tuple[dict, float]:
         """:meth:`_flush_all` on the event loop, blocking it (a Ctrl-C waits until it is done, as for the flush
-        thread's calls).  For a round whose one fsync has data alone to write, while nothing else was ready to run:
-        the round then saves the hops to the flush thread and back, about 0.1 ms of 0.6 for the Java producer's five
-        requests in flight (docs/performance.md, "The fsync on the event loop")."""
+        thread's calls)."""
         return self._flush_all(batch, fan_out)
 
     def _preallocate_all(self, ahead, fan_out: ThreadFanOut) -> None:

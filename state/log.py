@@ -986,14 +986,16 @@ class PartitionLog:
         )
         return target
 
-    def flush_syncs_data_only(self, target: int) -> bool:
-        """Whether the flush to ``target`` (planned by flush_begin) has data alone to make durable: its bytes were
-        written over blocks its file had at its last sync (`AppendFile.extent_synced`), and it has no index,
-        transaction index or directory to sync.  Such an fsync is short (server/broker.py, Broker._flush_inline)."""
+    def flush_syncs_data_only(self, target: int, max_bytes: int) -> bool:
+        """Whether the flush to ``target`` (planned by flush_begin) has data alone to make durable, at most
+        ``max_bytes`` of it: its bytes were written over blocks its file had at its last sync
+        (`AppendFile.extent_synced`), and it has no index, transaction index or directory to sync.  Such an fsync is
+        short (server/broker.py, Broker._flush_inline)."""
         plan = self._plans.get(target)
         if plan is None or plan.write_error is not None or plan.txn_files or plan.sync_dir or plan.seal:
             return False
-        return all(isinstance(handle, AppendFile) and handle.extent_synced for _seg, handle in plan.files)
+        return all(isinstance(handle, AppendFile) and handle.extent_synced for _seg, handle in plan.files) \
+            and sum(handle.unsynced_bytes for _seg, handle in plan.files) <= max_bytes
 
     def _write_tails(self, planned) -> OSError | None:
         """Write the write-behind tails of the segments a flush covers, one `pwritev` each, in order; → the error

@@ -60,10 +60,12 @@ class AppendFile(ReadFile):
 
     def __init__(self) -> None:
         self._sync_failed: OSError | None = None
-        # bumped (_extent_changed) whenever the file's size or blocks change; the last successful sync records the
-        # version it covered (see extent_synced)
+        # bumped (_extent_changing) before and after every change of the file's size or blocks; the last successful
+        # sync records the version it found as it started (see extent_synced)
         self._extent_version = 1
         self._extent_synced = 0
+        self._written = 0               # bytes appended so far, and as of the last successful sync's start
+        self._written_synced = 0
 
     @abstractmethod
     def write(self, buf: bytes | bytearray | memoryview) -> None:
@@ -104,9 +106,20 @@ class AppendFile(ReadFile):
         server/broker.py, Broker._flush_inline).  False for a file never synced."""
         return self._extent_synced == self._extent_version
 
-    def _extent_changed(self) -> None:
-        """The implementation changes the file's size or blocks (called before it does)."""
+    @property
+    def unsynced_bytes(self) -> int:
+        """Bytes appended since the last successful `sync` started (what the next one has to write, about)."""
+        return self._written - self._written_synced
+
+    @contextlib.contextmanager
+    def _extent_changing(self):
+        """Around a change of the file's size or blocks: the version moves before it (a sync that starts later does
+        not count the change as synced until it is done) and after it (nor does one that started meanwhile)."""
         self._extent_version += 1
+        try:
+            yield
+        finally:
+            self._extent_version += 1
 
     def sync(self) -> None:
         """Make everything written so far durable (fsync). Raises OSError on failure (SyncFailed for a device
@@ -114,6 +127,7 @@ class AppendFile(ReadFile):
         if self._sync_failed is not None:
             raise SyncFailed(errno.EIO, f"an earlier fsync of {self.path} failed: {self._sync_failed}")
         version = self._extent_version      # what a concurrent write changes after this is not known to be covered
+        written = self._written
         try:
             self._fsync()
         except OSError as exc:
@@ -123,6 +137,7 @@ class AppendFile(ReadFile):
             self._sync_failed = exc
             raise SyncFailed(exc.errno, f"fsync of {self.path} failed: {exc.strerror or exc}") from exc
         self._extent_synced = version
+        self._written_synced = written
 
     @abstractmethod
     def _fsync(self) -> None:
@@ -377,21 +392,21 @@ class _FileAppendFile(_FileHandle, AppendFile):
                 if start >= end or self._closed or self._cut:
                     break
                 n = min(end - start, len(_ZEROS))
-                self._extent_changed()
-                fd = self._pin()
-                try:
-                    written = os.pwrite(fd, _ZEROS[:n], start)
-                    if written <= 0:
-                        raise OSError(errno.ENOSPC, f"no zeros written to {self.path}")
-                except OSError:
-                    try:                            # give back what this call took (disk full: to other writes)
-                        self._truncate(max(first, self._size))
+                with self._extent_changing():
+                    fd = self._pin()
+                    try:
+                        written = os.pwrite(fd, _ZEROS[:n], start)
+                        if written <= 0:
+                            raise OSError(errno.ENOSPC, f"no zeros written to {self.path}")
                     except OSError:
-                        pass
-                    raise
-                finally:
-                    self._unpin()
-                self._allocated = start + written
+                        try:                        # give back what this call took (disk full: to other writes)
+                            self._truncate(max(first, self._size))
+                        except OSError:
+                            pass
+                        raise
+                    finally:
+                        self._unpin()
+                    self._allocated = start + written
                 wrote = True
         if wrote:
             self.sync()
@@ -416,7 +431,13 @@ class _FileAppendFile(_FileHandle, AppendFile):
         pos = self._size
         total = sum(len(v) for v in views)
         if pos + total > self._allocated:
-            self._extent_changed()
+            with self._extent_changing():
+                self._pwritev(views, pos, total)
+        else:
+            self._pwritev(views, pos, total)
+        self._written += total
+
+    def _pwritev(self, views: list, pos: int, total: int) -> None:
         done = 0
         first = 0
         fd = self._pin()
@@ -431,9 +452,9 @@ class _FileAppendFile(_FileHandle, AppendFile):
                     views[first] = views[first][n:]
         except OSError:
             try:
-                self._extent_changed()
-                os.ftruncate(fd, pos)
-                self._allocated = pos
+                with self._extent_changing():
+                    os.ftruncate(fd, pos)
+                    self._allocated = pos
             except OSError:
                 pass
             raise
@@ -450,13 +471,13 @@ class _FileAppendFile(_FileHandle, AppendFile):
             self._truncate(n)
 
     def _truncate(self, n: int) -> None:
-        self._extent_changed()
-        fd = self._pin()
-        try:
-            os.ftruncate(fd, n)
-        finally:
-            self._unpin()
-        self._size = self._allocated = n
+        with self._extent_changing():
+            fd = self._pin()
+            try:
+                os.ftruncate(fd, n)
+            finally:
+                self._unpin()
+            self._size = self._allocated = n
 
     def _fsync(self) -> None:
         fd = self._pin()
@@ -626,14 +647,14 @@ class _MemoryAppendFile(AppendFile):
         with self._storage._lock:
             self._check_open()
             pos = self._size
-            if pos + len(view) > len(self._inode.data):
-                self._extent_changed()
-            if self._storage._take_write_fault():
-                # A partial write that could not be cleaned up: garbage past the logical end.
-                self._inode.data[pos : pos + len(view) // 2] = view[: len(view) // 2]
-                raise OSError(errno.ENOSPC, f"injected write failure on {self.path}")
-            self._inode.data[pos : pos + len(view)] = view
-            self._size = pos + len(view)
+            with self._extent_changing() if pos + len(view) > len(self._inode.data) else contextlib.nullcontext():
+                if self._storage._take_write_fault():
+                    # A partial write that could not be cleaned up: garbage past the logical end.
+                    self._inode.data[pos : pos + len(view) // 2] = view[: len(view) // 2]
+                    raise OSError(errno.ENOSPC, f"injected write failure on {self.path}")
+                self._inode.data[pos : pos + len(view)] = view
+                self._size = pos + len(view)
+            self._written += len(view)
 
     def read(self, pos: int, n: int) -> bytes:
         with self._storage._lock:
@@ -643,9 +664,9 @@ class _MemoryAppendFile(AppendFile):
     def truncate(self, n: int) -> None:
         with self._storage._lock:
             self._check_open()
-            self._extent_changed()
-            del self._inode.data[n:]
-            self._size = n
+            with self._extent_changing():
+                del self._inode.data[n:]
+                self._size = n
 
     @property
     def allocated(self) -> int:
@@ -657,8 +678,8 @@ class _MemoryAppendFile(AppendFile):
             start = self.allocated
             if start >= end or self._cut:
                 return
-            self._extent_changed()
-            self._inode.data[start:end] = bytes(end - start)
+            with self._extent_changing():
+                self._inode.data[start:end] = bytes(end - start)
         self.sync()
 
     def cut_ahead(self) -> None:
@@ -666,8 +687,8 @@ class _MemoryAppendFile(AppendFile):
             self._check_open()
             self._cut = True
             if len(self._inode.data) > self._size:
-                self._extent_changed()
-            del self._inode.data[self._size:]
+                with self._extent_changing():
+                    del self._inode.data[self._size:]
 
     def _fsync(self) -> None:
         with self._storage._lock:

@@ -1,7 +1,6 @@
 """Kafka's flush policy as an opt-in: with log.flush.interval.* set, data is acknowledged and visible once written
 and fsynced on the interval; by default every acknowledgement waits for its fsync."""
 import threading
-import time
 
 import pytest
 import trio
@@ -193,53 +192,84 @@ def test_nothing_is_written_ahead_when_the_file_system_is_short_of_space(tmp_pat
     assert (tmp_path / "logs" / "t-0" / "00000000000000000000.log").stat().st_size == p.log.size_bytes
 
 
-def _rounds_by_thread(tmp_path, monkeypatch, rounds: int, slow_round: int | None = None) -> tuple[Broker, list]:
-    """``rounds`` flush rounds of one small append each on t-0 → the broker and, per round, the name of the thread
-    its fsync ran in and whether that fsync was short (round ``slow_round``'s takes longer than INLINE_FSYNC_MAX_S)."""
-    monkeypatch.setattr(broker_mod, "INLINE_FSYNC_MAX_S", 0.1)
+def _rounds_by_thread(tmp_path, monkeypatch, rounds: int, slow_round: int | None = None,
+                      pause: float = 0.002) -> tuple[Broker, list]:
+    """``rounds`` flush rounds of one small append each on t-0, ``pause`` apart → the broker and, per round, the name
+    of the thread its fsync ran in.  Every fsync is reported as short but round ``slow_round``'s, reported as taking
+    1 s (the durations are the test's, not the disk's)."""
     broker, p = _broker_with_partition(tmp_path)
     seen = []
-    real = p.log.flush
+    real_flush = p.log.flush
 
     def flush(target):
         seen.append(threading.current_thread().name)
-        if len(seen) - 1 == slow_round:
-            time.sleep(0.15)
-        real(target)
+        real_flush(target)
     monkeypatch.setattr(p.log, "flush", flush)
+    real_flush_all = broker._flush_all
+
+    def flush_all(batch, fan_out):
+        failures, _seconds = real_flush_all(batch, fan_out)
+        return failures, (1.0 if len(seen) - 1 == slow_round else 0.0)
+    monkeypatch.setattr(broker, "_flush_all", flush_all)
 
     async def body(b):
         for _ in range(rounds):
             _append(b, p, 3)
             assert await b.wait_durable(p, p.log.log_end_offset - 1)
-            await trio.sleep(0.002)                 # the zeros written ahead meanwhile
+            await trio.sleep(pause)                 # the zeros written ahead meanwhile
     run_with_broker(broker, body)
     return broker, seen
 
 
 def test_short_fsyncs_of_data_alone_run_on_the_event_loop_once_they_were_short_often_enough(tmp_path, monkeypatch):
     """A round of one partition whose appends lie over zeros written ahead has data alone to sync; after
-    INLINE_FSYNC_STREAK such short fsyncs in the flush thread, the next run on the event loop (Broker._flush_inline),
+    INLINE_FSYNC_STREAK such short fsyncs in the flush thread, the next run on the event loop (Broker._fsync_round),
     sparing the round the hops to the thread and back."""
     loop = threading.current_thread().name          # run_with_broker runs trio here
     streak = broker_mod.INLINE_FSYNC_STREAK
     broker, seen = _rounds_by_thread(tmp_path, monkeypatch, streak + 12)
     assert loop not in seen[:streak + 1]            # the first round made the segment: it had metadata to sync
-    assert seen[-10:].count(loop) >= 5              # (the check that nothing else is ready to run is a heuristic)
+    assert seen[-10:].count(loop) >= 8              # (a round whose loop was busy, by a timer, goes to the thread)
     assert broker.metrics.fsyncs_inline == seen.count(loop)
 
 
-def test_an_fsync_on_the_event_loop_that_took_long_sends_the_next_ones_back_to_the_flush_thread(tmp_path, monkeypatch):
+def test_an_fsync_that_took_long_sends_the_next_ones_to_the_flush_thread(tmp_path, monkeypatch):
     """A disk that turns slow stalls the event loop once, by one fsync: the rounds after it fsync in the flush thread
     until INLINE_FSYNC_STREAK of them were short again."""
     loop = threading.current_thread().name
     streak = broker_mod.INLINE_FSYNC_STREAK
-    rounds = 2 * streak + 12
-    broker, seen = _rounds_by_thread(tmp_path, monkeypatch, rounds, slow_round=streak + 6)
     slow = streak + 6
+    broker, seen = _rounds_by_thread(tmp_path, monkeypatch, 2 * streak + 12, slow_round=slow)
     assert loop in seen[:slow]
     assert loop not in seen[slow + 1: slow + 1 + streak]
     assert loop in seen[slow + 1 + streak:]
+
+
+def test_a_streak_of_short_fsyncs_from_long_ago_does_not_count(tmp_path, monkeypatch):
+    monkeypatch.setattr(broker_mod, "INLINE_FSYNC_STREAK_S", 0.05)
+    loop = threading.current_thread().name
+    _broker, seen = _rounds_by_thread(tmp_path, monkeypatch, broker_mod.INLINE_FSYNC_STREAK + 6, pause=0.1)
+    assert loop not in seen
+
+
+def test_no_fsync_runs_on_a_busy_event_loop(tmp_path, monkeypatch):
+    """A task that is always ready to run keeps the loop from going idle: every round fsyncs in the flush thread."""
+    loop = threading.current_thread().name
+    real_run = run_with_broker
+
+    def run_busy(broker, body):
+        async def busy_body(b):
+            async with trio.open_nursery() as nursery:
+                async def spin():
+                    while True:
+                        await trio.lowlevel.checkpoint()
+                nursery.start_soon(spin)
+                await body(b)
+                nursery.cancel_scope.cancel()
+        real_run(broker, busy_body)
+    monkeypatch.setitem(globals(), "run_with_broker", run_busy)
+    _broker, seen = _rounds_by_thread(tmp_path, monkeypatch, broker_mod.INLINE_FSYNC_STREAK + 8)
+    assert len(seen) == broker_mod.INLINE_FSYNC_STREAK + 8 and loop not in seen
 
 
 def test_a_deleted_topics_files_count_as_to_release_until_their_blocks_are_freed(tmp_path, monkeypatch):

@@ -474,21 +474,24 @@ def test_preallocation_after_small_rounds_only(storage):
 
 def test_a_flush_over_zeros_written_ahead_syncs_data_only(storage):
     log = open_log(storage, segment_bytes=4_000)
+    big = 1 << 20
     fill(log, 2)
-    assert not log.flush_syncs_data_only(log.flush_begin())     # a new segment: its file and directory
+    assert not log.flush_syncs_data_only(log.flush_begin(), big)    # a new segment: its file and directory
     log.sync()
     handle, end = log.preallocation()
     handle.preallocate(end)
     fill(log, 3)
-    assert log.flush_syncs_data_only(log.flush_begin())         # over the zeros
+    target = log.flush_begin()
+    assert log.flush_syncs_data_only(target, big)                   # over the zeros
+    assert not log.flush_syncs_data_only(target, 100)               # but more than 100 bytes of it
     log.sync()
     abort(log, 7)
-    assert not log.flush_syncs_data_only(log.flush_begin())     # an aborted transaction's index entry
+    assert not log.flush_syncs_data_only(log.flush_begin(), big)    # an aborted transaction's index entry
     log.sync()
-    fill(log, 30)                                               # past the zeros, and rolls
-    assert not log.flush_syncs_data_only(log.flush_begin())
+    fill(log, 30)                                                   # past the zeros, and rolls
+    assert not log.flush_syncs_data_only(log.flush_begin(), big)
     log.sync()
-    assert not log.flush_syncs_data_only(log.log_end_offset + 1)     # no such plan
+    assert not log.flush_syncs_data_only(log.log_end_offset + 1, big)   # no such plan
 
 
 def test_preallocation_stops_at_the_segment_size_and_the_roll_cuts_it(storage):
