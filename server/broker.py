@@ -1338,7 +1338,10 @@ class Broker:
             return
         partition.log.flush_begin()
         while True:
-            a = self._append_of(partition)
+            piece = self._cleaned_piece(partition)
+            if piece is not None and piece[1] < piece[2]:
+                piece = (piece[0], self.engine.cleaned_piece_end((partition.topic.topic_id, partition.index), *piece))
+            a = self._append_of(partition, piece and piece[:2])
             refused = self.engine.commit([a], [])
             if a.key in refused:
                 raise OSError(f"partition {partition.topic.name}-{partition.index}: the database refused the commit "
@@ -1347,21 +1350,42 @@ class Broker:
             if a.end_offset >= partition.log.log_end_offset:
                 return
 
-    def _append_of(self, p: Partition) -> PartitionAppend:
-        """``p``'s part of a commit: its batches from where its last commit left it (at most ROUND_BYTES)."""
+    def _cleaned_piece(self, p: Partition) -> tuple[int, int, int] | None:
+        """The first range a cleaning rewrote of ``p`` that its next commit replaces, as (first, stop, end): its
+        cleaned batches from ``first`` within about ROUND_BYTES reach ``stop`` (``end``: all of them); None: no range
+        waits.  Short of ``end``, the commit replaces a piece, from ``first`` to where the database's rows allow
+        (PostgresEngine.cleaned_piece_end, in the flush thread), so that a commit's memory, and its read on the event
+        loop, stay bounded whatever a cleaning rewrote (up to segment.bytes a range)."""
+        if not p.cleaned_ranges:
+            return None
+        first, end = p.cleaned_ranges[0]
+        start = max(first, p.log.log_start_offset)
+        rows, stop = rows_of(p.log, start, end, ROUND_BYTES) if start < end else ([], end)
+        return first, (min(stop, end) if rows else end), end       # no batch left in it: all of it at once
+
+    def _append_of(self, p: Partition, piece: tuple[int, int] | None = None) -> PartitionAppend:
+        """``p``'s part of a commit: its batches from where its last commit left it (at most ROUND_BYTES), and the
+        cleaned batches that replace the database's rows in ``piece`` (first, end) of a cleaned range."""
         start = p.log.durable_offset
         rows, end = rows_of(p.log, start, p.log.log_end_offset, ROUND_BYTES)
-        cleaned = [(first, last, rows_of(p.log, max(first, p.log.log_start_offset), last, 1 << 62)[0])
-                   for first, last in p.cleaned_ranges]
+        cleaned = []
+        if piece is not None:
+            first, piece_end = piece
+            cleaned = [(first, piece_end, rows_of(p.log, max(first, p.log.log_start_offset), piece_end, 1 << 62)[0])]
         return PartitionAppend((p.topic.topic_id, p.index), p.database_epoch, start, end, p.log.log_start_offset,
                                rows, p.database_new, cleaned)
 
     @staticmethod
     def _committed(p: Partition, a: PartitionAppend) -> None:
-        """``p``'s part ``a`` of a commit is in the database: its row exists, its cleaned ranges are replaced, and
-        its batches up to ``a``'s end are durable."""
+        """``p``'s part ``a`` of a commit is in the database: its row exists, the cleaned range (or piece) it
+        carried is replaced, and its batches up to ``a``'s end are durable."""
         p.database_new = False
-        del p.cleaned_ranges[:len(a.cleaned)]
+        for _first, piece_end, _rows in a.cleaned:
+            first, end = p.cleaned_ranges[0]
+            if piece_end >= end:
+                del p.cleaned_ranges[0]
+            else:
+                p.cleaned_ranges[0] = (piece_end, end)
         p.log.flush_done(a.end_offset)
 
     async def _commit_round(self, worker: WorkerThread, batch) -> None:
@@ -1369,18 +1393,23 @@ class Broker:
         since its last commit (at most ROUND_BYTES of each: the rest goes in the next round), then their high
         watermarks move.  The database unreachable: every partition of the round is offline until a retry commits
         (run_storage_retry, as for a full disk), with nothing acknowledged lost and nothing appended dropped."""
+        live = [p for p, _target in batch
+                if self.partitions.get((p.topic.name, p.index)) is p]    # not deleted meanwhile
         appends = []
-        for p, _target in batch:
-            if self.partitions.get((p.topic.name, p.index)) is not p:
-                continue                        # deleted meanwhile
-            appends.append((p, self._append_of(p)))
         deleted, self._deleted_in_database = self._deleted_in_database, []
         started = time.perf_counter()
         try:
+            for p in live:
+                piece = self._cleaned_piece(p)
+                if piece is not None and piece[1] < piece[2]:
+                    piece = (piece[0], await worker.run(self.engine.cleaned_piece_end, (p.topic.topic_id, p.index),
+                                                        *piece))
+                if self.partitions.get((p.topic.name, p.index)) is p:       # (the await: not deleted meanwhile)
+                    appends.append((p, self._append_of(p, piece and piece[:2])))
             refused = await worker.run(self.engine.commit, [a for _, a in appends], deleted)
         except DatabaseUnavailable as e:
             self._deleted_in_database[:0] = deleted
-            self._database_unavailable([p for p, _ in appends], e)
+            self._database_unavailable(live, e)
             return
         self.metrics.observe_fsync(time.perf_counter() - started, time.perf_counter() - started, len(appends))
         for p, a in appends:
@@ -1399,7 +1428,7 @@ class Broker:
                 continue
             if p.storage_retrying:
                 self._back_online(p)
-            if p.log.durable_offset < p.log.log_end_offset:
+            if p.log.durable_offset < p.log.log_end_offset or p.cleaned_ranges:
                 self._dirty.add(p)
         self._wake_waiters()
         if self._dirty:

@@ -60,7 +60,8 @@ class PartitionAppend:
     start_offset: int
     rows: list[tuple[int, int, bytes]]
     new: bool = False               # created while this broker runs: its row may not exist yet
-    # ranges a cleaning rewrote, committed already: (first offset, end offset, the rows that replace theirs)
+    # a range a cleaning rewrote, or a piece of it (PostgresEngine.cleaned_piece_end), committed already on the
+    # broker: (first offset, end offset, the rows that replace theirs)
     cleaned: list[tuple[int, int, list[tuple[int, int, bytes]]]] = dataclasses.field(default_factory=list)
 
 
@@ -196,6 +197,16 @@ class PostgresEngine:
                                                          "from_offset": from_offset, "end_offset": end_offset})
 
     # --- the flush round ----------------------------------------------------------------------------------------
+
+    def cleaned_piece_end(self, key: PartitionKey, first: int, stop: int, end: int) -> int:
+        """A cleaned range [first, end) is replaced a piece at a time when its cleaned batches are many (the broker
+        reads at most about ROUND_BYTES of them for a commit, up to ``stop``): where the piece from ``first`` ends
+        so that none of the rows it replaces crosses it (a row start; ``end`` at the most).  The cleaned batches keep
+        the offsets of the batches they come from, so none crosses a row start either."""
+        topic_id, partition = key
+        return self._run(lambda conn: conn.execute(sql("batch_piece_end"), {
+            "topic_id": topic_id, "partition": partition, "first_offset": first, "stop_offset": stop,
+            "end_offset": end}).fetchone()[0])
 
     def commit(self, appends: list[PartitionAppend], deleted: list[PartitionKey]) -> dict[PartitionKey, PartitionRow]:
         """One transaction: each partition's rows inserted and its row moved to its new log end (rows wholly below
