@@ -43,7 +43,7 @@ def test_commit_is_visible_once_answered_and_survives_restart(tmp_path):
 def test_the_coordinators_batches_carry_the_partitions_leader_epoch(tmp_path):
     """As every leader append in Kafka, the coordinator's batches are stamped with the partition's leader epoch."""
     broker = _broker(tmp_path)
-    broker.create_topic("t", 1)
+    broker.ensure_topic("t", 1)
 
     async def body(b):
         await _commit(b, "g", [("t", 0, 5, -1, "m")])
