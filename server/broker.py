@@ -1381,7 +1381,7 @@ class Broker:
         carried is replaced, and its batches up to ``a``'s end are durable."""
         p.database_new = False
         for _first, piece_end, _rows in a.cleaned:
-            first, end = p.cleaned_ranges[0]
+            end = p.cleaned_ranges[0][1]
             if piece_end >= end:
                 del p.cleaned_ranges[0]
             else:

@@ -19,16 +19,21 @@ TOPIC = "compacted"
 KEYS = 150
 
 
+def _records(datas) -> list[tuple[int, bytes, bytes]]:
+    """(offset, key, value) of every record in these rows' bytes."""
+    out = []
+    for data in datas:
+        for pos, _header in records.iter_batch_headers(bytes(data)):
+            out += [(r.offset, r.key, r.value) for r in records.decode_records(bytes(data), pos)]
+    return out
+
+
 def _stored(dsn: str, topic_id) -> list[tuple[int, bytes, bytes]]:
     """(offset, key, value) of every record the database keeps for partition 0, in row order."""
     with psycopg.connect(dsn) as conn:
         rows = conn.execute("SELECT data FROM trireme_batch WHERE topic_id = %s AND partition = 0 ORDER BY base_offset",
                             (topic_id,)).fetchall()
-    out = []
-    for (data,) in rows:
-        for pos, _header in records.iter_batch_headers(bytes(data)):
-            out += [(r.offset, r.key, r.value) for r in records.decode_records(bytes(data), pos)]
-    return out
+    return _records(data for (data,) in rows)
 
 
 def test_a_long_cleaned_range_replaces_the_rows_a_piece_at_a_time_and_loses_nothing(tmp_path, postgres_database,
@@ -39,10 +44,16 @@ def test_a_long_cleaned_range_replaces_the_rows_a_piece_at_a_time_and_loses_noth
     real_commit = PostgresEngine.commit
 
     def commit(self, appends, deleted):
+        before = {a.key: _stored(postgres_database, a.key[0]) for a in appends if a.cleaned}
         refused = real_commit(self, appends, deleted)
         for a in appends:
             for first, end, rows in a.cleaned:
-                pieces.append((first, end, sum(len(data) for _, _, data in rows), _stored(postgres_database, a.key[0])))
+                after = _stored(postgres_database, a.key[0])
+                # exactly the records of [first, end) replaced by the cleaned ones, and the round's new ones added:
+                # a row that crossed ``end``, deleted whole, would take records after ``end`` with it
+                expected = [r for r in before[a.key] if not first <= r[0] < end] + \
+                    _records(data for _, _, data in rows) + _records(data for _, _, data in a.rows)
+                pieces.append((first, end, sum(len(data) for _, _, data in rows), after, sorted(expected)))
         return refused
     monkeypatch.setattr(PostgresEngine, "commit", commit)
 
@@ -54,14 +65,15 @@ def test_a_long_cleaned_range_replaces_the_rows_a_piece_at_a_time_and_loses_noth
                                    "log.cleaner.backoff.ms": 100})
     try:
         broker.start()
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "acks": "all"})
-        latest = {}
+        # a record a batch, several requests in flight: a commit round, and so a row, holds several batches
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "acks": "all",
+                             "batch.num.messages": 1})
+        produced = []                             # (key, value) at each offset
         for i in range(KEYS * 12):                # each key 12 times: most records superseded
             key, value = b"k%d" % (i % KEYS), b"v%d-" % i + bytes(100)
-            latest[key] = (i, value)
+            produced.append((key, value))
             producer.produce(TOPIC, key=key, value=value, partition=0)
-            if i % 7 == 0:
-                producer.flush(15)                # many commits, so many rows
+            producer.poll(0)
         assert producer.flush(15) == 0
         with Client(broker.bootstrap) as client:
             topic_id = client.metadata([TOPIC]).topics[0].topic_id
@@ -80,11 +92,15 @@ def test_a_long_cleaned_range_replaces_the_rows_a_piece_at_a_time_and_loses_noth
     assert len(pieces) > 2 and chained >= 2        # ranges replaced in pieces, each from where the last one ended
     # each piece's cleaned batches: about ROUND_BYTES (read a row of about ROW_BYTES at a time), or on to where a
     # row of the database starts
-    assert max(size for _, _, size, _ in pieces) < 4096 + 4 * 1024
-    for _first, _end, _size, stored in pieces:
+    assert max(size for _, _, size, _, _ in pieces) < 4096 + 4 * 1024
+    for _first, _end, _size, stored, expected in pieces:
+        assert stored == expected
         offsets = [offset for offset, _, _ in stored]
         assert offsets == sorted(set(offsets))     # no record twice: no row kept beside its replacement
+        # below the database's end (pieces commit while records are still produced), every key's latest record is
+        # there after every piece: a cleaning drops only records a later one of the same key supersedes, so
+        # nothing the cleaned log keeps was lost
+        latest = {key: (offset, value) for offset, (key, value) in enumerate(produced[:offsets[-1] + 1])}
         have = {key: (offset, value) for offset, key, value in stored}
-        # every key's latest record is in the database after every piece: nothing the cleaned log keeps was lost
-        assert all(have.get(key) == (offset, value) for key, (offset, value) in latest.items())
+        assert have == latest
     assert len(pieces[-1][3]) < KEYS * 6
