@@ -142,6 +142,10 @@ def test_latency_fsync_bytes_and_group_lag_after_client_traffic(server):
         <= value(m, "trireme_fsync_seconds_total")
     # Some of them may have run on the event loop (Broker._flush_inline): never more than there were.
     assert 0 <= value(m, "trireme_fsyncs_inline_total") <= value(m, "trireme_fsyncs_total")
+    # The cycle collector: `trireme serve` froze what start-up made once serving, and times the collector's pauses.
+    assert value(m, "trireme_gc_frozen_objects") > 1000
+    assert value(m, "trireme_gc_collections_total", generation="0") > 0
+    assert value(m, "trireme_gc_pause_seconds_total", generation="0") > 0
     # Bytes per topic: only this topic was produced to and fetched from.
     bytes_in = value(m, "trireme_topic_bytes_in_total", topic=topic)
     assert bytes_in == value(m, "trireme_bytes_in_total") > 20 * 100

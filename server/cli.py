@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import logging
 import shutil
 import sys
@@ -173,6 +174,10 @@ async def _serve_endpoints(config: Config, storage, topics, endpoints: list, sta
                     print(f"listening on {config.listen_host}:{port}", flush=True)
                     for endpoint in endpoints[1:]:
                         print(listening_line(endpoint), flush=True)
+                    # What start-up made (modules, the loaded logs, the coordinators' state) lives as long as the
+                    # process, mostly: the cycle collector's full passes need not walk it again (one took 11-16 ms
+                    # of the event loop over 65,000 such objects; docs/performance.md, "The collector's pauses").
+                    gc.freeze()
             await broker.controlled_shutdown()
             nursery.cancel_scope.cancel()
     finally:
@@ -225,6 +230,7 @@ def _serve(args, signals: StopSignals) -> int:
     logging.basicConfig(level=config["trireme.log.level"], stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
+    metrics.time_gc_pauses()
     try:
         trio.run(functools.partial(run_broker, config, None, topics, signals=signals))
     except (StartupError, TopicError, BaseExceptionGroup) as e:

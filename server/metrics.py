@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import bisect
 import collections
+import gc
+import time
 
 from trireme.state.txn_records import TxnState
 
@@ -18,6 +20,33 @@ from .web import Request, Response, Routes
 # Request latency from the first byte of the request frame to the last byte of the answer sent.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+
+class GcPauses:
+    """The time the cycle collector held the interpreter, per generation (a ``gc.callbacks`` entry): a pause of the
+    event loop, whichever thread's allocation started it."""
+
+    def __init__(self):
+        self.seconds = [0.0] * len(gc.get_stats())
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds[info["generation"]] += time.perf_counter() - self._started
+
+
+GC_PAUSES: GcPauses | None = None
+
+
+def time_gc_pauses() -> None:
+    """Count the collector's pauses from now on, in this process (``trireme serve``: a broker run inside a test's
+    process leaves that process's collector alone)."""
+    global GC_PAUSES
+    if GC_PAUSES is None:
+        GC_PAUSES = GcPauses()
+        gc.callbacks.append(GC_PAUSES)
 
 
 class Histogram:
@@ -226,6 +255,15 @@ def render_broker(broker) -> str:
     out.metric("trireme_fsyncs_inline_total", "counter",
                "Group-commit fsyncs run on the event loop: one partition, data alone to write, nothing else ready.",
                m.fsyncs_inline)
+    out.metric("trireme_gc_collections_total", "counter", "Collections of the cycle collector, per generation.",
+               [({"generation": str(g)}, s["collections"]) for g, s in enumerate(gc.get_stats())])
+    if GC_PAUSES is not None:
+        out.metric("trireme_gc_pause_seconds_total", "counter",
+                   "Time the cycle collector held the interpreter (and so the event loop), per generation.",
+                   [({"generation": str(g)}, s) for g, s in enumerate(GC_PAUSES.seconds)])
+    out.metric("trireme_gc_frozen_objects", "gauge",
+               "Objects start-up made that the collector no longer walks (gc.freeze once serving).",
+               gc.get_freeze_count())
     m.forget_deleted_topics(lambda name: broker.topics.get(name) is not None)
     out.metric("trireme_bytes_in_total", "counter", "Record batch bytes appended by Produce.", m.bytes_in)
     out.metric("trireme_bytes_out_total", "counter", "Record batch bytes sent in Fetch responses.", m.bytes_out)
