@@ -305,13 +305,18 @@ def test_the_cluster_metadata_log_keeps_the_latest_record_per_topic_and_drops_de
         time.sleep(0.4)                              # past segment.ms: the next change rolls the segment
     checkpoint = server.data_dir / "logs" / "__cluster_metadata-0" / "cleaner-offset.checkpoint"
     wait_until(checkpoint.exists, timeout=60, what="a cleaning of __cluster_metadata")
-    first = checkpoint.read_bytes()
     alter_kept("5000")
     time.sleep(0.4)
     _create(server, unique_topic("last"), {})        # rolls the segment holding the last change of kept
+    last_segment = max(int(f.name[:-len(".log")]) for f in checkpoint.parent.glob("*.log"))
     time.sleep(0.4)
     _create(server, unique_topic("roll"), {})
-    wait_until(lambda: checkpoint.read_bytes() != first, timeout=60, what="a second cleaning of __cluster_metadata")
+
+    def first_dirty() -> int:
+        return int(checkpoint.read_text().split()[1])
+    # a cleaning that covered the last change of kept (a cleaning between that change and the roll after it, which
+    # the cleaner may well start, leaves it dirty)
+    wait_until(lambda: first_dirty() >= last_segment, timeout=60, what="a cleaning past the last change of kept")
     found = []
     server.restart(between=lambda: found.extend(_metadata_records(server.data_dir)))
 
