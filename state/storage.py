@@ -50,6 +50,23 @@ class ReadFile(ABC):
         """Release the file; further calls fail."""
 
 
+class _ExtentChange:
+    """Around a change of a file's size or blocks (``with file._extent_changing:``): the file's version moves before
+    it (a sync that starts later does not count the change as synced until it is done) and after it (nor does one
+    that started meanwhile).  One object per file, reused: an append that grows the file is on the produce path."""
+
+    __slots__ = ("_file",)
+
+    def __init__(self, file: "AppendFile") -> None:
+        self._file = file
+
+    def __enter__(self) -> None:
+        self._file._extent_version += 1
+
+    def __exit__(self, *exc) -> None:
+        self._file._extent_version += 1
+
+
 class AppendFile(ReadFile):
     """A file open for appending at its logical end, readable at any position.
 
@@ -64,6 +81,7 @@ class AppendFile(ReadFile):
         # sync records the version it found as it started (see extent_synced)
         self._extent_version = 1
         self._extent_synced = 0
+        self._extent_changing = _ExtentChange(self)     # ``with self._extent_changing:`` around such a change
         self._written = 0               # bytes appended so far, and as of the last successful sync's start
         self._written_synced = 0
 
@@ -111,15 +129,6 @@ class AppendFile(ReadFile):
         """Bytes appended since the last successful `sync` started (what the next one has to write, about)."""
         return self._written - self._written_synced
 
-    @contextlib.contextmanager
-    def _extent_changing(self):
-        """Around a change of the file's size or blocks: the version moves before it (a sync that starts later does
-        not count the change as synced until it is done) and after it (nor does one that started meanwhile)."""
-        self._extent_version += 1
-        try:
-            yield
-        finally:
-            self._extent_version += 1
 
     def sync(self) -> None:
         """Make everything written so far durable (fsync). Raises OSError on failure (SyncFailed for a device
@@ -392,7 +401,7 @@ class _FileAppendFile(_FileHandle, AppendFile):
                 if start >= end or self._closed or self._cut:
                     break
                 n = min(end - start, len(_ZEROS))
-                with self._extent_changing():
+                with self._extent_changing:
                     fd = self._pin()
                     try:
                         written = os.pwrite(fd, _ZEROS[:n], start)
@@ -431,7 +440,7 @@ class _FileAppendFile(_FileHandle, AppendFile):
         pos = self._size
         total = sum(len(v) for v in views)
         if pos + total > self._allocated:
-            with self._extent_changing():
+            with self._extent_changing:
                 self._pwritev(views, pos, total)
         else:
             self._pwritev(views, pos, total)
@@ -452,7 +461,7 @@ class _FileAppendFile(_FileHandle, AppendFile):
                     views[first] = views[first][n:]
         except OSError:
             try:
-                with self._extent_changing():
+                with self._extent_changing:
                     os.ftruncate(fd, pos)
                     self._allocated = pos
             except OSError:
@@ -471,7 +480,7 @@ class _FileAppendFile(_FileHandle, AppendFile):
             self._truncate(n)
 
     def _truncate(self, n: int) -> None:
-        with self._extent_changing():
+        with self._extent_changing:
             fd = self._pin()
             try:
                 os.ftruncate(fd, n)
@@ -647,7 +656,7 @@ class _MemoryAppendFile(AppendFile):
         with self._storage._lock:
             self._check_open()
             pos = self._size
-            with self._extent_changing() if pos + len(view) > len(self._inode.data) else contextlib.nullcontext():
+            with self._extent_changing if pos + len(view) > len(self._inode.data) else contextlib.nullcontext():
                 if self._storage._take_write_fault():
                     # A partial write that could not be cleaned up: garbage past the logical end.
                     self._inode.data[pos : pos + len(view) // 2] = view[: len(view) // 2]
@@ -664,7 +673,7 @@ class _MemoryAppendFile(AppendFile):
     def truncate(self, n: int) -> None:
         with self._storage._lock:
             self._check_open()
-            with self._extent_changing():
+            with self._extent_changing:
                 del self._inode.data[n:]
                 self._size = n
 
@@ -678,7 +687,7 @@ class _MemoryAppendFile(AppendFile):
             start = self.allocated
             if start >= end or self._cut:
                 return
-            with self._extent_changing():
+            with self._extent_changing:
                 self._inode.data[start:end] = bytes(end - start)
         self.sync()
 
@@ -687,7 +696,7 @@ class _MemoryAppendFile(AppendFile):
             self._check_open()
             self._cut = True
             if len(self._inode.data) > self._size:
-                with self._extent_changing():
+                with self._extent_changing:
                     del self._inode.data[self._size:]
 
     def _fsync(self) -> None:
