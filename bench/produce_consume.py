@@ -552,8 +552,8 @@ def scrape_metrics(url: str | None) -> dict | None:
         return None
     import urllib.request
     text = urllib.request.urlopen(url, timeout=10).read().decode()
-    return {"fsyncs": int(re.search(r"^trireme_fsyncs_total (\d+)", text, re.M).group(1)),
-            "fsync_seconds": float(re.search(r"^trireme_fsync_seconds_total (\S+)", text, re.M).group(1)),
+    return {"fsyncs": int(_unlabelled(text, "trireme_fsyncs_total")),
+            "fsync_seconds": _unlabelled(text, "trireme_fsync_seconds_total"),
             "phases": {(api, phase): float(sec) for api, phase, sec in re.findall(
                 r'trireme_request_phase_seconds_total\{api="(\w+)",phase="(\w+)"\} (\S+)', text)}
             | {(api, "handle"): float(sec) for api, sec in re.findall(
@@ -562,11 +562,11 @@ def scrape_metrics(url: str | None) -> dict | None:
             "produce_latency": _buckets(text, "trireme_request_duration_seconds", 'api="Produce",'),
             "fsync_duration": _buckets(text, "trireme_fsync_duration_seconds"),
             "fsync_worker": _buckets(text, "trireme_fsync_worker_seconds"),
-            "files_to_release": _gauge(text, "trireme_segment_files_to_release")}
+            "files_to_release": _unlabelled(text, "trireme_segment_files_to_release")}
 
 
-def _gauge(text: str, name: str) -> float | None:
-    """An unlabelled gauge's value (None where the broker has no such metric)."""
+def _unlabelled(text: str, name: str) -> float | None:
+    """An unlabelled metric's value (None where the broker has no such metric)."""
     found = re.search(rf"^{name} (\S+)", text, re.M)
     return float(found.group(1)) if found else None
 
