@@ -193,10 +193,10 @@ def test_nothing_is_written_ahead_when_the_file_system_is_short_of_space(tmp_pat
 
 
 def _rounds_by_thread(tmp_path, monkeypatch, rounds: int, slow_round: int | None = None,
-                      pause: float = 0.002) -> tuple[Broker, list]:
+                      pause: float = 0.002, busy: bool = False) -> tuple[Broker, list]:
     """``rounds`` flush rounds of one small append each on t-0, ``pause`` apart → the broker and, per round, the name
     of the thread its fsync ran in.  Every fsync is reported as short but round ``slow_round``'s, reported as taking
-    1 s (the durations are the test's, not the disk's)."""
+    1 s (the durations are the test's, not the disk's).  ``busy``: meanwhile a task is always ready to run."""
     broker, p = _broker_with_partition(tmp_path)
     seen = []
     real_flush = p.log.flush
@@ -212,13 +212,25 @@ def _rounds_by_thread(tmp_path, monkeypatch, rounds: int, slow_round: int | None
         return failures, (1.0 if len(seen) - 1 == slow_round else 0.0)
     monkeypatch.setattr(broker, "_flush_all", flush_all)
 
-    async def body(b):
+    async def rounds_of_appends(b):
         for _ in range(rounds):
             _append(b, p, 3)
             assert await b.wait_durable(p, p.log.log_end_offset - 1)
             await trio.sleep(pause)                 # the zeros written ahead meanwhile
+
+    async def body(b):
+        async with trio.open_nursery() as nursery:
+            if busy:
+                nursery.start_soon(_spin)
+            await rounds_of_appends(b)
+            nursery.cancel_scope.cancel()
     run_with_broker(broker, body)
     return broker, seen
+
+
+async def _spin():
+    while True:
+        await trio.lowlevel.checkpoint()
 
 
 def test_short_fsyncs_of_data_alone_run_on_the_event_loop_once_they_were_short_often_enough(tmp_path, monkeypatch):
@@ -255,20 +267,7 @@ def test_a_streak_of_short_fsyncs_from_long_ago_does_not_count(tmp_path, monkeyp
 def test_no_fsync_runs_on_a_busy_event_loop(tmp_path, monkeypatch):
     """A task that is always ready to run keeps the loop from going idle: every round fsyncs in the flush thread."""
     loop = threading.current_thread().name
-    real_run = run_with_broker
-
-    def run_busy(broker, body):
-        async def busy_body(b):
-            async with trio.open_nursery() as nursery:
-                async def spin():
-                    while True:
-                        await trio.lowlevel.checkpoint()
-                nursery.start_soon(spin)
-                await body(b)
-                nursery.cancel_scope.cancel()
-        real_run(broker, busy_body)
-    monkeypatch.setitem(globals(), "run_with_broker", run_busy)
-    _broker, seen = _rounds_by_thread(tmp_path, monkeypatch, broker_mod.INLINE_FSYNC_STREAK + 8)
+    _broker, seen = _rounds_by_thread(tmp_path, monkeypatch, broker_mod.INLINE_FSYNC_STREAK + 8, busy=True)
     assert len(seen) == broker_mod.INLINE_FSYNC_STREAK + 8 and loop not in seen
 
 
