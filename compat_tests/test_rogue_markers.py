@@ -131,15 +131,11 @@ def test_rogue_abort_at_the_last_epoch_before_a_commit(conn):
     assert end_txn(conn, tid, pid, epoch, True) == 0
     wait_until(lambda: lso(conn, topic, 0) == 6, what="the commit marker")
     assert committed_values(conn, topic, 0) == FIVE
-
-    def state() -> str:
-        [described] = conn.request("DescribeTransactions", 0, req(
-            "DescribeTransactions", transactional_ids=[tid])).transaction_states
-        return described.transaction_state
     # The coordinator records the transaction complete (its COMPLETE record) once the answers to its markers are
     # back, a moment after the partition's last stable offset moved: until then the transaction is PrepareCommit,
     # and a marker for one of its partitions INVALID_TXN_STATE (CI met that moment once).
-    wait_until(lambda: state() == "CompleteCommit", what="the coordinator to complete the transaction")
+    wait_until(lambda: describe_state(conn, tid) == "CompleteCommit",
+               what="the coordinator to complete the transaction")
     # With the transaction complete, a marker at an epoch the coordinator never gave the producer is refused too
     # (it would fence the producer on this partition), and one above the coordinator's epoch (it would fence the
     # coordinator's next markers here).

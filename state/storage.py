@@ -129,7 +129,6 @@ class AppendFile(ReadFile):
         """Bytes appended since the last successful `sync` started (what the next one has to write, about)."""
         return self._written - self._written_synced
 
-
     def sync(self) -> None:
         """Make everything written so far durable (fsync). Raises OSError on failure (SyncFailed for a device
         failure, whatever its errno), forever after."""

@@ -118,7 +118,7 @@ def test_a_write_that_grows_the_file_while_a_sync_starts_is_not_counted_as_synce
     f = storage.open_append("d/e.log")
     f.write(b"abc")
     f.sync()
-    with f._extent_changing:                     # a growing write under way ...
+    with f._extent_changing:                        # a growing write under way ...
         f.sync()                                    # ... when a sync starts and ends
     assert not f.extent_synced
     f.sync()
